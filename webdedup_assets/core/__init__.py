@@ -1,0 +1,1 @@
+"""Pure algorithms: no Dagster, no files."""

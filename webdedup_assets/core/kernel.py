@@ -1,0 +1,245 @@
+"""Compiled fingerprint kernels (numba) over the UTF-8 bytes of a batch of documents.
+
+Input is an Arrow-style string column: `data` (uint8 bytes) and `offsets` (int64, n+1).
+Each document is either raw ASCII text (lowercased and split on non-alphanumeric bytes
+here) or the output of core.normalize.normalize_text (already lowercase, single spaces).
+Both give exactly the tokens of core.normalize.text_tokens, and the hashes of
+core.hashing; tests/test_kernel.py checks this bit for bit against core.reference.
+
+All kernels release the GIL (nogil) so the engine can run batches on several threads,
+and are cached on disk so a CLI run does not pay the JIT compilation every time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .hashing import FMIX_1, FMIX_2, PRIME_1, PRIME_2, SHINGLE_SEED, TOKEN_SEED
+
+_U64 = np.uint64
+_TOKEN_SEED = _U64(TOKEN_SEED)
+_SHINGLE_SEED = _U64(SHINGLE_SEED)
+_PRIME_1 = _U64(PRIME_1)
+_PRIME_2 = _U64(PRIME_2)
+_FMIX_1 = _U64(FMIX_1)
+_FMIX_2 = _U64(FMIX_2)
+
+
+@njit(inline="always")
+def _fmix64(value):
+    value ^= value >> _U64(33)
+    value *= _FMIX_1
+    value ^= value >> _U64(33)
+    value *= _FMIX_2
+    value ^= value >> _U64(33)
+    return value
+
+
+@njit(inline="always")
+def _fold(state, word, prime, bits):
+    mixed = (state ^ word) * prime
+    return (mixed << _U64(bits)) | (mixed >> _U64(64 - bits))
+
+
+@njit(inline="always")
+def _is_cjk(cp):
+    return (
+        (0x3040 <= cp <= 0x30FF)
+        or (0x31F0 <= cp <= 0x31FF)
+        or (0x3400 <= cp <= 0x4DBF)
+        or (0x4E00 <= cp <= 0x9FFF)
+        or (0xAC00 <= cp <= 0xD7AF)
+        or (0xF900 <= cp <= 0xFAFF)
+        or (0xFF66 <= cp <= 0xFF9F)
+        or (0x20000 <= cp <= 0x2FA1F)
+        or (0x30000 <= cp <= 0x323AF)
+    )
+
+
+@njit(nogil=True, cache=True)
+def token_hashes(data, start, end, out):
+    """Hash every token of data[start:end] into out; returns the token count."""
+    count = 0
+    state = _TOKEN_SEED
+    word = _U64(0)
+    filled = 0  # bytes in the current partial word
+    length = 0  # bytes in the current token
+    pos = start
+    while pos < end:
+        byte = data[pos]
+        if byte < 0x80:
+            pos += 1
+            is_alpha_upper = 65 <= byte <= 90
+            if is_alpha_upper or (97 <= byte <= 122) or (48 <= byte <= 57):
+                if is_alpha_upper:
+                    byte |= 0x20
+                word |= _U64(byte) << _U64(8 * filled)
+                filled += 1
+                length += 1
+                if filled == 8:
+                    state = _fold(state, word, _PRIME_2, 31)
+                    word = _U64(0)
+                    filled = 0
+                continue
+            if length > 0:  # separator ends the token
+                if filled > 0:
+                    state = _fold(state, word, _PRIME_2, 31)
+                out[count] = _fmix64(state ^ _U64(length))
+                count += 1
+                state = _TOKEN_SEED
+                word = _U64(0)
+                filled = 0
+                length = 0
+            continue
+        # Multi-byte UTF-8 character of an already normalized text: a word character.
+        if byte >= 0xF0:
+            width = 4
+            cp = byte & 0x07
+        elif byte >= 0xE0:
+            width = 3
+            cp = byte & 0x0F
+        else:
+            width = 2
+            cp = byte & 0x1F
+        for k in range(1, width):
+            cp = (cp << 6) | (data[pos + k] & 0x3F)
+        cjk = _is_cjk(cp)
+        if cjk and length > 0:  # a CJK character closes the word before it
+            if filled > 0:
+                state = _fold(state, word, _PRIME_2, 31)
+            out[count] = _fmix64(state ^ _U64(length))
+            count += 1
+            state = _TOKEN_SEED
+            word = _U64(0)
+            filled = 0
+            length = 0
+        for k in range(width):
+            word |= _U64(data[pos + k]) << _U64(8 * filled)
+            filled += 1
+            length += 1
+            if filled == 8:
+                state = _fold(state, word, _PRIME_2, 31)
+                word = _U64(0)
+                filled = 0
+        pos += width
+        if cjk:  # ... and is a token of its own
+            if filled > 0:
+                state = _fold(state, word, _PRIME_2, 31)
+            out[count] = _fmix64(state ^ _U64(length))
+            count += 1
+            state = _TOKEN_SEED
+            word = _U64(0)
+            filled = 0
+            length = 0
+    if length > 0:
+        if filled > 0:
+            state = _fold(state, word, _PRIME_2, 31)
+        out[count] = _fmix64(state ^ _U64(length))
+        count += 1
+    return count
+
+
+@njit(inline="always")
+def _shingle(tokens, first, size):
+    state = _SHINGLE_SEED
+    for k in range(first, first + size):
+        state = _fold(state, tokens[k], _PRIME_1, 27)
+    return _fmix64(state ^ _U64(size))
+
+
+@njit(inline="always")
+def _window_count(n_tokens, shingle_size):
+    if n_tokens == 0:
+        return 0
+    if n_tokens < shingle_size:
+        return 1
+    return n_tokens - shingle_size + 1
+
+
+@njit(nogil=True, cache=True)
+def fingerprint_batch(data, offsets, shingle_size, coeff_a, coeff_b):
+    """Token counts, shingle window counts and (n, num_perm) uint32 MinHash signatures."""
+    n_docs = offsets.shape[0] - 1
+    num_perm = coeff_a.shape[0]
+    token_counts = np.zeros(n_docs, dtype=np.int64)
+    shingle_counts = np.zeros(n_docs, dtype=np.int64)
+    signatures = np.full((n_docs, num_perm), 0xFFFFFFFF, dtype=np.uint32)
+    longest = 0
+    for i in range(n_docs):
+        longest = max(longest, offsets[i + 1] - offsets[i])
+    scratch = np.empty(longest + 1, dtype=np.uint64)
+    current = np.empty(num_perm, dtype=np.uint64)
+    for i in range(n_docs):
+        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], scratch)
+        windows = _window_count(n_tokens, shingle_size)
+        size = min(shingle_size, n_tokens)
+        token_counts[i] = n_tokens
+        shingle_counts[i] = windows
+        if windows == 0:
+            continue
+        current[:] = _U64(0xFFFFFFFFFFFFFFFF)
+        for w in range(windows):
+            value = _shingle(scratch, w, size)
+            for p in range(num_perm):
+                hashed = coeff_a[p] * value + coeff_b[p]
+                if hashed < current[p]:
+                    current[p] = hashed
+        for p in range(num_perm):
+            signatures[i, p] = np.uint32(current[p] >> _U64(32))
+    return token_counts, shingle_counts, signatures
+
+
+@njit(nogil=True, cache=True)
+def shingle_sets_batch(data, offsets, shingle_size):
+    """Sorted unique shingle hashes per document, flattened, with int64 offsets."""
+    n_docs = offsets.shape[0] - 1
+    longest = 0
+    for i in range(n_docs):
+        longest = max(longest, offsets[i + 1] - offsets[i])
+    scratch = np.empty(longest + 1, dtype=np.uint64)
+    total = 0
+    for i in range(n_docs):
+        total += offsets[i + 1] - offsets[i]  # windows <= bytes: an upper bound
+    flat = np.empty(total + 1, dtype=np.uint64)
+    set_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    cursor = 0
+    for i in range(n_docs):
+        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], scratch)
+        windows = _window_count(n_tokens, shingle_size)
+        size = min(shingle_size, n_tokens)
+        for w in range(windows):
+            flat[cursor + w] = _shingle(scratch, w, size)
+        segment = np.sort(flat[cursor : cursor + windows])
+        unique = 0
+        for w in range(windows):
+            if w == 0 or segment[w] != segment[w - 1]:
+                flat[cursor + unique] = segment[w]
+                unique += 1
+        cursor += unique
+        set_offsets[i + 1] = cursor
+    return flat[:cursor].copy(), set_offsets
+
+
+@njit(nogil=True, cache=True)
+def jaccard_pairs(flat, set_offsets, left, right):
+    """Exact Jaccard of sorted unique sets for each (left[i], right[i]) index pair."""
+    result = np.zeros(left.shape[0], dtype=np.float64)
+    for i in range(left.shape[0]):
+        a0, a1 = set_offsets[left[i]], set_offsets[left[i] + 1]
+        b0, b1 = set_offsets[right[i]], set_offsets[right[i] + 1]
+        union = (a1 - a0) + (b1 - b0)
+        if union == 0:
+            continue
+        common = 0
+        while a0 < a1 and b0 < b1:
+            if flat[a0] == flat[b0]:
+                common += 1
+                a0 += 1
+                b0 += 1
+            elif flat[a0] < flat[b0]:
+                a0 += 1
+            else:
+                b0 += 1
+        result[i] = common / (union - common)
+    return result

@@ -1,0 +1,43 @@
+"""Plain-Python reference fingerprint: the definition the compiled kernel must match.
+
+Slow on purpose (one Python step per token, shingle and permutation); used by the tests
+and for debugging a single document, never by the engine.
+"""
+
+from __future__ import annotations
+
+from .hashing import MASK64, shingle_hash, token_hash
+from .normalize import text_tokens
+
+
+def shingle_windows(token_hashes: list[int], shingle_size: int) -> list[list[int]]:
+    """Ordered windows of shingle_size tokens; fewer tokens -> one whole-text window."""
+    if not token_hashes:
+        return []
+    if len(token_hashes) < shingle_size:
+        return [token_hashes]
+    return [
+        token_hashes[i : i + shingle_size] for i in range(len(token_hashes) - shingle_size + 1)
+    ]
+
+
+def shingle_set(text: str | None, shingle_size: int) -> set[int]:
+    hashes = [token_hash(token) for token in text_tokens(text)]
+    return {shingle_hash(window) for window in shingle_windows(hashes, shingle_size)}
+
+
+def minhash_signature(shingles: set[int], coeff_a: list[int], coeff_b: list[int]) -> list[int]:
+    """((a*h + b) mod 2^64) >> 32, minimized over shingles; empty set -> all 0xFFFFFFFF."""
+    signature = []
+    for a, b in zip(coeff_a, coeff_b):
+        best = 0xFFFFFFFF
+        for value in shingles:
+            best = min(best, (((a * value + b) & MASK64) >> 32))
+        signature.append(best)
+    return signature
+
+
+def jaccard(left: set[int], right: set[int]) -> float:
+    if not left and not right:
+        return 0.0
+    return len(left & right) / len(left | right)

@@ -1,0 +1,123 @@
+"""The candidate_pairs stage: one global self-join of band keys (never grouped by domain)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import WebdedupError
+from .storage import Store, connect, scalar, write_csv, write_relation
+
+BUCKET_POLICIES = ("fail", "star")
+
+
+def _bucket_sql(bm: str) -> str:
+    return (f"SELECT band_index, band_hash, count(*) AS size, min(doc_id) AS hub FROM {bm} "
+            f"GROUP BY band_index, band_hash HAVING count(*) > 1")
+
+
+def stage_candidate_pairs(
+    store: Store,
+    max_pair_slots: int,
+    bucket_policy: str = "fail",
+    hot_bucket_size: int = 1000,
+    output_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Pairs of documents sharing at least one band key, left_doc_id < right_doc_id.
+
+    Before joining, the pair slots every bucket would create are counted. With the `fail`
+    policy a total over max_pair_slots stops the stage before the join. With `star`, buckets
+    larger than hot_bucket_size link each member to the bucket's first doc_id only (linear in
+    the bucket; the exact Jaccard still verifies every edge), and the budget applies to the
+    slots that remain.
+    """
+    started = time.perf_counter()
+    if bucket_policy not in BUCKET_POLICIES:
+        raise WebdedupError(f"bucket_policy must be one of {', '.join(BUCKET_POLICIES)}, got {bucket_policy!r}")
+    if max_pair_slots < 0:
+        raise WebdedupError(f"max_pair_slots must be >= 0, got {max_pair_slots}")
+    upstream = store.params("band_memberships")
+    con = connect(store)
+    bm = store.scan_sql("band_memberships")
+    docs = store.scan_sql("documents")
+    con.execute(f"CREATE TEMP TABLE buckets AS {_bucket_sql(bm)}")
+    hot_limit = hot_bucket_size if bucket_policy == "star" else None
+    all_pairs_slots, max_bucket, buckets, star_slots = con.execute(
+        "SELECT COALESCE(sum(size * (size - 1) // 2), 0), COALESCE(max(size), 0), count(*), "
+        f"COALESCE(sum(CASE WHEN size > {hot_limit or 'NULL'} THEN size - 1 END), 0) FROM buckets"
+    ).fetchall()[0]
+    if hot_limit is None:
+        slots = all_pairs_slots
+    else:
+        slots = star_slots + scalar(
+            con, f"SELECT COALESCE(sum(size * (size - 1) // 2), 0) FROM buckets WHERE size <= {hot_limit}"
+        )
+    if slots > max_pair_slots:
+        raise WebdedupError(
+            f"candidate join would create {slots:,} pair slots, over the budget of "
+            f"{max_pair_slots:,} (max_pair_slots); the largest bucket holds {max_bucket:,} documents. "
+            f"Raise max_pair_slots, or set bucket_policy='star' to link hot buckets to their first "
+            f"member, or strip shared boilerplate from the input"
+        )
+    star_edges = ""
+    small_filter = ""
+    if hot_limit is not None:
+        small_filter = f"AND NOT EXISTS (SELECT 1 FROM buckets h WHERE h.size > {hot_limit} AND h.band_index = a.band_index AND h.band_hash = a.band_hash)"
+        star_edges = f"""UNION ALL
+            SELECT h.hub, m.doc_id FROM {bm} m JOIN buckets h
+              ON m.band_index = h.band_index AND m.band_hash = h.band_hash
+             WHERE h.size > {hot_limit} AND m.doc_id > h.hub"""
+    con.execute(f"""CREATE TEMP TABLE pairs AS
+        WITH links AS (
+            SELECT a.doc_id AS left_doc_id, b.doc_id AS right_doc_id
+              FROM {bm} a JOIN {bm} b
+                ON a.band_index = b.band_index AND a.band_hash = b.band_hash AND a.doc_id < b.doc_id
+             WHERE true {small_filter}
+            {star_edges})
+        SELECT left_doc_id, right_doc_id, CAST(count(*) AS INTEGER) AS shared_bands
+          FROM links GROUP BY left_doc_id, right_doc_id""")
+    relation = con.sql(f"""
+        SELECT p.left_doc_id, p.right_doc_id, p.shared_bands,
+               l.domain AS left_domain, r.domain AS right_domain,
+               l.domain IS DISTINCT FROM r.domain AS cross_domain
+          FROM pairs p JOIN {docs} l ON l.doc_id = p.left_doc_id
+                       JOIN {docs} r ON r.doc_id = p.right_doc_id
+         ORDER BY p.left_doc_id, p.right_doc_id""")
+    params = {
+        "stage": "candidate_pairs",
+        "fingerprint": upstream["fingerprint"],
+        "banding": upstream["banding"],
+        "candidates": {"max_pair_slots": max_pair_slots, "bucket_policy": bucket_policy,
+                       "hot_bucket_size": hot_bucket_size},
+    }
+    rows = write_relation(store.path("candidate_pairs"), relation, params)
+    cross = scalar(con, f"SELECT count(*) FROM {store.scan_sql('candidate_pairs')} WHERE cross_domain")
+    documents = scalar(con, f"SELECT count(*) FROM {docs}")
+    possible = documents * (documents - 1) // 2
+    stats = {
+        "rows": rows,
+        "documents": documents,
+        "possible_pairs": possible,
+        "candidate_reduction_ratio": round(1 - rows / possible, 4) if possible else 0.0,
+        "cross_domain_candidates": cross,
+        "same_domain_candidates": rows - cross,
+        "collision_buckets": buckets,
+        "max_bucket_size": max_bucket,
+        "pair_slots": slots,
+        "all_pairs_slots": all_pairs_slots,
+        "seconds": round(time.perf_counter() - started, 4),
+    }
+    store.write_stats("candidate_pairs", None, stats)
+    if output_dir is not None:
+        write_csv(output_dir / "candidate_summary.csv",
+                  con.sql("SELECT * FROM (VALUES " + ", ".join(
+                      f"('{k}', '{v}')" for k, v in stats.items()) + ") t(metric, value)"))
+        write_csv(output_dir / "collision_buckets.csv", con.sql(f"""
+            SELECT b.band_index, b.band_hash, b.size,
+                   string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
+              FROM buckets b JOIN {bm} m ON m.band_index = b.band_index AND m.band_hash = b.band_hash
+             GROUP BY b.band_index, b.band_hash, b.size
+             ORDER BY b.size DESC, b.band_index, b.band_hash LIMIT 10000"""))
+    con.close()
+    return {**params, **stats}

@@ -1,0 +1,148 @@
+"""The manifest stage: parameters as used, counts, ratios, input checksums, versions, timings."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from datetime import datetime, timezone
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+from ..core.minhash import candidate_probability
+from .storage import Store, connect, write_csv, write_text
+
+STAGES = ("documents", "fingerprinted", "band_memberships", "candidate_pairs", "scored_pairs",
+          "duplicate_pairs", "clusters", "deduped_documents")
+PACKAGES = ("webdedup", "dagster", "duckdb", "pyarrow", "pandas", "numpy", "numba")
+
+
+def _merged_stats(store: Store, stage: str) -> dict[str, Any]:
+    """Stats of a stage; for partitioned stages numeric figures are summed over partitions."""
+    parts = store.stats(stage)
+    if len(parts) == 1:
+        return parts[0]
+    merged: dict[str, Any] = {"partitions": len(parts)}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "docs_per_second":
+                merged[key] = round(merged.get(key, 0) + value, 4)
+    return merged
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def build_manifest(store: Store) -> dict[str, Any]:
+    params = {stage: store.params(stage) for stage in STAGES}
+    stats = {stage: _merged_stats(store, stage) for stage in STAGES}
+    fingerprint = params["fingerprinted"]["fingerprint"]
+    banding = params["band_memberships"]["banding"]
+    threshold = params["duplicate_pairs"]["duplicates"]["threshold"]
+    cand = stats["candidate_pairs"]
+    dup = stats["duplicate_pairs"]
+    clusters = stats["clusters"]
+    dedup = stats["deduped_documents"]
+    documents = cand["documents"]
+    input_files: list[dict] = []
+    for part in sorted(store.files("documents")):
+        from .storage import read_params
+
+        for f in read_params(part).get("input_files", []):
+            if f not in input_files:
+                input_files.append(f)
+    return {
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "storage_root": str(store.root),
+        "parameters": {
+            "documents": {k: params["documents"].get(k) for k in ("input_path", "input_format")},
+            "fingerprinted": fingerprint,
+            "band_memberships": banding,
+            "candidate_pairs": params["candidate_pairs"]["candidates"],
+            "scored_pairs": params["scored_pairs"]["scoring"],
+            "duplicate_pairs": params["duplicate_pairs"]["duplicates"],
+            "deduped_documents": params["deduped_documents"]["representatives"],
+        },
+        "lsh": {
+            "threshold": threshold,
+            "bands": banding["bands"],
+            "rows": banding["rows"],
+            "candidate_probability_at_threshold": round(
+                candidate_probability(threshold, banding["bands"], banding["rows"]), 6),
+        },
+        "counts": {
+            "documents": documents,
+            "empty_documents": stats["fingerprinted"].get("empty_documents", 0),
+            "possible_pairs": cand["possible_pairs"],
+            "candidate_pairs": cand["rows"],
+            "candidate_reduction_ratio": cand["candidate_reduction_ratio"],
+            "same_domain_candidates": cand["same_domain_candidates"],
+            "cross_domain_candidates": cand["cross_domain_candidates"],
+            "duplicate_pairs": dup["rows"],
+            "exact_duplicate_pairs": dup["exact_duplicate_pairs"],
+            "near_duplicate_pairs": dup["near_duplicate_pairs"],
+            "same_domain_duplicates": dup["same_domain_duplicates"],
+            "cross_domain_duplicates": dup["cross_domain_duplicates"],
+            "clusters": clusters["clusters"],
+            "duplicate_clusters": clusters["duplicate_clusters"],
+            "singletons": clusters["singletons"],
+            "max_cluster_size": clusters["max_cluster_size"],
+            "collision_buckets": cand["collision_buckets"],
+            "max_bucket_size": cand["max_bucket_size"],
+            "representatives": dedup["rows"],
+            "removed": dedup["removed"],
+            "retained_ratio": dedup["retained_ratio"],
+        },
+        "input": {"sha256": params["documents"].get("input_sha256"), "files": input_files},
+        "versions": package_versions(),
+        "timings_seconds": {stage: stats[stage].get("seconds") for stage in STAGES},
+        "stage_stats": stats,
+    }
+
+
+def stage_manifest(store: Store, output_dir: Path | None = None) -> dict[str, Any]:
+    started = time.perf_counter()
+    manifest = build_manifest(store)
+    manifest["timings_seconds"]["manifest"] = round(time.perf_counter() - started, 4)
+    text = json.dumps(manifest, indent=2, sort_keys=False, default=str)
+    write_text(store.asset_dir("manifest") / "manifest.json", text)
+    if output_dir is not None:
+        write_text(output_dir / "manifest.json", text)
+        con = connect(store)
+        write_csv(output_dir / "domain_summary.csv", domain_summary(con, store))
+        con.close()
+    return manifest
+
+
+def domain_summary(con, store: Store):
+    """Per domain: documents, representatives kept, removed, duplicate pairs it takes part in."""
+    return con.sql(f"""
+        WITH docs AS (SELECT doc_id, domain FROM {store.scan_sql('documents')}),
+        kept AS (SELECT doc_id FROM {store.scan_sql('deduped_documents')}),
+        pairs AS (
+            SELECT left_domain AS domain, cross_domain FROM {store.scan_sql('duplicate_pairs')}
+            UNION ALL
+            SELECT right_domain, cross_domain FROM {store.scan_sql('duplicate_pairs')}),
+        pair_counts AS (
+            SELECT domain, count(*) AS duplicate_pair_ends,
+                   count(*) FILTER (cross_domain) AS cross_domain_pair_ends
+              FROM pairs GROUP BY domain)
+        SELECT d.domain, count(*) AS documents,
+               count(k.doc_id) AS representatives,
+               count(*) - count(k.doc_id) AS removed,
+               COALESCE(any_value(p.duplicate_pair_ends), 0) AS duplicate_pair_ends,
+               COALESCE(any_value(p.cross_domain_pair_ends), 0) AS cross_domain_pair_ends
+          FROM docs d LEFT JOIN kept k USING (doc_id) LEFT JOIN pair_counts p USING (domain)
+         GROUP BY d.domain ORDER BY documents DESC, d.domain""")
+
+
+def load_manifest(store: Store) -> dict[str, Any]:
+    return json.loads((store.asset_dir("manifest") / "manifest.json").read_text())

@@ -1,0 +1,191 @@
+"""Parquet-per-asset storage with parameters stored beside the data.
+
+Layout under the storage root:  <asset>/data.parquet  (unpartitioned)  or
+<asset>/part-<key>.parquet (one file per partition). Readers glob <asset>/*.parquet.
+Every file is written to a temporary name and moved into place with os.replace, so a
+crash never leaves a half-written asset. The stage's parameters and statistics travel in
+the Parquet key-value metadata under the key "webdedup".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import WebdedupError
+
+METADATA_KEY = b"webdedup"
+
+
+@dataclass(frozen=True)
+class Store:
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root).expanduser().resolve())
+
+    def asset_dir(self, asset: str) -> Path:
+        return self.root / asset
+
+    def path(self, asset: str, partition: str | None = None) -> Path:
+        name = "data.parquet" if partition is None else f"part-{partition}.parquet"
+        return self.asset_dir(asset) / name
+
+    def files(self, asset: str) -> list[Path]:
+        return sorted(self.asset_dir(asset).glob("*.parquet"))
+
+    def require(self, asset: str) -> list[Path]:
+        files = self.files(asset)
+        if not files:
+            raise WebdedupError(
+                f"upstream asset {asset!r} has not been materialized under {self.root}; "
+                f"materialize it first"
+            )
+        return files
+
+    def scan_sql(self, asset: str) -> str:
+        """A DuckDB table expression over every file of an asset."""
+        files = self.require(asset)
+        listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+        return f"read_parquet([{listing}])"
+
+    def params(self, asset: str) -> dict[str, Any]:
+        """Stored parameters of an asset (of its first file; partitions must agree)."""
+        files = self.require(asset)
+        found = [read_params(f) for f in files]
+        first = found[0]
+        for path, other in zip(files[1:], found[1:]):
+            for key in ("fingerprint", "banding"):
+                if key in first and other.get(key) != first.get(key):
+                    raise WebdedupError(
+                        f"partitions of {asset!r} were built with different parameters: "
+                        f"{files[0].name} has {key}={first[key]} but {path.name} has "
+                        f"{key}={other.get(key)}; re-materialize the older partitions"
+                    )
+        return first
+
+    def stats_path(self, asset: str, partition: str | None = None) -> Path:
+        name = "stats.json" if partition is None else f"stats-{partition}.json"
+        return self.asset_dir(asset) / name
+
+    def write_stats(self, asset: str, partition: str | None, stats: dict[str, Any]) -> None:
+        """Figures known only after the data is written (row counts, timings)."""
+        write_text(self.stats_path(asset, partition), json.dumps(stats, indent=2, default=str))
+
+    def stats(self, asset: str) -> list[dict[str, Any]]:
+        return [json.loads(p.read_text()) for p in sorted(self.asset_dir(asset).glob("stats*.json"))]
+
+    def remove(self, asset: str, partition: str | None = None) -> None:
+        self.path(asset, partition).unlink(missing_ok=True)
+        self.stats_path(asset, partition).unlink(missing_ok=True)
+
+
+def read_params(path: Path) -> dict[str, Any]:
+    metadata = pq.read_schema(path).metadata or {}
+    raw = metadata.get(METADATA_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def _with_params(schema: pa.Schema, params: dict[str, Any]) -> pa.Schema:
+    metadata = dict(schema.metadata or {})
+    metadata[METADATA_KEY] = json.dumps(params, sort_keys=True, default=str).encode()
+    return schema.with_metadata(metadata)
+
+
+@contextmanager
+def atomic_path(target: Path):
+    """Yield a temporary sibling path; move it onto target only if the block succeeds."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        yield temp
+        os.replace(temp, target)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def write_batches(
+    target: Path,
+    schema: pa.Schema,
+    batches: Iterable[pa.RecordBatch],
+    params: dict[str, Any],
+) -> int:
+    """Stream record batches into one Parquet file atomically; returns the row count."""
+    schema = _with_params(schema, params)
+    rows = 0
+    with atomic_path(target) as temp:
+        with pq.ParquetWriter(temp, schema, compression="zstd") as writer:
+            for batch in batches:
+                if batch.num_rows:
+                    writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
+                    rows += batch.num_rows
+    return rows
+
+
+def write_table(target: Path, table: pa.Table, params: dict[str, Any]) -> int:
+    return write_batches(target, table.schema, table.to_batches(), params)
+
+
+def write_relation(target: Path, relation: duckdb.DuckDBPyRelation, params: dict[str, Any]) -> int:
+    """Stream a DuckDB query result into Parquet without materializing it in Python."""
+    reader = relation.arrow(batch_size=65_536)  # duckdb 2.x: a RecordBatchReader
+    return write_batches(target, reader.schema, reader, params)
+
+
+def write_text(target: Path, text: str) -> None:
+    with atomic_path(target) as temp:
+        temp.write_text(text, encoding="utf-8")
+
+
+def write_csv(target: Path, relation: duckdb.DuckDBPyRelation) -> None:
+    with atomic_path(target) as temp:
+        relation.write_csv(str(temp), header=True)
+
+
+def write_parquet_copy(target: Path, relation: duckdb.DuckDBPyRelation) -> None:
+    with atomic_path(target) as temp:
+        relation.write_parquet(str(temp), compression="zstd")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def connect(store: Store | None = None) -> duckdb.DuckDBPyConnection:
+    """A private in-memory DuckDB connection (never a shared database file)."""
+    con = duckdb.connect(":memory:")
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET preserve_insertion_order = false")
+    if store is not None:
+        spill = store.root / ".duckdb_tmp"
+        spill.mkdir(parents=True, exist_ok=True)
+        con.execute(f"SET temp_directory = '{spill}'")
+    return con
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def scalar(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
+    """First column of the first row of a query."""
+    return con.execute(sql).fetchall()[0][0]
