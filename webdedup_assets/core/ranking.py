@@ -18,7 +18,6 @@ def policy_order_by(policy: str) -> str:
     """SQL ORDER BY body for a policy; raises with the allowed names on an unknown one."""
     if policy not in REPRESENTATIVE_POLICIES:
         raise ValueError(
-            f"unknown representative policy {policy!r}; choose one of "
-            f"{', '.join(sorted(REPRESENTATIVE_POLICIES))}"
+            f"unknown representative policy {policy!r}; choose one of {', '.join(sorted(REPRESENTATIVE_POLICIES))}"
         )
     return ", ".join(f"{col} {direction}" for col, direction in REPRESENTATIVE_POLICIES[policy])

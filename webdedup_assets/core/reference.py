@@ -16,9 +16,7 @@ def shingle_windows(token_hashes: list[int], shingle_size: int) -> list[list[int
         return []
     if len(token_hashes) < shingle_size:
         return [token_hashes]
-    return [
-        token_hashes[i : i + shingle_size] for i in range(len(token_hashes) - shingle_size + 1)
-    ]
+    return [token_hashes[i : i + shingle_size] for i in range(len(token_hashes) - shingle_size + 1)]
 
 
 def shingle_set(text: str | None, shingle_size: int) -> set[int]:

@@ -13,8 +13,10 @@ BUCKET_POLICIES = ("fail", "star")
 
 
 def _bucket_sql(bm: str) -> str:
-    return (f"SELECT band_index, band_hash, count(*) AS size, min(doc_id) AS hub FROM {bm} "
-            f"GROUP BY band_index, band_hash HAVING count(*) > 1")
+    return (
+        f"SELECT band_index, band_hash, count(*) AS size, min(doc_id) AS hub FROM {bm} "
+        f"GROUP BY band_index, band_hash HAVING count(*) > 1"
+    )
 
 
 def stage_candidate_pairs(
@@ -63,7 +65,10 @@ def stage_candidate_pairs(
     star_edges = ""
     small_filter = ""
     if hot_limit is not None:
-        small_filter = f"AND NOT EXISTS (SELECT 1 FROM buckets h WHERE h.size > {hot_limit} AND h.band_index = a.band_index AND h.band_hash = a.band_hash)"
+        small_filter = (
+            f"AND NOT EXISTS (SELECT 1 FROM buckets h WHERE h.size > {hot_limit} "
+            "AND h.band_index = a.band_index AND h.band_hash = a.band_hash)"
+        )
         star_edges = f"""UNION ALL
             SELECT h.hub, m.doc_id FROM {bm} m JOIN buckets h
               ON m.band_index = h.band_index AND m.band_hash = h.band_hash
@@ -88,8 +93,11 @@ def stage_candidate_pairs(
         "stage": "candidate_pairs",
         "fingerprint": upstream["fingerprint"],
         "banding": upstream["banding"],
-        "candidates": {"max_pair_slots": max_pair_slots, "bucket_policy": bucket_policy,
-                       "hot_bucket_size": hot_bucket_size},
+        "candidates": {
+            "max_pair_slots": max_pair_slots,
+            "bucket_policy": bucket_policy,
+            "hot_bucket_size": hot_bucket_size,
+        },
     }
     rows = write_relation(store.path("candidate_pairs"), relation, params)
     cross = scalar(con, f"SELECT count(*) FROM {store.scan_sql('candidate_pairs')} WHERE cross_domain")
@@ -110,14 +118,20 @@ def stage_candidate_pairs(
     }
     store.write_stats("candidate_pairs", None, stats)
     if output_dir is not None:
-        write_csv(output_dir / "candidate_summary.csv",
-                  con.sql("SELECT * FROM (VALUES " + ", ".join(
-                      f"('{k}', '{v}')" for k, v in stats.items()) + ") t(metric, value)"))
-        write_csv(output_dir / "collision_buckets.csv", con.sql(f"""
+        write_csv(
+            output_dir / "candidate_summary.csv",
+            con.sql(
+                "SELECT * FROM (VALUES " + ", ".join(f"('{k}', '{v}')" for k, v in stats.items()) + ") t(metric, value)"
+            ),
+        )
+        write_csv(
+            output_dir / "collision_buckets.csv",
+            con.sql(f"""
             SELECT b.band_index, b.band_hash, b.size,
                    string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
               FROM buckets b JOIN {bm} m ON m.band_index = b.band_index AND m.band_hash = b.band_hash
              GROUP BY b.band_index, b.band_hash, b.size
-             ORDER BY b.size DESC, b.band_index, b.band_hash LIMIT 10000"""))
+             ORDER BY b.size DESC, b.band_index, b.band_hash LIMIT 10000"""),
+        )
     con.close()
     return {**params, **stats}

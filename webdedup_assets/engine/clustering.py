@@ -26,13 +26,16 @@ def stage_clusters(store: Store, output_dir: Path | None = None) -> dict[str, An
     con = connect(store)
     con.execute(f"""CREATE TEMP TABLE ids AS
         SELECT doc_id, CAST(row_number() OVER (ORDER BY doc_id) - 1 AS BIGINT) AS node
-          FROM (SELECT DISTINCT doc_id FROM {store.scan_sql('documents')})""")
+          FROM (SELECT DISTINCT doc_id FROM {store.scan_sql("documents")})""")
     edges = con.execute(f"""
-        SELECT l.node, r.node FROM {store.scan_sql('duplicate_pairs')} p
+        SELECT l.node, r.node FROM {store.scan_sql("duplicate_pairs")} p
           JOIN ids l ON l.doc_id = p.left_doc_id JOIN ids r ON r.doc_id = p.right_doc_id""").fetchnumpy()
     edge_left, edge_right = (np.asarray(v, dtype=np.int64) for v in edges.values())
-    unknown = scalar(con, f"""SELECT count(*) FROM {store.scan_sql('duplicate_pairs')} p
-        WHERE p.left_doc_id NOT IN (SELECT doc_id FROM ids) OR p.right_doc_id NOT IN (SELECT doc_id FROM ids)""")
+    unknown = scalar(
+        con,
+        f"""SELECT count(*) FROM {store.scan_sql("duplicate_pairs")} p
+        WHERE p.left_doc_id NOT IN (SELECT doc_id FROM ids) OR p.right_doc_id NOT IN (SELECT doc_id FROM ids)""",
+    )
     if unknown:
         raise WebdedupError(
             f"{unknown} duplicate pair(s) name documents that are no longer in documents; "
@@ -41,20 +44,27 @@ def stage_clusters(store: Store, output_dir: Path | None = None) -> dict[str, An
     ids = con.sql("SELECT doc_id FROM ids ORDER BY node").to_arrow_table().column("doc_id").combine_chunks()
     labels = component_labels(len(ids), edge_left, edge_right)
     sizes = np.bincount(labels, minlength=len(ids))[labels] if len(ids) else np.zeros(0, np.int64)
-    cluster_ids = pa.compute.binary_join_element_wise(
-        pa.scalar("cluster-"), ids.take(pa.array(labels)), ""
-    ) if len(ids) else pa.array([], pa.string())
+    cluster_ids = (
+        pa.compute.binary_join_element_wise(pa.scalar("cluster-"), ids.take(pa.array(labels)), "")
+        if len(ids)
+        else pa.array([], pa.string())
+    )
     table = pa.table({"doc_id": ids, "cluster_id": cluster_ids, "cluster_size": pa.array(sizes, pa.int64())})
-    params = {"stage": "clusters", "fingerprint": upstream["fingerprint"],
-              "duplicates": upstream.get("duplicates")}
+    params = {"stage": "clusters", "fingerprint": upstream["fingerprint"], "duplicates": upstream.get("duplicates")}
     rows = write_table(store.path("clusters"), table, params)
     clusters_sql = store.scan_sql("clusters")
     n_clusters, dup_clusters, singletons, largest = con.execute(f"""
         SELECT count(DISTINCT cluster_id), count(DISTINCT cluster_id) FILTER (cluster_size > 1),
                count(*) FILTER (cluster_size = 1), COALESCE(max(cluster_size), 0) FROM {clusters_sql}""").fetchall()[0]
-    stats = {"rows": rows, "clusters": n_clusters, "duplicate_clusters": dup_clusters,
-             "singletons": singletons, "max_cluster_size": largest, "edges": int(edge_left.size),
-             "seconds": round(time.perf_counter() - started, 4)}
+    stats = {
+        "rows": rows,
+        "clusters": n_clusters,
+        "duplicate_clusters": dup_clusters,
+        "singletons": singletons,
+        "max_cluster_size": largest,
+        "edges": int(edge_left.size),
+        "seconds": round(time.perf_counter() - started, 4),
+    }
     store.write_stats("clusters", None, stats)
     if output_dir is not None:
         write_csv(output_dir / "clusters.csv", con.sql(f"SELECT * FROM {clusters_sql} ORDER BY cluster_id, doc_id"))
@@ -74,26 +84,35 @@ def stage_deduped_documents(store: Store, representative_policy: str, output_dir
     docs_params = store.params("documents")
     con = connect(store)
     extra = docs_params.get("extra_columns", [])
-    doc_cols = ", ".join(f"d.{quote_ident(c)}" for c in
-                         ["doc_id", "source", "domain", "crawled_at", "title", "body", *extra])
+    doc_cols = ", ".join(
+        f"d.{quote_ident(c)}" for c in ["doc_id", "source", "domain", "crawled_at", "title", "body", *extra]
+    )
     con.execute(f"""CREATE TEMP TABLE ranked AS
         SELECT {doc_cols}, c.cluster_id, c.cluster_size, f.token_count,
                row_number() OVER (PARTITION BY c.cluster_id ORDER BY {order_by}) AS rank
-          FROM {store.scan_sql('documents')} d
-          JOIN {store.scan_sql('clusters')} c USING (doc_id)
-          JOIN {store.scan_sql('fingerprinted')} f USING (doc_id)""")
+          FROM {store.scan_sql("documents")} d
+          JOIN {store.scan_sql("clusters")} c USING (doc_id)
+          JOIN {store.scan_sql("fingerprinted")} f USING (doc_id)""")
     relation = con.sql("SELECT * EXCLUDE (rank) FROM ranked WHERE rank = 1 ORDER BY cluster_id")
-    params = {"stage": "deduped_documents", "fingerprint": upstream["fingerprint"],
-              "representatives": {"representative_policy": representative_policy, "order_by": order_by}}
+    params = {
+        "stage": "deduped_documents",
+        "fingerprint": upstream["fingerprint"],
+        "representatives": {"representative_policy": representative_policy, "order_by": order_by},
+    }
     rows = write_relation(store.path("deduped_documents"), relation, params)
     documents = scalar(con, "SELECT count(*) FROM ranked")
-    stats = {"rows": rows, "documents": documents, "removed": documents - rows,
-             "retained_ratio": round(rows / documents, 4) if documents else 1.0,
-             "seconds": round(time.perf_counter() - started, 4)}
+    stats = {
+        "rows": rows,
+        "documents": documents,
+        "removed": documents - rows,
+        "retained_ratio": round(rows / documents, 4) if documents else 1.0,
+        "seconds": round(time.perf_counter() - started, 4),
+    }
     store.write_stats("deduped_documents", None, stats)
     if output_dir is not None:
-        write_parquet_copy(output_dir / "deduped_documents.parquet",
-                           con.sql(f"SELECT * FROM {store.scan_sql('deduped_documents')}"))
+        write_parquet_copy(
+            output_dir / "deduped_documents.parquet", con.sql(f"SELECT * FROM {store.scan_sql('deduped_documents')}")
+        )
         write_csv(output_dir / "cluster_inspection.csv", cluster_inspection(con, store, extra))
     con.close()
     return {**params, **stats}
@@ -110,8 +129,8 @@ def cluster_inspection(con, store: Store, extra: list[str]):
               FROM ranked GROUP BY cluster_id),
         scores AS (
             SELECT c.cluster_id, min(p.exact_jaccard) AS min_jaccard, max(p.exact_jaccard) AS max_jaccard
-              FROM {store.scan_sql('duplicate_pairs')} p
-              JOIN {store.scan_sql('clusters')} c ON c.doc_id = p.left_doc_id
+              FROM {store.scan_sql("duplicate_pairs")} p
+              JOIN {store.scan_sql("clusters")} c ON c.doc_id = p.left_doc_id
              GROUP BY c.cluster_id)
         SELECT r.cluster_id, r.cluster_size, r.doc_id AS representative_doc_id,
                r.domain AS representative_domain, r.crawled_at AS representative_crawled_at,

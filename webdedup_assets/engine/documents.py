@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+
 from .errors import WebdedupError
-from .storage import Store, connect, scalar, file_sha256, quote_ident, sql_string, write_relation
+from .storage import Store, connect, file_sha256, quote_ident, scalar, sql_string, write_relation
 
 REQUIRED_COLUMNS = ("doc_id", "source", "domain", "crawled_at", "title", "body")
 TEXT_COLUMNS = ("doc_id", "source", "domain", "title", "body")
@@ -35,8 +36,7 @@ class InputFile:
     bytes: int
 
     def describe(self) -> dict[str, Any]:
-        return {"path": str(self.path), "format": self.format, "sha256": self.sha256,
-                "bytes": self.bytes}
+        return {"path": str(self.path), "format": self.format, "sha256": self.sha256, "bytes": self.bytes}
 
 
 def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile]:
@@ -50,8 +50,11 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
         if not candidates:
             raise WebdedupError(f"input glob {input_path!r} matches no file")
     elif path.is_dir():
-        candidates = [p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIX_FORMATS
-                      and not p.name.startswith(".")]
+        candidates = [
+            p
+            for p in path.rglob("*")
+            if p.is_file() and p.suffix.lower() in SUFFIX_FORMATS and not p.name.startswith(".")
+        ]
         if input_format != "auto":
             candidates = [p for p in candidates if SUFFIX_FORMATS[p.suffix.lower()] == input_format]
         if not candidates:
@@ -67,11 +70,9 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
             fmt = SUFFIX_FORMATS.get(candidate.suffix.lower(), "")
             if not fmt:
                 raise WebdedupError(
-                    f"cannot tell the format of {candidate} from its name; set input_format "
-                    f"to csv or parquet"
+                    f"cannot tell the format of {candidate} from its name; set input_format to csv or parquet"
                 )
-        files.append(InputFile(candidate.resolve(), fmt, file_sha256(candidate),
-                               candidate.stat().st_size))
+        files.append(InputFile(candidate.resolve(), fmt, file_sha256(candidate), candidate.stat().st_size))
     return files
 
 
@@ -131,8 +132,7 @@ def _validate_columns(files: list[InputFile], relations: list[duckdb.DuckDBPyRel
         missing = [c for c in REQUIRED_COLUMNS if c not in columns]
         if missing:
             raise WebdedupError(
-                f"{f.path}: missing required column(s) {', '.join(missing)}; "
-                f"found columns: {', '.join(columns)}"
+                f"{f.path}: missing required column(s) {', '.join(missing)}; found columns: {', '.join(columns)}"
             )
         dupes = sorted({c for c in columns if columns.count(c) > 1})
         if dupes:
@@ -165,10 +165,7 @@ def stage_documents(
         rel.create_view(view)
         cols = [f"CAST({quote_ident(c)} AS VARCHAR) AS {quote_ident(c)}" for c in TEXT_COLUMNS]
         cols.append("CAST(crawled_at AS VARCHAR) AS crawled_at_raw")
-        cols += [
-            (f"{quote_ident(c)}" if c in rel.columns else f"NULL AS {quote_ident(c)}")
-            for c in extra
-        ]
+        cols += [(f"{quote_ident(c)}" if c in rel.columns else f"NULL AS {quote_ident(c)}") for c in extra]
         cols.append(f"{sql_string(f.path.name)} AS __source_file")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
     con.execute("CREATE TEMP TABLE staged AS " + " UNION ALL BY NAME ".join(typed_parts))
@@ -192,14 +189,20 @@ def stage_documents(
         total = scalar(con, "SELECT count(*) FROM (SELECT doc_id FROM parsed GROUP BY doc_id HAVING count(*) > 1)")
         listed = "; ".join(f"{d!r} x{n} in {src}" for d, n, src in dupes)
         raise WebdedupError(f"doc_id must be unique: {total} doc_id(s) appear more than once, first: {listed}")
-    undated = _offenders(con, "SELECT doc_id, __source_file FROM parsed WHERE crawled_at_raw IS NULL OR trim(crawled_at_raw) = '' ORDER BY doc_id")
+    undated = _offenders(
+        con,
+        "SELECT doc_id, __source_file FROM parsed "
+        "WHERE crawled_at_raw IS NULL OR trim(crawled_at_raw) = '' ORDER BY doc_id",
+    )
     if undated:
         total = scalar(con, "SELECT count(*) FROM parsed WHERE crawled_at_raw IS NULL OR trim(crawled_at_raw) = ''")
         raise WebdedupError(
             f"crawled_at is missing for {total} document(s), first doc_id(s): "
             f"{', '.join(repr(d) for d, _ in undated)} (in {undated[0][1]}); every document needs its crawl date"
         )
-    unparsable = _offenders(con, "SELECT doc_id, crawled_at_raw, __source_file FROM parsed WHERE crawled_at IS NULL ORDER BY doc_id")
+    unparsable = _offenders(
+        con, "SELECT doc_id, crawled_at_raw, __source_file FROM parsed WHERE crawled_at IS NULL ORDER BY doc_id"
+    )
     if unparsable:
         total = scalar(con, "SELECT count(*) FROM parsed WHERE crawled_at IS NULL")
         listed = ", ".join(f"{d!r} ({raw!r})" for d, raw, _ in unparsable)
@@ -210,7 +213,9 @@ def stage_documents(
 
     where = ""
     if day_filter is not None:
-        where = f"WHERE crawled_at >= DATE {sql_string(day_filter[0])} AND crawled_at <= DATE {sql_string(day_filter[1])}"
+        where = (
+            f"WHERE crawled_at >= DATE {sql_string(day_filter[0])} AND crawled_at <= DATE {sql_string(day_filter[1])}"
+        )
     select = ", ".join(
         ["doc_id", "source", "domain", "crawled_at", "title", "COALESCE(body, '') AS body"]
         + [quote_ident(c) for c in extra]

@@ -73,13 +73,16 @@ def stage_fingerprinted(
                     schema=schema,
                 )
 
-    fingerprint = {"shingle_size": shingle_size, "num_perm": num_perm, "seed": seed,
-                   "version": FINGERPRINT_VERSION}
+    fingerprint = {"shingle_size": shingle_size, "num_perm": num_perm, "seed": seed, "version": FINGERPRINT_VERSION}
     params = {"stage": "fingerprinted", "fingerprint": fingerprint, "partition": partition}
     rows = write_batches(store.path("fingerprinted", partition), schema, batches(), params)
     seconds = time.perf_counter() - started
-    stats = {"rows": rows, **totals, "seconds": round(seconds, 4),
-             "docs_per_second": round(rows / seconds, 1) if seconds > 0 else None}
+    stats = {
+        "rows": rows,
+        **totals,
+        "seconds": round(seconds, 4),
+        "docs_per_second": round(rows / seconds, 1) if seconds > 0 else None,
+    }
     store.write_stats("fingerprinted", partition, stats)
     return {**params, **stats}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -13,8 +13,16 @@ from typing import Any
 from ..core.minhash import candidate_probability
 from .storage import Store, connect, write_csv, write_text
 
-STAGES = ("documents", "fingerprinted", "band_memberships", "candidate_pairs", "scored_pairs",
-          "duplicate_pairs", "clusters", "deduped_documents")
+STAGES = (
+    "documents",
+    "fingerprinted",
+    "band_memberships",
+    "candidate_pairs",
+    "scored_pairs",
+    "duplicate_pairs",
+    "clusters",
+    "deduped_documents",
+)
 PACKAGES = ("webdedup", "dagster", "duckdb", "pyarrow", "pandas", "numpy", "numba")
 
 
@@ -60,7 +68,7 @@ def build_manifest(store: Store) -> dict[str, Any]:
             if f not in input_files:
                 input_files.append(f)
     return {
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "storage_root": str(store.root),
         "parameters": {
             "documents": {k: params["documents"].get(k) for k in ("input_path", "input_format")},
@@ -76,7 +84,8 @@ def build_manifest(store: Store) -> dict[str, Any]:
             "bands": banding["bands"],
             "rows": banding["rows"],
             "candidate_probability_at_threshold": round(
-                candidate_probability(threshold, banding["bands"], banding["rows"]), 6),
+                candidate_probability(threshold, banding["bands"], banding["rows"]), 6
+            ),
         },
         "counts": {
             "documents": documents,
@@ -125,12 +134,12 @@ def stage_manifest(store: Store, output_dir: Path | None = None) -> dict[str, An
 def domain_summary(con, store: Store):
     """Per domain: documents, representatives kept, removed, duplicate pairs it takes part in."""
     return con.sql(f"""
-        WITH docs AS (SELECT doc_id, domain FROM {store.scan_sql('documents')}),
-        kept AS (SELECT doc_id FROM {store.scan_sql('deduped_documents')}),
+        WITH docs AS (SELECT doc_id, domain FROM {store.scan_sql("documents")}),
+        kept AS (SELECT doc_id FROM {store.scan_sql("deduped_documents")}),
         pairs AS (
-            SELECT left_domain AS domain, cross_domain FROM {store.scan_sql('duplicate_pairs')}
+            SELECT left_domain AS domain, cross_domain FROM {store.scan_sql("duplicate_pairs")}
             UNION ALL
-            SELECT right_domain, cross_domain FROM {store.scan_sql('duplicate_pairs')}),
+            SELECT right_domain, cross_domain FROM {store.scan_sql("duplicate_pairs")}),
         pair_counts AS (
             SELECT domain, count(*) AS duplicate_pair_ends,
                    count(*) FILTER (cross_domain) AS cross_domain_pair_ends

@@ -81,9 +81,9 @@ def stage_scored_pairs(store: Store, threshold: float, output_dir: Path | None =
             members = con.sql(f"""
                 WITH ids AS (SELECT left_doc_id AS doc_id FROM chunk UNION SELECT right_doc_id FROM chunk)
                 SELECT d.doc_id, d.body, f.signature
-                  FROM {store.scan_sql('documents')} d
+                  FROM {store.scan_sql("documents")} d
                   JOIN ids USING (doc_id)
-                  JOIN {store.scan_sql('fingerprinted')} f USING (doc_id)
+                  JOIN {store.scan_sql("fingerprinted")} f USING (doc_id)
                  ORDER BY d.doc_id""").to_arrow_table()
             pairs = con.sql("SELECT * FROM chunk").to_arrow_table()
             ids = members.column("doc_id")
@@ -109,14 +109,21 @@ def stage_scored_pairs(store: Store, threshold: float, output_dir: Path | None =
                 schema=SCORED_SCHEMA,
             )
 
-    params = {"stage": "scored_pairs", "fingerprint": fingerprint,
-              "banding": store.params("candidate_pairs").get("banding"),
-              "scoring": {"threshold": threshold}}
+    params = {
+        "stage": "scored_pairs",
+        "fingerprint": fingerprint,
+        "banding": store.params("candidate_pairs").get("banding"),
+        "scoring": {"threshold": threshold},
+    }
     rows = write_batches(store.path("scored_pairs"), SCORED_SCHEMA, batches(), params)
     scored = store.scan_sql("scored_pairs")
     by_reason = dict(con.execute(f"SELECT reason, count(*) FROM {scored} GROUP BY reason").fetchall())
-    stats = {"rows": rows, "duplicates": scalar(con, f"SELECT count(*) FROM {scored} WHERE is_duplicate"),
-             "reasons": by_reason, "seconds": round(time.perf_counter() - started, 4)}
+    stats = {
+        "rows": rows,
+        "duplicates": scalar(con, f"SELECT count(*) FROM {scored} WHERE is_duplicate"),
+        "reasons": by_reason,
+        "seconds": round(time.perf_counter() - started, 4),
+    }
     store.write_stats("scored_pairs", None, stats)
     if output_dir is not None:
         write_parquet_copy(output_dir / "scored_pairs.parquet", con.sql(f"SELECT * FROM {scored}"))
@@ -134,18 +141,28 @@ def stage_duplicate_pairs(store: Store, threshold: float, output_dir: Path | Non
         SELECT left_doc_id, right_doc_id, left_domain, right_domain, cross_domain, shared_bands,
                exact_jaccard, minhash_estimate,
                CASE WHEN exact_jaccard >= 1.0 THEN 'exact' ELSE 'near' END AS kind
-          FROM {store.scan_sql('scored_pairs')}
+          FROM {store.scan_sql("scored_pairs")}
          WHERE exact_jaccard >= {threshold!r}
          ORDER BY left_doc_id, right_doc_id""")
-    params = {"stage": "duplicate_pairs", "fingerprint": upstream["fingerprint"],
-              "banding": upstream.get("banding"), "duplicates": {"threshold": threshold}}
+    params = {
+        "stage": "duplicate_pairs",
+        "fingerprint": upstream["fingerprint"],
+        "banding": upstream.get("banding"),
+        "duplicates": {"threshold": threshold},
+    }
     rows = write_relation(store.path("duplicate_pairs"), relation, params)
     dup = store.scan_sql("duplicate_pairs")
     exact, cross = con.execute(
-        f"SELECT count(*) FILTER (kind = 'exact'), count(*) FILTER (cross_domain) FROM {dup}").fetchall()[0]
-    stats = {"rows": rows, "exact_duplicate_pairs": exact, "near_duplicate_pairs": rows - exact,
-             "cross_domain_duplicates": cross, "same_domain_duplicates": rows - cross,
-             "seconds": round(time.perf_counter() - started, 4)}
+        f"SELECT count(*) FILTER (kind = 'exact'), count(*) FILTER (cross_domain) FROM {dup}"
+    ).fetchall()[0]
+    stats = {
+        "rows": rows,
+        "exact_duplicate_pairs": exact,
+        "near_duplicate_pairs": rows - exact,
+        "cross_domain_duplicates": cross,
+        "same_domain_duplicates": rows - cross,
+        "seconds": round(time.perf_counter() - started, 4),
+    }
     store.write_stats("duplicate_pairs", None, stats)
     if output_dir is not None:
         write_csv(output_dir / "duplicate_pairs.csv", con.sql(f"SELECT * FROM {dup}"))

@@ -49,8 +49,7 @@ class Store:
         files = self.files(asset)
         if not files:
             raise WebdedupError(
-                f"upstream asset {asset!r} has not been materialized under {self.root}; "
-                f"materialize it first"
+                f"upstream asset {asset!r} has not been materialized under {self.root}; materialize it first"
             )
         return files
 

@@ -1,0 +1,250 @@
+"""The nine assets. Thin: read config, call the engine stage, report metadata."""
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import dagster as dg
+
+from .. import engine
+from ..core.minhash import candidate_probability
+from ..engine.preview import markdown_table, preview
+from .config import (
+    BandConfig,
+    CandidateConfig,
+    DocumentsConfig,
+    DuplicateConfig,
+    FingerprintConfig,
+    RepresentativeConfig,
+    ScoreConfig,
+)
+from .resources import WebdedupStorage
+
+GROUP = "webdedup"
+KINDS = {"parquet", "duckdb"}
+
+
+PROGRESS = logging.getLogger("webdedup.progress")
+
+
+def run_stage(stage: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Engine errors become a dagster Failure whose description is the user-facing message."""
+    name = stage.__name__.removeprefix("stage_")
+    PROGRESS.info("%-18s running", name)
+    try:
+        info = stage(*args, **kwargs)
+    except engine.WebdedupError as err:
+        PROGRESS.info("%-18s failed", name)
+        raise dg.Failure(description=str(err), allow_retries=False) from None
+    seconds = info.get("seconds") or info.get("timings_seconds", {}).get("manifest")
+    rows = info.get("rows", info.get("counts", {}).get("representatives"))
+    PROGRESS.info("%-18s done: %s rows in %.2f s", name, rows, seconds or 0.0)
+    return info
+
+
+def materialized(
+    storage: WebdedupStorage,
+    asset: str,
+    info: dict[str, Any],
+    parameters: dict[str, Any],
+    order_by: str | None = None,
+    **extra: Any,
+) -> dg.MaterializeResult:
+    store = storage.store()
+    stats = {k: v for k, v in info.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "rows"}
+    metadata: dict[str, Any] = {
+        "dagster/row_count": dg.MetadataValue.int(int(info["rows"])),
+        "parameters": dg.MetadataValue.json(parameters),
+        "stats": dg.MetadataValue.json(stats),
+        "preview": dg.MetadataValue.md(preview(store, asset, order_by=order_by)),
+        "path": dg.MetadataValue.path(str(store.asset_dir(asset))),
+    }
+    metadata.update(extra)
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds=KINDS,
+    description=(
+        "Validated input documents (CSV or Parquet: file, folder or glob). Requires doc_id, source, domain, "
+        "crawled_at, title, body; keeps every extra column; crawled_at typed as a date."
+    ),
+)
+def documents(config: DocumentsConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
+    info = run_stage(engine.stage_documents, storage.store(), config.input_path, config.input_format)
+    return materialized(
+        storage,
+        "documents",
+        info,
+        config.model_dump(),
+        order_by="doc_id",
+        input_sha256=info["input_sha256"],
+        empty_bodies=dg.MetadataValue.int(info["empty_bodies"]),
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds=KINDS,
+    deps=[documents],
+    description=(
+        "Per document: token count, shingle count and MinHash signature over ordered k-token shingles "
+        "of the normalized text (compiled kernel, streamed in record batches)."
+    ),
+)
+def fingerprinted(config: FingerprintConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
+    info = run_stage(engine.stage_fingerprinted, storage.store(), config.shingle_size, config.num_perm, config.seed)
+    return materialized(storage, "fingerprinted", info, config.model_dump(), order_by="doc_id")
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds=KINDS,
+    deps=[fingerprinted],
+    description=(
+        "LSH band keys: one row per document per band (doc_id, band_index, band_hash). Documents without "
+        "shingles get none and can never be candidates."
+    ),
+)
+def band_memberships(config: BandConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
+    info = run_stage(engine.stage_band_memberships, storage.store(), config.bands, config.rows)
+    curve = [
+        (j, round(candidate_probability(j, config.bands, config.rows), 4))
+        for j in (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+    ]
+    return materialized(
+        storage,
+        "band_memberships",
+        info,
+        config.model_dump(),
+        order_by="doc_id, band_index",
+        candidate_probability=dg.MetadataValue.md(markdown_table(["jaccard", "P(candidate)"], curve)),
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds=KINDS,
+    deps=[band_memberships],
+    description=(
+        "Candidate pairs from one global self-join on (band_index, band_hash), left_doc_id < right_doc_id, "
+        "with the number of shared bands. Pair slots are counted per bucket first and the join refuses to "
+        "run over the budget."
+    ),
+)
+def candidate_pairs(config: CandidateConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
+    info = run_stage(
+        engine.stage_candidate_pairs,
+        storage.store(),
+        config.max_pair_slots,
+        config.bucket_policy,
+        config.hot_bucket_size,
+        storage.outputs(),
+    )
+    return materialized(storage, "candidate_pairs", info, config.model_dump())
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds=KINDS,
+    deps=[candidate_pairs],
+    description=(
+        "Every candidate with its exact shingle Jaccard, MinHash estimate, is_duplicate (exact >= threshold) "
+        "and reason."
+    ),
+)
+def scored_pairs(config: ScoreConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
+    info = run_stage(engine.stage_scored_pairs, storage.store(), config.threshold, storage.outputs())
+    return materialized(
+        storage, "scored_pairs", info, config.model_dump(), reasons=dg.MetadataValue.json(info["reasons"])
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds=KINDS,
+    deps=[scored_pairs],
+    description=(
+        "Scored pairs whose exact Jaccard reaches the threshold, marked exact (1.0) or near. Re-run alone "
+        "with a new threshold without re-fingerprinting."
+    ),
+)
+def duplicate_pairs(config: DuplicateConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
+    info = run_stage(engine.stage_duplicate_pairs, storage.store(), config.threshold, storage.outputs())
+    banding = info.get("banding") or {}
+    extra = {}
+    if banding:
+        extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
+            round(candidate_probability(config.threshold, banding["bands"], banding["rows"]), 6)
+        )
+    return materialized(storage, "duplicate_pairs", info, config.model_dump(), **extra)
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds=KINDS,
+    deps=[duplicate_pairs],
+    description=(
+        "Connected components over duplicate pairs (union-find). Every document is in exactly one cluster; "
+        "cluster_id = 'cluster-' + the smallest doc_id, stable when unrelated documents arrive."
+    ),
+)
+def clusters(storage: WebdedupStorage) -> dg.MaterializeResult:
+    info = run_stage(engine.stage_clusters, storage.store(), storage.outputs())
+    return materialized(storage, "clusters", info, {}, order_by="cluster_size DESC, cluster_id, doc_id")
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds=KINDS,
+    deps=[clusters],
+    description=(
+        "One representative per cluster with every input column; default policy: newest crawled_at, then "
+        "most tokens, then smallest doc_id."
+    ),
+)
+def deduped_documents(config: RepresentativeConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
+    info = run_stage(engine.stage_deduped_documents, storage.store(), config.representative_policy, storage.outputs())
+    return materialized(
+        storage, "deduped_documents", info, config.model_dump(), order_by="cluster_size DESC, cluster_id"
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds={"json"},
+    deps=[deduped_documents],
+    description=(
+        "Parameters of every stage as used, counts and ratios, P(candidate | threshold), input checksums, "
+        "package versions and per-stage timings (manifest.json)."
+    ),
+)
+def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
+    store = storage.store()
+    result = run_stage(engine.stage_manifest, store, storage.outputs())
+    counts = result["counts"]
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": dg.MetadataValue.int(counts["representatives"]),
+            "counts": dg.MetadataValue.json(counts),
+            "parameters": dg.MetadataValue.json(result["parameters"]),
+            "lsh": dg.MetadataValue.json(result["lsh"]),
+            "timings_seconds": dg.MetadataValue.json(result["timings_seconds"]),
+            "preview": dg.MetadataValue.md(markdown_table(["metric", "value"], list(counts.items()))),
+            "path": dg.MetadataValue.path(str(storage.outputs() / "manifest.json")),
+        }
+    )
+
+
+ASSETS = [
+    documents,
+    fingerprinted,
+    band_memberships,
+    candidate_pairs,
+    scored_pairs,
+    duplicate_pairs,
+    clusters,
+    deduped_documents,
+    manifest,
+]

@@ -1,0 +1,80 @@
+"""Asset checks: blocking invariants for every corpus, and counts pinned by an expectations file."""
+
+from collections.abc import Callable
+
+import dagster as dg
+
+from ..engine import invariants
+from ..engine.storage import Store
+from .resources import WebdedupStorage
+
+
+def _result(passed: bool, details: dict) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=bool(passed), metadata={"details": dg.MetadataValue.json(details)})
+
+
+def _invariant(
+    asset: str, name: str, description: str, check: Callable[[Store], tuple[bool, dict]]
+) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=asset, name=name, description=description, blocking=True)
+    def _check(storage: WebdedupStorage) -> dg.AssetCheckResult:
+        return _result(*check(storage.store()))
+
+    return _check
+
+
+def _pinned(asset: str, keys: list[str]) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=asset,
+        name=f"{asset}_match_expected_counts",
+        description=(
+            f"{', '.join(keys)} equal the counts pinned in the input's expectations file "
+            "(<input>.expected.json matched by sha256). Without one the check reports WARN with the reason."
+        ),
+    )
+    def _check(storage: WebdedupStorage) -> dg.AssetCheckResult:
+        passed, details = invariants.compare_counts(storage.store(), keys)
+        if passed is None:  # not a silent pass: shown as a warning with the reason
+            return dg.AssetCheckResult(
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"skipped: {details['skipped']}",
+                metadata={"skipped": dg.MetadataValue.text(details["skipped"])},
+            )
+        return _result(passed, details)
+
+    return _check
+
+
+CHECKS = [
+    _invariant("documents", "doc_id_unique", "Every doc_id appears once.", invariants.doc_ids_unique),
+    _invariant(
+        "candidate_pairs",
+        "candidates_well_formed",
+        "left_doc_id < right_doc_id and no document without shingles is in any candidate.",
+        invariants.candidates_well_formed,
+    ),
+    _invariant(
+        "duplicate_pairs",
+        "duplicates_meet_threshold",
+        "Every duplicate pair has exact Jaccard >= threshold and left_doc_id < right_doc_id.",
+        invariants.duplicates_meet_threshold,
+    ),
+    _invariant(
+        "clusters",
+        "every_document_in_one_cluster",
+        "Every document is in exactly one cluster (singletons included).",
+        invariants.every_document_in_one_cluster,
+    ),
+    _invariant(
+        "deduped_documents",
+        "one_representative_per_cluster",
+        "Exactly one representative per cluster.",
+        invariants.one_representative_per_cluster,
+    ),
+    _pinned("documents", ["documents"]),
+    _pinned("candidate_pairs", ["candidate_pairs"]),
+    _pinned("duplicate_pairs", ["duplicate_pairs", "exact_duplicate_pairs", "near_duplicate_pairs"]),
+    _pinned("clusters", ["duplicate_clusters", "singletons"]),
+    _pinned("deduped_documents", ["representatives"]),
+]

@@ -1,0 +1,149 @@
+"""Checks over stored assets: invariants that hold for every corpus, and pinned counts.
+
+Each function returns (passed, details). The Dagster layer turns them into asset checks;
+the CLI and tests can call them directly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .storage import Store, connect, scalar
+
+EXPECTATIONS_SUFFIX = ".expected.json"
+
+
+def doc_ids_unique(store: Store) -> tuple[bool, dict[str, Any]]:
+    con = connect()
+    dupes = con.execute(f"""SELECT doc_id FROM {store.scan_sql("documents")}
+        GROUP BY doc_id HAVING count(*) > 1 ORDER BY doc_id LIMIT 5""").fetchall()
+    total = scalar(con, f"SELECT count(*) FROM {store.scan_sql('documents')}")
+    return not dupes, {"documents": total, "duplicated_doc_ids": [d for (d,) in dupes]}
+
+
+def candidates_well_formed(store: Store) -> tuple[bool, dict[str, Any]]:
+    """left < right, and no document without shingles takes part in any candidate."""
+    con = connect()
+    cand = store.scan_sql("candidate_pairs")
+    unordered = scalar(con, f"SELECT count(*) FROM {cand} WHERE NOT left_doc_id < right_doc_id")
+    empty_ids = con.execute(f"""
+        SELECT DISTINCT f.doc_id FROM {store.scan_sql("fingerprinted")} f JOIN {cand} c
+            ON f.doc_id = c.left_doc_id OR f.doc_id = c.right_doc_id
+         WHERE f.shingle_count = 0 ORDER BY f.doc_id LIMIT 5""").fetchall()
+    return unordered == 0 and not empty_ids, {
+        "pairs_not_ordered": unordered,
+        "empty_documents_in_candidates": [d for (d,) in empty_ids],
+    }
+
+
+def duplicates_meet_threshold(store: Store) -> tuple[bool, dict[str, Any]]:
+    threshold = store.params("duplicate_pairs")["duplicates"]["threshold"]
+    con = connect()
+    dup = store.scan_sql("duplicate_pairs")
+    below = scalar(con, f"SELECT count(*) FROM {dup} WHERE exact_jaccard < {threshold!r}")
+    unordered = scalar(con, f"SELECT count(*) FROM {dup} WHERE NOT left_doc_id < right_doc_id")
+    return below == 0 and unordered == 0, {
+        "threshold": threshold,
+        "pairs_below_threshold": below,
+        "pairs_not_ordered": unordered,
+    }
+
+
+def every_document_in_one_cluster(store: Store) -> tuple[bool, dict[str, Any]]:
+    con = connect()
+    missing, repeated, stray = con.execute(f"""
+        WITH d AS (SELECT doc_id FROM {store.scan_sql("documents")}),
+             c AS (SELECT doc_id, count(*) AS n FROM {store.scan_sql("clusters")} GROUP BY doc_id)
+        SELECT (SELECT count(*) FROM d LEFT JOIN c USING (doc_id) WHERE c.doc_id IS NULL),
+               (SELECT count(*) FROM c WHERE n > 1),
+               (SELECT count(*) FROM c LEFT JOIN d USING (doc_id) WHERE d.doc_id IS NULL)""").fetchall()[0]
+    return missing == 0 and repeated == 0 and stray == 0, {
+        "documents_without_cluster": missing,
+        "documents_in_several_clusters": repeated,
+        "clustered_ids_not_in_documents": stray,
+    }
+
+
+def one_representative_per_cluster(store: Store) -> tuple[bool, dict[str, Any]]:
+    con = connect()
+    clusters = scalar(con, f"SELECT count(DISTINCT cluster_id) FROM {store.scan_sql('clusters')}")
+    reps, distinct = con.execute(
+        f"SELECT count(*), count(DISTINCT cluster_id) FROM {store.scan_sql('deduped_documents')}"
+    ).fetchall()[0]
+    return reps == clusters == distinct, {
+        "clusters": clusters,
+        "representatives": reps,
+        "clusters_with_representative": distinct,
+    }
+
+
+# ---- pinned counts -------------------------------------------------------------------
+
+
+def expectations_path(input_path: str) -> Path | None:
+    """fixtures/documents.csv -> fixtures/documents.expected.json; a folder -> folder/webdedup.expected.json."""
+    if any(ch in input_path for ch in "*?["):
+        return None
+    path = Path(input_path).expanduser()
+    if path.is_dir():
+        return path / f"webdedup{EXPECTATIONS_SUFFIX}"
+    return path.with_name(path.name.split(".")[0] + EXPECTATIONS_SUFFIX)
+
+
+def load_expectations(store: Store) -> tuple[dict[str, int] | None, str]:
+    """The pinned counts for the current input, or None and the reason they do not apply."""
+    params = store.params("documents")
+    input_path = params.get("input_path", "")
+    checksum = params.get("input_sha256")
+    path = expectations_path(input_path)
+    if path is None:
+        return None, f"input {input_path!r} is a glob: no expectations file is looked up"
+    if not path.exists():
+        return None, f"no expectations file {path} for this input; create one to pin counts"
+    try:
+        spec = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        return None, f"{path} is not valid JSON ({err})"
+    if spec.get("input_sha256") != checksum:
+        return None, (
+            f"{path} pins counts for input sha256 {spec.get('input_sha256')}, but the input now has sha256 {checksum}"
+        )
+    return dict(spec.get("counts", {})), f"counts pinned by {path}"
+
+
+def actual_counts(store: Store) -> dict[str, int]:
+    con = connect()
+    counts: dict[str, int] = {}
+    if store.files("documents"):
+        counts["documents"] = scalar(con, f"SELECT count(*) FROM {store.scan_sql('documents')}")
+    if store.files("candidate_pairs"):
+        counts["candidate_pairs"] = scalar(con, f"SELECT count(*) FROM {store.scan_sql('candidate_pairs')}")
+    if store.files("duplicate_pairs"):
+        dup = store.scan_sql("duplicate_pairs")
+        counts["duplicate_pairs"] = scalar(con, f"SELECT count(*) FROM {dup}")
+        counts["exact_duplicate_pairs"] = scalar(con, f"SELECT count(*) FROM {dup} WHERE kind = 'exact'")
+        counts["near_duplicate_pairs"] = counts["duplicate_pairs"] - counts["exact_duplicate_pairs"]
+    if store.files("clusters"):
+        clu = store.scan_sql("clusters")
+        counts["duplicate_clusters"] = scalar(
+            con, f"SELECT count(DISTINCT cluster_id) FROM {clu} WHERE cluster_size > 1"
+        )
+        counts["singletons"] = scalar(con, f"SELECT count(*) FROM {clu} WHERE cluster_size = 1")
+    if store.files("deduped_documents"):
+        counts["representatives"] = scalar(con, f"SELECT count(*) FROM {store.scan_sql('deduped_documents')}")
+    return counts
+
+
+def compare_counts(store: Store, keys: list[str]) -> tuple[bool | None, dict[str, Any]]:
+    """None when no expectations apply (the reason is in the details)."""
+    expected, reason = load_expectations(store)
+    if expected is None:
+        return None, {"skipped": reason}
+    actual = actual_counts(store)
+    compared = {k: {"expected": expected[k], "actual": actual.get(k)} for k in keys if k in expected}
+    if not compared:
+        return None, {"skipped": f"{reason}, but none of {', '.join(keys)} is pinned"}
+    passed = all(v["expected"] == v["actual"] for v in compared.values())
+    return passed, {"source": reason, **compared}
