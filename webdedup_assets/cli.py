@@ -29,7 +29,11 @@ def _parser() -> argparse.ArgumentParser:
         "included), print progress per stage and a summary. Exit 0 on success, 1 when an asset "
         "check fails, 2 on bad input or parameters.",
     )
-    run.add_argument("input", help="CSV or Parquet file, a folder of them, or a glob (quote it)")
+    run.add_argument(
+        "input",
+        help="CSV, Parquet, .warc or .warc.gz file, a folder of them, or a glob (quote it); with "
+        "--format commoncrawl a CSV of warc_filename,warc_offset,warc_length targets",
+    )
     run.add_argument("--output", default="output", help="folder for the published outputs (default: output)")
     run.add_argument(
         "--storage", default=None, help="storage root for the per-asset Parquet (default: OUTPUT/_storage)"
@@ -37,10 +41,29 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--format",
         dest="input_format",
-        choices=["auto", "csv", "parquet"],
+        choices=["auto", "csv", "parquet", "warc", "commoncrawl"],
         default="auto",
-        help="input format (default: from the file suffix)",
+        help="input format (default: from the file suffix); commoncrawl fetches byte ranges of WARC files",
     )
+    run.add_argument(
+        "--max-record-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        help="WARC records or fetched ranges larger than this are rejected (default 16 MiB)",
+    )
+    run.add_argument(
+        "--cc-base-url",
+        default="https://data.commoncrawl.org/",
+        help="base URL or local mirror folder of the Common Crawl WARC paths (default the public bucket)",
+    )
+    run.add_argument(
+        "--accept-commoncrawl-terms",
+        action="store_true",
+        help="acknowledge https://commoncrawl.org/terms-of-use (required for --format commoncrawl)",
+    )
+    run.add_argument("--cc-timeout", type=float, default=30.0, help="seconds per range request (default 30)")
+    run.add_argument("--cc-retries", type=int, default=3, help="retries after a timeout or 5xx (default 3)")
+    run.add_argument("--cc-concurrency", type=int, default=4, help="range requests in flight (default 4)")
     run.add_argument("--shingle-size", type=int, default=5, help="tokens per shingle (default 5)")
     run.add_argument("--num-perm", type=int, default=120, help="MinHash values per document (default 120)")
     run.add_argument("--seed", type=int, default=1, help="MinHash seed (default 1)")
@@ -95,7 +118,16 @@ def run_config(args: argparse.Namespace, storage_root: Path, output_dir: Path) -
             )
         rows = args.num_perm // args.bands
     ops = {
-        "documents": {"input_path": str(Path(args.input).expanduser()), "input_format": args.input_format},
+        "documents": {
+            "input_path": str(Path(args.input).expanduser()),
+            "input_format": args.input_format,
+            "warc_max_record_bytes": args.max_record_bytes,
+            "cc_base_url": args.cc_base_url,
+            "cc_accept_terms_of_use": args.accept_commoncrawl_terms,
+            "cc_timeout_seconds": args.cc_timeout,
+            "cc_max_retries": args.cc_retries,
+            "cc_concurrency": args.cc_concurrency,
+        },
         "fingerprinted": {"shingle_size": args.shingle_size, "num_perm": args.num_perm, "seed": args.seed},
         "band_memberships": {"bands": args.bands, "rows": rows},
         "candidate_pairs": {
@@ -204,6 +236,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(f"webdedup summary ({output_dir}):")
         print(_summary_table(manifest))
+    warc = manifest["input"].get("warc")
+    if warc:
+        print(
+            f"webdedup: WARC input: {warc['records']} records -> {warc['documents']} documents; "
+            f"{warc['not_documents']} skipped or rejected (skipped {warc['skipped']}, rejected {warc['rejected']}); "
+            f"listed in {output_dir / 'rejected_records.csv'}",
+            file=sys.stderr,
+        )
     if skipped_checks and not args.quiet:
         print(f"  {len(skipped_checks)} count check(s) skipped: {skipped_checks[0][1].get('skipped')}", file=sys.stderr)
     if failed_checks:

@@ -72,7 +72,20 @@ def materialized(
     ),
 )
 def documents(config: DocumentsConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_documents, storage.store(), config.input_path, config.input_format)
+    info = run_stage(
+        engine.stage_documents,
+        storage.store(),
+        config.input_path,
+        config.input_format,
+        warc_options=config.warc_options(),
+        output_dir=storage.outputs(),
+    )
+    warc = {}
+    if info.get("warc"):  # WARC input: what was skipped or rejected, by kind (listed in rejected_records)
+        warc = {
+            "warc": dg.MetadataValue.json(info["warc"]),
+            "warc_not_documents": dg.MetadataValue.int(info["warc"]["not_documents"]),
+        }
     return materialized(
         storage,
         "documents",
@@ -81,6 +94,7 @@ def documents(config: DocumentsConfig, storage: WebdedupStorage) -> dg.Materiali
         order_by="doc_id",
         input_sha256=info["input_sha256"],
         empty_bodies=dg.MetadataValue.int(info["empty_bodies"]),
+        **warc,
     )
 
 

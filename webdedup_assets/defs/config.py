@@ -19,10 +19,42 @@ DEFAULT_INPUT = os.environ.get("WEBDEDUP_INPUT", FIXTURE_INPUT)
 
 
 class DocumentsConfig(dg.Config):
-    input_path: str = Field(default=DEFAULT_INPUT, description="CSV or Parquet file, folder or glob.")
-    input_format: Literal["auto", "csv", "parquet"] = Field(
-        default="auto", description="auto: from each file's suffix."
+    input_path: str = Field(
+        default=DEFAULT_INPUT,
+        description="CSV, Parquet, .warc or .warc.gz file, folder or glob; for commoncrawl a CSV of "
+        "(warc_filename, warc_offset, warc_length) targets.",
     )
+    input_format: Literal["auto", "csv", "parquet", "warc", "commoncrawl"] = Field(
+        default="auto", description="auto: from each file's suffix; commoncrawl: fetch the targets by byte range."
+    )
+    warc_max_record_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1, description="WARC records (or fetched ranges) larger than this are rejected."
+    )
+    cc_base_url: str = Field(
+        default="https://data.commoncrawl.org/",
+        description="Where Common Crawl WARC paths are fetched from: an http(s) URL or a local mirror folder.",
+    )
+    cc_accept_terms_of_use: bool = Field(
+        default=False,
+        description="Must be true to fetch from Common Crawl: you accept https://commoncrawl.org/terms-of-use.",
+    )
+    cc_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of one range request.")
+    cc_max_retries: int = Field(default=3, ge=0, description="Retries after a timeout, 5xx or 429.")
+    cc_retry_backoff_seconds: float = Field(default=1.0, ge=0, description="First retry delay; doubles each time.")
+    cc_concurrency: int = Field(default=4, ge=1, description="Range requests in flight.")
+
+    def warc_options(self):
+        from ..engine.warc import WarcOptions
+
+        return WarcOptions(
+            max_record_bytes=self.warc_max_record_bytes,
+            cc_base_url=self.cc_base_url,
+            cc_accept_terms_of_use=self.cc_accept_terms_of_use,
+            cc_timeout_seconds=self.cc_timeout_seconds,
+            cc_max_retries=self.cc_max_retries,
+            cc_retry_backoff_seconds=self.cc_retry_backoff_seconds,
+            cc_concurrency=self.cc_concurrency,
+        )
 
 
 class FingerprintConfig(dg.Config):

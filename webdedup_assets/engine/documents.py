@@ -20,11 +20,25 @@ import duckdb
 
 from .errors import WebdedupError
 from .storage import Store, connect, file_sha256, quote_ident, scalar, sql_string, write_relation
+from .warc import WarcOptions, clear_rejections, stage_warc
 
 REQUIRED_COLUMNS = ("doc_id", "source", "domain", "crawled_at", "title", "body")
 TEXT_COLUMNS = ("doc_id", "source", "domain", "title", "body")
-FORMATS = ("auto", "csv", "parquet")
-SUFFIX_FORMATS = {".csv": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+FORMATS = ("auto", "csv", "parquet", "warc", "commoncrawl")
+SUFFIX_FORMATS = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".warc": "warc",
+    ".warc.gz": "warc",
+}
+
+
+def _suffix(path: Path) -> str:
+    """The format-bearing suffix: `.warc.gz` counts as one."""
+    name = path.name.lower()
+    return ".warc.gz" if name.endswith(".warc.gz") else path.suffix.lower()
 MAX_LINE_BYTES = 1 << 30  # a single CSV record may hold a very large page
 
 
@@ -53,12 +67,12 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
         candidates = [
             p
             for p in path.rglob("*")
-            if p.is_file() and p.suffix.lower() in SUFFIX_FORMATS and not p.name.startswith(".")
+            if p.is_file() and _suffix(p) in SUFFIX_FORMATS and not p.name.startswith(".")
         ]
         if input_format != "auto":
-            candidates = [p for p in candidates if SUFFIX_FORMATS[p.suffix.lower()] == input_format]
+            candidates = [p for p in candidates if SUFFIX_FORMATS[_suffix(p)] == input_format]
         if not candidates:
-            raise WebdedupError(f"input folder {input_path!r} holds no .csv or .parquet file")
+            raise WebdedupError(f"input folder {input_path!r} holds no .csv, .parquet, .warc or .warc.gz file")
     elif path.is_file():
         candidates = [path]
     else:
@@ -67,10 +81,10 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
     for candidate in sorted(candidates):
         fmt = input_format
         if fmt == "auto":
-            fmt = SUFFIX_FORMATS.get(candidate.suffix.lower(), "")
+            fmt = SUFFIX_FORMATS.get(_suffix(candidate), "")
             if not fmt:
                 raise WebdedupError(
-                    f"cannot tell the format of {candidate} from its name; set input_format to csv or parquet"
+                    f"cannot tell the format of {candidate} from its name; set input_format to csv, parquet or warc"
                 )
         files.append(InputFile(candidate.resolve(), fmt, file_sha256(candidate), candidate.stat().st_size))
     return files
@@ -151,10 +165,17 @@ def stage_documents(
     input_format: str = "auto",
     partition: str | None = None,
     day_filter: tuple[str, str] | None = None,
+    warc_options: WarcOptions | None = None,
+    output_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Validate the input and write the documents asset; returns metadata for the run."""
     started = time.perf_counter()
     files = resolve_input(input_path, input_format)
+    described, warc_summary, staged = [f.describe() for f in files], None, None
+    if any(f.format in ("warc", "commoncrawl") for f in files):  # WARC -> staged Parquet, validated as usual
+        files, described, warc_summary, staged = stage_warc(store, files, warc_options, partition, output_dir)
+    else:
+        clear_rejections(store, partition, output_dir)
     con = connect(store)
     relations = [_scan(con, f) for f in files]
     extra = _validate_columns(files, relations)
@@ -221,15 +242,18 @@ def stage_documents(
         + [quote_ident(c) for c in extra]
     )
     relation = con.sql(f"SELECT {select} FROM parsed {where}")
-    checksum = combined_sha256(files)
+    checksum = combined_sha256(files) if warc_summary is None else combined_sha256(
+        [InputFile(Path(d["path"]), d["format"], d["sha256"], d["bytes"]) for d in described]
+    )
     params = {
         "stage": "documents",
         "input_path": input_path,
         "input_format": input_format,
         "input_sha256": checksum,
-        "input_files": [f.describe() for f in files],
+        "input_files": described,
         "extra_columns": extra,
         "partition": partition,
+        **({"warc": warc_summary} if warc_summary else {}),
     }
     target = store.path("documents", partition)
     rows = write_relation(target, relation, params)
@@ -237,6 +261,9 @@ def stage_documents(
         con, f"SELECT count(*) FROM parsed {where} {'AND' if where else 'WHERE'} trim(COALESCE(body, '')) = ''"
     )
     con.close()
+    if staged is not None:
+        staged.unlink(missing_ok=True)
     stats = {"rows": rows, "empty_bodies": empty, "seconds": round(time.perf_counter() - started, 4)}
     store.write_stats("documents", partition, stats)
     return {**params, **stats}
+

@@ -23,7 +23,7 @@ STAGES = (
     "clusters",
     "deduped_documents",
 )
-PACKAGES = ("webdedup", "dagster", "duckdb", "pyarrow", "pandas", "numpy", "numba")
+PACKAGES = ("webdedup", "dagster", "duckdb", "pyarrow", "pandas", "numpy", "numba", "fastwarc", "resiliparse")
 
 
 def _merged_stats(store: Store, stage: str) -> dict[str, Any]:
@@ -110,7 +110,11 @@ def build_manifest(store: Store) -> dict[str, Any]:
             "removed": dedup["removed"],
             "retained_ratio": dedup["retained_ratio"],
         },
-        "input": {"sha256": params["documents"].get("input_sha256"), "files": input_files},
+        "input": {
+            "sha256": params["documents"].get("input_sha256"),
+            "files": input_files,
+            **({"warc": params["documents"]["warc"]} if params["documents"].get("warc") else {}),
+        },
         "versions": package_versions(),
         "timings_seconds": {stage: stats[stage].get("seconds") for stage in STAGES},
         "stage_stats": stats,

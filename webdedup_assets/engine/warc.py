@@ -1,0 +1,806 @@
+"""WARC input for the documents stage: local .warc/.warc.gz files and Common Crawl byte ranges.
+
+Framing (where one record starts and ends) is done here, not by the parser library, so that
+every byte of the input is accounted for: a .warc.gz is walked gzip member by gzip member with
+zlib (offsets and lengths are the member's, as in Common Crawl indexes), a plain .warc record by
+record using its Content-Length, which must be followed by the CRLFCRLF record end. A truncated
+or corrupt member, a Content-Length that does not match the bytes, a record over the size cap:
+each becomes a rejection row (file, offset, length, record id, reason) and the walk resumes at
+the next member or `WARC/1.` line. FastWARC parses the record and HTTP headers of each framed
+record; Resiliparse detects the charset and extracts the title and main text from the HTML.
+
+Every record that does not become a document is listed in `rejected_records` with a kind:
+the skip kinds (request, metadata, revisit, warcinfo, non_html, http_status, ...) and the
+error kinds (truncated_gzip, bad_content_length, over_size_cap, not_html, fetch_failed, ...).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import mmap
+import re
+import time
+import urllib.error
+import urllib.request
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fastwarc.warc import WarcRecord, WarcRecordType
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.encoding import detect_encoding
+from resiliparse.parse.html import HTMLTree
+
+from .errors import WebdedupError
+from .storage import Store, atomic_path, file_sha256
+
+TERMS_URL = "https://commoncrawl.org/terms-of-use"
+DEFAULT_CC_BASE_URL = "https://data.commoncrawl.org/"
+DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+SKIP_KINDS = ("warcinfo", "request", "metadata", "revisit", "resource", "conversion", "continuation", "unknown")
+PROVENANCE_COLUMNS = (
+    "warc_record_id",
+    "capture_url",
+    "warc_filename",
+    "warc_offset",
+    "warc_length",
+    "warc_date",
+    "http_status",
+    "content_type",
+    "payload_digest",
+)
+DOCUMENT_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("domain", pa.string()),
+        ("crawled_at", pa.date32()),
+        ("title", pa.string()),
+        ("body", pa.string()),
+        ("warc_record_id", pa.string()),
+        ("capture_url", pa.string()),
+        ("warc_filename", pa.string()),
+        ("warc_offset", pa.int64()),
+        ("warc_length", pa.int64()),
+        ("warc_date", pa.timestamp("s", tz="UTC")),
+        ("http_status", pa.int32()),
+        ("content_type", pa.string()),
+        ("payload_digest", pa.string()),
+    ]
+)
+REJECTED_SCHEMA = pa.schema(
+    [
+        ("warc_filename", pa.string()),
+        ("warc_offset", pa.int64()),
+        ("warc_length", pa.int64()),
+        ("warc_record_id", pa.string()),
+        ("doc_id", pa.string()),
+        ("capture_url", pa.string()),
+        ("record_type", pa.string()),
+        ("kind", pa.string()),
+        ("reason", pa.string()),
+    ]
+)
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+WARC_START = re.compile(rb"WARC/1\.[01]\r?\n")
+CONTENT_LENGTH = re.compile(rb"(?im)^content-length[ \t]*:[ \t]*(\d+)[ \t]*\r?$")
+META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{1,40})""", re.IGNORECASE)
+MAX_HEADER_BYTES = 64 * 1024
+READ_CHUNK = 1 << 20
+# WHATWG labels map some charsets to supersets; browsers decode these so, and so must we.
+CHARSET_SUPERSETS = {
+    "gb2312": "gb18030",
+    "gbk": "gb18030",
+    "shift_jis": "cp932",
+    "euc_kr": "cp949",
+    "big5": "big5hkscs",
+    "latin_1": "cp1252",
+    "ascii": "cp1252",
+    "iso8859_9": "cp1254",
+    "tis_620": "cp874",
+    "iso8859_11": "cp874",
+}
+
+
+@dataclass(frozen=True)
+class WarcOptions:
+    """How WARC input is read and, for Common Crawl targets, fetched."""
+
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    cc_base_url: str = DEFAULT_CC_BASE_URL
+    cc_accept_terms_of_use: bool = False
+    cc_timeout_seconds: float = 30.0
+    cc_max_retries: int = 3
+    cc_retry_backoff_seconds: float = 1.0
+    cc_concurrency: int = 4
+
+
+@dataclass
+class FileReport:
+    """Per input WARC (or per Common Crawl warc_filename): what became of its records."""
+
+    records: int = 0
+    documents: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    rejected: Counter = field(default_factory=Counter)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "documents": self.documents,
+            "skipped": dict(sorted(self.skipped.items())),
+            "rejected": dict(sorted(self.rejected.items())),
+        }
+
+
+class Collector:
+    """Accumulates documents and rejections, streaming documents to a Parquet file in batches."""
+
+    BATCH = 2000
+
+    def __init__(self, writer: pq.ParquetWriter) -> None:
+        self.writer = writer
+        self.rows: list[dict[str, Any]] = []
+        self.rejected: list[dict[str, Any]] = []
+        self.reports: dict[str, FileReport] = {}
+        self.seen_ids: dict[str, str] = {}
+        self.response_digests: set[str] = set()
+        self.revisits: list[tuple[str | None, str | None]] = []
+
+    def report(self, name: str) -> FileReport:
+        return self.reports.setdefault(name, FileReport())
+
+    def add_document(self, name: str, row: dict[str, Any]) -> None:
+        self.report(name).documents += 1
+        self.rows.append(row)
+        if len(self.rows) >= self.BATCH:
+            self.flush()
+
+    def reject(
+        self,
+        name: str,
+        offset: int | None,
+        length: int | None,
+        kind: str,
+        reason: str,
+        record_id: str | None = None,
+        url: str | None = None,
+        record_type: str | None = None,
+        skipped: bool = False,
+    ) -> None:
+        report = self.report(name)
+        (report.skipped if skipped else report.rejected)[kind] += 1
+        self.rejected.append(
+            {
+                "warc_filename": name,
+                "warc_offset": offset,
+                "warc_length": length,
+                "warc_record_id": record_id,
+                "doc_id": doc_id_for(record_id) if record_id else None,
+                "capture_url": url,
+                "record_type": record_type,
+                "kind": kind,
+                "reason": reason,
+            }
+        )
+
+    def flush(self) -> None:
+        if self.rows:
+            self.writer.write_table(pa.Table.from_pylist(self.rows, schema=DOCUMENT_SCHEMA))
+            self.rows = []
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def doc_id_for(record_id: str) -> str:
+    """Stable doc_id from a WARC-Record-ID: `warc-` + the first 24 hex digits of its sha256."""
+    return "warc-" + hashlib.sha256(record_id.strip().strip("<>").encode()).hexdigest()[:24]
+
+
+def host_of(url: str) -> str:
+    try:
+        return (urlsplit(url.strip()).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def _codec(label: str | None) -> str | None:
+    """Python codec name for a charset label (with WHATWG superset mapping), or None if unknown."""
+    if not label:
+        return None
+    import codecs
+
+    try:
+        name = codecs.lookup(label.strip().strip("\"'").lower()).name
+    except LookupError:
+        return None
+    name = name.replace("-", "_")
+    return CHARSET_SUPERSETS.get(name, name)
+
+
+def decode_html(payload: bytes, http_charset: str | None) -> tuple[str, str, str]:
+    """Decode HTML bytes: HTTP header charset, then BOM, then <meta> charset, then detection.
+
+    A declared charset is used only if the bytes decode with it without error; otherwise the
+    next source is tried. Returns (text, codec, source of the decision).
+    """
+    declared = [("http", _codec(http_charset))]
+    if payload.startswith(b"\xef\xbb\xbf"):
+        declared.insert(0, ("bom", "utf_8_sig"))
+    elif payload[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        declared.insert(0, ("bom", "utf_16"))
+    meta = META_CHARSET.search(payload[:4096])
+    if meta:
+        declared.append(("meta", _codec(meta.group(1).decode("ascii", "replace"))))
+    for source, codec in declared:
+        if codec:
+            try:
+                return payload.decode(codec), codec, source
+            except (UnicodeDecodeError, LookupError):
+                continue
+    codec = _codec(detect_encoding(payload)) or "utf_8"
+    return payload.decode(codec, errors="replace"), codec, "detected"
+
+
+def looks_like_html(payload: bytes) -> bool:
+    """Text (no NUL bytes at the start) with some markup."""
+    head = payload[:2048]
+    if not head.strip() or b"\x00" in head:
+        return False
+    return b"<" in head
+
+
+def extract(html: str) -> tuple[str, str]:
+    """(title, main text) of an HTML page; falls back to all visible text if no main content."""
+    tree = HTMLTree.parse(html)
+    title = (tree.title or "").strip()
+    body = extract_plain_text(tree, main_content=True).strip()
+    if not body:
+        body = extract_plain_text(tree).strip()
+    return title, body
+
+
+# --------------------------------------------------------------------------- framing
+
+
+@dataclass
+class Framed:
+    """One framed piece of input: a record (data) or a problem (kind, reason)."""
+
+    offset: int
+    length: int
+    data: bytes | None = None
+    kind: str | None = None
+    reason: str | None = None
+
+
+def _inflate_member(buf, pos: int, cap: int) -> tuple[int, bytes | None, int, str | None]:
+    """Inflate the gzip member at pos: (end, data or None if over cap, inflated size, error)."""
+    inflater = zlib.decompressobj(31)
+    parts: list[bytes] = []
+    total = 0
+    p = pos
+    size = len(buf)
+    pending = b""
+    try:
+        while not inflater.eof:
+            if not pending:
+                if p >= size:
+                    break
+                pending = buf[p : p + READ_CHUNK]
+                p += len(pending)
+            out = inflater.decompress(pending, READ_CHUNK)
+            pending = inflater.unconsumed_tail
+            total += len(out)
+            if total <= cap:
+                parts.append(out)
+            else:
+                parts = []
+    except zlib.error as err:
+        return p, None, total, f"corrupt gzip data: {err}"
+    if not inflater.eof:
+        return size, None, total, f"truncated gzip member: the input ends after {size - pos} bytes inside the member"
+    end = p - len(inflater.unused_data) - len(pending)
+    return end, (b"".join(parts) if total <= cap else None), total, None
+
+
+def frame_gzip(buf, cap: int) -> Iterator[Framed]:
+    """Walk a .warc.gz member by member (one record per member in a well-formed file)."""
+    pos = 0
+    size = len(buf)
+    while pos < size:
+        if buf[pos : pos + 3] != b"\x1f\x8b\x08":
+            nxt = buf.find(b"\x1f\x8b\x08", pos + 1)
+            end = size if nxt < 0 else nxt
+            yield Framed(pos, end - pos, kind="not_gzip", reason=f"{end - pos} bytes that are not a gzip member")
+            pos = end
+            continue
+        end, data, total, error = _inflate_member(buf, pos, cap)
+        if error:
+            if error.startswith("corrupt"):
+                nxt = buf.find(b"\x1f\x8b\x08", pos + 1)
+                end = size if nxt < 0 else nxt
+                yield Framed(pos, end - pos, kind="corrupt_gzip", reason=error)
+            else:
+                yield Framed(pos, end - pos, kind="truncated_gzip", reason=error)
+            pos = end
+            continue
+        if data is None:
+            yield Framed(
+                pos, end - pos, kind="over_size_cap", reason=f"record of {total} bytes exceeds the cap of {cap}"
+            )
+        else:
+            records = list(frame_plain(data, cap))
+            if len(records) == 1:
+                records[0].offset, records[0].length = pos, end - pos
+            else:  # a whole-file gzip: offsets inside the member are kept relative to it
+                for r in records:
+                    r.reason = r.reason and f"{r.reason} (inside the gzip member at offset {pos})"
+            yield from records
+        pos = end
+
+
+def frame_plain(buf, cap: int) -> Iterator[Framed]:
+    """Walk an uncompressed WARC record by record, checking each Content-Length."""
+    pos = 0
+    size = len(buf)
+    while pos < size:
+        while pos < size and buf[pos : pos + 1] in (b"\r", b"\n"):
+            pos += 1
+        if pos >= size:
+            break
+        if not WARC_START.match(buf[pos : pos + 10]):
+            nxt = _next_warc_line(buf, pos)
+            yield Framed(pos, nxt - pos, kind="not_warc", reason=f"{nxt - pos} bytes that do not start a WARC record")
+            pos = nxt
+            continue
+        head_end = buf.find(b"\r\n\r\n", pos, pos + MAX_HEADER_BYTES)
+        if head_end < 0:
+            nxt = _next_warc_line(buf, pos + 1)
+            yield Framed(pos, nxt - pos, kind="bad_header", reason="WARC header does not end within 64 KiB")
+            pos = nxt
+            continue
+        header = bytes(buf[pos:head_end])
+        match = CONTENT_LENGTH.search(header)
+        if not match:
+            nxt = _next_warc_line(buf, pos + 1)
+            yield Framed(pos, nxt - pos, data=None, kind="bad_header", reason="WARC header has no Content-Length")
+            pos = nxt
+            continue
+        declared = int(match.group(1))
+        block_start = head_end + 4
+        block_end = block_start + declared
+        if block_end > size or buf[block_end : block_end + 4] != b"\r\n\r\n":
+            nxt = _next_warc_line(buf, block_start)
+            actual = max(0, (nxt if nxt < size else size) - block_start)
+            yield Framed(
+                pos,
+                nxt - pos,
+                data=header + b"\r\n\r\n",
+                kind="bad_content_length",
+                reason=f"Content-Length says {declared} bytes but the record block is about {actual} bytes "
+                f"(no record end after {declared} bytes)",
+            )
+            pos = nxt
+            continue
+        length = block_end + 4 - pos
+        if declared > cap:
+            yield Framed(
+                pos,
+                length,
+                data=header + b"\r\n\r\n",
+                kind="over_size_cap",
+                reason=f"record of {declared} bytes exceeds the cap of {cap}",
+            )
+        else:
+            yield Framed(pos, length, data=bytes(buf[pos : block_end + 4]))
+        pos = block_end + 4
+
+
+def _next_warc_line(buf, start: int) -> int:
+    """Offset of the next line that starts a WARC record at or after start (end of input if none)."""
+    size = len(buf)
+    p = start
+    while True:
+        hit = buf.find(b"WARC/1.", p)
+        if hit < 0:
+            return size
+        if hit == 0 or buf[hit - 1 : hit] == b"\n":
+            if WARC_START.match(buf[hit : hit + 10]):
+                return hit
+        p = hit + 1
+
+
+# --------------------------------------------------------------------------- records
+
+
+def _header_value(header: bytes, name: str) -> str | None:
+    match = re.search(rb"(?im)^" + re.escape(name.encode()) + rb"[ \t]*:[ \t]*([^\r\n]*)", header)
+    return match.group(1).decode("utf-8", "replace").strip() if match else None
+
+
+def handle_framed(collector: Collector, name: str, framed: Framed) -> None:
+    """Turn one framed piece into a document or a listed rejection."""
+    collector.report(name).records += 1
+    if framed.kind:
+        head = framed.data or b""
+        rtype = _header_value(head, "WARC-Type")
+        collector.reject(
+            name,
+            framed.offset,
+            framed.length,
+            framed.kind,
+            framed.reason or framed.kind,
+            record_id=_header_value(head, "WARC-Record-ID"),
+            url=_header_value(head, "WARC-Target-URI"),
+            record_type=rtype,
+        )
+        return
+    try:
+        record = WarcRecord.from_bytes(framed.data)
+    except OSError as err:
+        collector.reject(name, framed.offset, framed.length, "bad_record", f"unparsable WARC record: {err}")
+        return
+    handle_record(collector, name, framed.offset, framed.length, record)
+
+
+def handle_record(collector: Collector, name: str, offset: int, length: int, record: WarcRecord) -> None:
+    headers = record.headers
+    record_id = record.record_id or headers.get("WARC-Record-ID")
+    url = headers.get("WARC-Target-URI")
+    rtype = record.record_type.name if hasattr(record.record_type, "name") else str(record.record_type)
+
+    def reject(kind: str, reason: str, skipped: bool = False) -> None:
+        collector.reject(name, offset, length, kind, reason, record_id, url, rtype, skipped)
+
+    if not record_id:
+        reject("bad_record", "WARC record has no WARC-Record-ID")
+        return
+    if record_id in collector.seen_ids:
+        reject("duplicate_record_id", f"WARC-Record-ID already seen in {collector.seen_ids[record_id]}")
+        return
+    collector.seen_ids[record_id] = f"{name} at offset {offset}"
+    if record.record_type == WarcRecordType.revisit:
+        collector.revisits.append((headers.get("WARC-Refers-To"), headers.get("WARC-Payload-Digest")))
+        refers = headers.get("WARC-Refers-To") or headers.get("WARC-Refers-To-Target-URI") or "an earlier capture"
+        reject("revisit", f"revisit record: duplicate of {refers}", skipped=True)
+        return
+    if record.record_type != WarcRecordType.response:
+        kind = rtype if rtype in SKIP_KINDS else "unknown"
+        reject(kind, f"{rtype} record", skipped=True)
+        return
+    if not record.is_http:
+        reject("non_http", f"response record of content type {headers.get('Content-Type')!r} is not HTTP", True)
+        return
+    try:
+        record.parse_http(auto_decode="all")
+        payload = record.reader.read()
+    except (OSError, ValueError) as err:
+        reject("bad_http", f"unparsable HTTP response: {err}")
+        return
+    status = record.http_headers.status_code
+    content_type = (record.http_headers.get("Content-Type") or "").strip()
+    mime = (record.http_content_type or "").lower()
+    digest = headers.get("WARC-Payload-Digest")
+    if digest:
+        collector.response_digests.add(digest)
+    if status is None or not 200 <= status < 300:
+        reject("http_status", f"HTTP status {status}: not a page", skipped=True)
+        return
+    if mime and mime not in HTML_TYPES:
+        reject("non_html", f"Content-Type {content_type!r} is not HTML", skipped=True)
+        return
+    if not looks_like_html(payload):
+        reject("not_html", f"payload of {len(payload)} bytes is not HTML text (Content-Type {content_type!r})")
+        return
+    date = record.record_date
+    if date is None:
+        reject("bad_record", f"WARC-Date missing or unparsable: {headers.get('WARC-Date')!r}")
+        return
+    text, _codec_used, _source = decode_html(payload, record.http_charset)
+    try:
+        title, body = extract(text)
+    except Exception as err:  # the HTML parser raises its own exception types
+        reject("bad_html", f"HTML extraction failed: {err}")
+        return
+    date = date.astimezone(UTC)
+    collector.add_document(
+        name,
+        {
+            "doc_id": doc_id_for(record_id),
+            "source": "warc",
+            "domain": host_of(url or ""),
+            "crawled_at": date.date(),
+            "title": title,
+            "body": body,
+            "warc_record_id": record_id,
+            "capture_url": url,
+            "warc_filename": name,
+            "warc_offset": offset,
+            "warc_length": length,
+            "warc_date": date.replace(microsecond=0),
+            "http_status": status,
+            "content_type": content_type or None,
+            "payload_digest": digest,
+        },
+    )
+
+
+def read_warc_file(collector: Collector, path: Path, name: str, options: WarcOptions) -> None:
+    collector.report(name)
+    size = path.stat().st_size
+    if size == 0:
+        return
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        gz = buf[:2] == b"\x1f\x8b"
+        framer = frame_gzip if gz else frame_plain
+        for framed in framer(buf, options.max_record_bytes):
+            handle_framed(collector, name, framed)
+
+
+# --------------------------------------------------------------------------- Common Crawl
+
+
+def require_terms(options: WarcOptions) -> None:
+    if not options.cc_accept_terms_of_use:
+        raise WebdedupError(
+            "Common Crawl fetching is refused until you acknowledge the Common Crawl terms of use "
+            f"({TERMS_URL}): set cc_accept_terms_of_use: true in the documents config "
+            "(CLI: --accept-commoncrawl-terms)"
+        )
+
+
+def read_targets(path: Path) -> tuple[list[tuple[int, str, int, int]], list[tuple[int, str]]]:
+    """Rows of (warc_filename, warc_offset, warc_length): (valid targets, (line, problem))."""
+    if not path.is_file():
+        raise WebdedupError(f"Common Crawl targets file {str(path)!r} does not exist")
+    targets, problems = [], []
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        needed = ("warc_filename", "warc_offset", "warc_length")
+        missing = [c for c in needed if c not in (reader.fieldnames or [])]
+        if missing:
+            raise WebdedupError(
+                f"{path}: Common Crawl targets need columns {', '.join(needed)}; missing {', '.join(missing)}; "
+                f"found: {', '.join(reader.fieldnames or [])}"
+            )
+        for line, row in enumerate(reader, start=2):
+            name = (row["warc_filename"] or "").strip()
+            try:
+                offset, length = int(row["warc_offset"]), int(row["warc_length"])
+                if not name or offset < 0 or length <= 0:
+                    raise ValueError
+            except (TypeError, ValueError):
+                problems.append((line, f"bad target row {line}: {row}"))
+                continue
+            targets.append((line, name, offset, length))
+    return targets, problems
+
+
+class FetchError(Exception):
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+def fetch_range(base: str, name: str, offset: int, length: int, options: WarcOptions) -> bytes:
+    """Bytes [offset, offset+length) of a WARC under base (http(s) URL or local mirror folder)."""
+    if length > options.max_record_bytes:
+        raise FetchError("over_size_cap", f"warc_length {length} exceeds the cap of {options.max_record_bytes}")
+    if not base.startswith(("http://", "https://")):
+        root = Path(base[7:] if base.startswith("file://") else base).expanduser()
+        path = root / name
+        if not path.is_file():
+            raise FetchError("fetch_failed", f"mirror file {path} does not exist")
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read(length)
+        if len(data) != length:
+            raise FetchError("fetch_failed", f"mirror file {path} holds only {len(data)} of {length} bytes at {offset}")
+        return data
+    url = base.rstrip("/") + "/" + name.lstrip("/")
+    request = urllib.request.Request(
+        url, headers={"Range": f"bytes={offset}-{offset + length - 1}", "User-Agent": "webdedup (issue 5)"}
+    )
+    last = ""
+    for attempt in range(options.cc_max_retries + 1):
+        if attempt:
+            time.sleep(options.cc_retry_backoff_seconds * (2 ** (attempt - 1)))
+        try:
+            with urllib.request.urlopen(request, timeout=options.cc_timeout_seconds) as response:
+                if response.status != 206:
+                    raise FetchError(
+                        "fetch_failed", f"HTTP {response.status} instead of 206: the server ignored the Range"
+                    )
+                data = response.read(length + 1)
+            if len(data) != length:
+                raise FetchError("fetch_failed", f"range returned {len(data)} bytes, expected {length}")
+            return data
+        except urllib.error.HTTPError as err:
+            last = f"HTTP {err.code} for {url}"
+            if err.code < 500 and err.code != 429:
+                raise FetchError("fetch_failed", last) from None
+        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            kind = "timeout" if isinstance(reason, TimeoutError) or "timed out" in str(reason) else "error"
+            last = f"{kind} fetching {url}: {reason}"
+    raise FetchError("fetch_failed", f"{last} (after {options.cc_max_retries + 1} attempts)")
+
+
+def check_member(data: bytes, options: WarcOptions) -> bytes:
+    """The range must be exactly one complete gzip member; returns it inflated."""
+    if data[:3] != b"\x1f\x8b\x08":
+        raise FetchError("not_gzip", "range does not start a gzip member (wrong offset?)")
+    end, inflated, total, error = _inflate_member(data, 0, options.max_record_bytes)
+    if error:
+        raise FetchError("truncated_gzip" if error.startswith("truncated") else "corrupt_gzip", error)
+    if inflated is None:
+        raise FetchError("over_size_cap", f"record of {total} bytes exceeds the cap of {options.max_record_bytes}")
+    if end != len(data):
+        raise FetchError("bad_range", f"gzip member ends at {end} of {len(data)} bytes (wrong warc_length?)")
+    return inflated
+
+
+def read_commoncrawl(collector: Collector, targets_path: Path, options: WarcOptions) -> list[tuple]:
+    require_terms(options)
+    targets, problems = read_targets(targets_path)
+    for _line, problem in problems:
+        collector.report(targets_path.name).records += 1
+        collector.reject(targets_path.name, None, None, "bad_target", problem)
+
+    def fetch(target):
+        _line, name, offset, length = target
+        try:
+            return target, check_member(fetch_range(options.cc_base_url, name, offset, length, options), options), None
+        except FetchError as err:
+            return target, None, err
+
+    with ThreadPoolExecutor(max_workers=max(1, options.cc_concurrency)) as pool:
+        for (_line, name, offset, length), inflated, err in pool.map(fetch, targets):
+            if err is not None:
+                collector.report(name).records += 1
+                collector.reject(name, offset, length, err.kind, str(err))
+                continue
+            records = list(frame_plain(inflated, options.max_record_bytes))
+            for framed in records:
+                framed.offset, framed.length = offset, length
+                handle_framed(collector, name, framed)
+    return targets
+
+
+# --------------------------------------------------------------------------- stage entry
+
+
+def convert_warc_input(
+    files: list[tuple[Path, str]],
+    target: Path,
+    options: WarcOptions,
+    commoncrawl_targets: Path | None = None,
+) -> dict[str, Any]:
+    """Read WARC files (or Common Crawl targets) into a Parquet of documents at target.
+
+    Returns a summary: input file descriptions with per-file record counts, skip and
+    rejection counts by kind, revisit resolution and the rejection rows.
+    """
+    started = time.perf_counter()
+    with atomic_path(target) as temp:
+        with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
+            collector = Collector(writer)
+            described: list[dict[str, Any]] = []
+            if commoncrawl_targets is not None:
+                targets = read_commoncrawl(collector, commoncrawl_targets, options)
+                described.append(
+                    {
+                        "path": str(commoncrawl_targets),
+                        "format": "commoncrawl",
+                        "sha256": file_sha256(commoncrawl_targets),
+                        "bytes": commoncrawl_targets.stat().st_size,
+                        "base_url": options.cc_base_url,
+                        "targets": len(targets),
+                        "warc_files": {n: r.describe() for n, r in sorted(collector.reports.items())},
+                    }
+                )
+            else:
+                for path, name in files:
+                    read_warc_file(collector, path, name, options)
+            collector.flush()
+    if commoncrawl_targets is None:
+        for path, name in files:
+            described.append(
+                {"path": str(path), "format": "warc", "warc_filename": name, **collector.report(name).describe()}
+            )
+    resolved = sum(
+        1
+        for refers_to, digest in collector.revisits
+        if (refers_to and refers_to in collector.seen_ids) or (digest and digest in collector.response_digests)
+    )
+    skipped: Counter = Counter()
+    rejected: Counter = Counter()
+    for report in collector.reports.values():
+        skipped.update(report.skipped)
+        rejected.update(report.rejected)
+    return {
+        "files": described,
+        "summary": {
+            "records": sum(r.records for r in collector.reports.values()),
+            "documents": sum(r.documents for r in collector.reports.values()),
+            "skipped": dict(sorted(skipped.items())),
+            "rejected": dict(sorted(rejected.items())),
+            "not_documents": sum(skipped.values()) + sum(rejected.values()),
+            "revisits": len(collector.revisits),
+            "revisits_pointing_into_input": resolved,
+            "seconds": round(time.perf_counter() - started, 4),
+        },
+        "rejected_rows": collector.rejected,
+    }
+
+
+def write_rejections(rows: list[dict[str, Any]], parquet_path: Path, csv_path: Path | None) -> None:
+    """rejected_records as Parquet (beside the documents asset) and CSV (in the output folder)."""
+    table = pa.Table.from_pylist(rows, schema=REJECTED_SCHEMA)
+    with atomic_path(parquet_path) as temp:
+        pq.write_table(table, temp, compression="zstd")
+    if csv_path is not None:
+        with atomic_path(csv_path) as temp, open(temp, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=REJECTED_SCHEMA.names)
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def clear_rejections(store: Store, partition: str | None, output_dir: Path | None) -> None:
+    """A non-WARC run leaves no stale rejected_records from an earlier WARC run."""
+    store.path("rejected_records", partition).unlink(missing_ok=True)
+    if output_dir is not None:
+        (output_dir / "rejected_records.csv").unlink(missing_ok=True)
+
+
+def stage_warc(
+    store: Store,
+    files: list,
+    options: WarcOptions | None,
+    partition: str | None,
+    output_dir: Path | None,
+) -> tuple[list, list[dict[str, Any]], dict[str, Any], Path]:
+    """Convert WARC inputs (or Common Crawl targets) into one staged Parquet; list what was skipped.
+
+    Returns (files for the documents stage: the non-WARC inputs + the staged Parquet,
+    descriptions of the real inputs with record counts, summary, staged path).
+    """
+    from .documents import InputFile  # documents imports this module
+
+    warcs = [f for f in files if f.format == "warc"]
+    targets = [f for f in files if f.format == "commoncrawl"]
+    others = [f for f in files if f.format not in ("warc", "commoncrawl")]
+    if targets and (len(targets) > 1 or warcs or others):
+        raise WebdedupError("input_format commoncrawl takes exactly one CSV of targets (warc_filename, offset, length)")
+    names = [f.path.name for f in warcs]
+    names = [n if names.count(n) == 1 else str(f.path) for n, f in zip(names, warcs)]
+    staged = store.root / ".warc_staging" / f"documents-{partition or 'all'}.parquet"
+    result = convert_warc_input(
+        [(f.path, n) for f, n in zip(warcs, names)],
+        staged,
+        options or WarcOptions(),
+        targets[0].path if targets else None,
+    )
+    described = [f.describe() for f in others]
+    if targets:
+        described.append({**targets[0].describe(), **result["files"][0]})
+    else:
+        described += [{**f.describe(), **d} for f, d in zip(warcs, result["files"])]
+    write_rejections(
+        result["rejected_rows"],
+        store.path("rejected_records", partition),
+        output_dir / "rejected_records.csv" if output_dir is not None else None,
+    )
+    staged_file = InputFile(staged, "parquet", file_sha256(staged), staged.stat().st_size)
+    return others + [staged_file], described, result["summary"], staged
