@@ -104,6 +104,7 @@ CHARSET_SUPERSETS = {
     "euc_kr": "cp949",
     "big5": "big5hkscs",
     "latin_1": "cp1252",
+    "iso8859_1": "cp1252",
     "ascii": "cp1252",
     "iso8859_9": "cp1254",
     "tis_620": "cp874",
@@ -310,7 +311,7 @@ def _inflate_member(buf, pos: int, cap: int) -> tuple[int, bytes | None, int, st
         return p, None, total, f"corrupt gzip data: {err}"
     if not inflater.eof:
         return size, None, total, f"truncated gzip member: the input ends after {size - pos} bytes inside the member"
-    end = p - len(inflater.unused_data) - len(pending)
+    end = p - len(inflater.unused_data)  # at the end, CPython also mirrors the rest in unconsumed_tail
     return end, (b"".join(parts) if total <= cap else None), total, None
 
 

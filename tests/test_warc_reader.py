@@ -1,0 +1,196 @@
+"""WARC reading: framing, charsets, extraction, skip and rejection accounting (engine/warc.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_warc_fixtures import (  # noqa: E402
+    ARTICLE,
+    CHINESE,
+    JAPANESE,
+    OTHER,
+    RUSSIAN,
+    Rec,
+    corpus,
+    gzip_member,
+    lying_content_length,
+    page,
+    record_bytes,
+    response_digest,
+    truncated_member,
+    write_warc,
+)
+
+from webdedup_assets.engine.documents import resolve_input  # noqa: E402
+from webdedup_assets.engine.warc import (  # noqa: E402
+    WarcOptions,
+    convert_warc_input,
+    decode_html,
+    doc_id_for,
+)
+
+
+def convert(tmp_path: Path, *paths: Path, **options):
+    out = tmp_path / "staged.parquet"
+    result = convert_warc_input([(p, p.name) for p in paths], out, WarcOptions(**options))
+    rows = {r["capture_url"]: r for r in pq.read_table(out).to_pylist()}
+    return result, rows
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_mixed_corpus_documents_skips_and_rejections(tmp_path, gz):
+    recs = corpus()
+    original = recs["original"]
+    revisit_in = Rec("revisit", original.url, refers_to=original.record_id, date="2024-04-01T00:00:00Z")
+    revisit_out = Rec("revisit", "http://elsewhere.example/", payload_digest="sha1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+    revisit_digest = Rec("revisit", "http://bread.example/sourdough", payload_digest=response_digest(recs["other"]))
+    path = tmp_path / ("corpus.warc.gz" if gz else "corpus.warc")
+    spans = write_warc(path, [Rec("warcinfo", ""), *recs.values(), revisit_in, revisit_out, revisit_digest])
+    result, rows = convert(tmp_path, path)
+    summary = result["summary"]
+
+    assert summary["records"] == 1 + len(recs) + 3
+    assert summary["documents"] == 9
+    assert summary["skipped"] == {
+        "http_status": 1,
+        "metadata": 1,
+        "non_html": 1,
+        "request": 1,
+        "revisit": 3,
+        "warcinfo": 1,
+    }
+    assert summary["rejected"] == {"not_html": 1}
+    assert summary["revisits"] == 3 and summary["revisits_pointing_into_input"] == 2
+    # nothing lost: every record is a document or a listed row
+    assert summary["documents"] + len(result["rejected_rows"]) == summary["records"]
+    listed = {(r["kind"], r["capture_url"]) for r in result["rejected_rows"]}
+    assert ("not_html", "http://marlow.example/image") in listed
+    assert ("non_html", "http://marlow.example/leaflet.pdf") in listed
+    assert ("http_status", "http://marlow.example/missing") in listed
+    assert result["files"][0]["records"] == summary["records"]
+
+    doc = rows[original.url]
+    assert doc["doc_id"] == doc_id_for(original.record_id)
+    assert doc["source"] == "warc" and doc["domain"] == "marlow.example"
+    assert str(doc["crawled_at"]) == "2024-03-01"
+    assert doc["title"] == "Boat museum"
+    assert ARTICLE in doc["body"] and "Copyright" not in doc["body"]  # main content, no footer
+    assert doc["warc_record_id"] == original.record_id and doc["warc_filename"] == path.name
+    index = 1 + list(recs).index("original")
+    if gz:  # offsets and lengths are the gzip member's, as in a Common Crawl index
+        assert (doc["warc_offset"], doc["warc_length"]) == spans[index]
+    else:
+        assert doc["warc_offset"] == spans[index][0]
+        assert doc["warc_length"] == spans[index][1] - 4 or doc["warc_length"] == spans[index][1]
+    assert doc["http_status"] == 200 and doc["content_type"] == "text/html; charset=utf-8"
+    assert doc["payload_digest"].startswith("sha1:")
+    assert doc["warc_date"].isoformat() == "2024-03-01T10:00:00+00:00"
+
+
+def test_legacy_encodings_come_out_as_correct_text(tmp_path):
+    recs = corpus()
+    path = tmp_path / "enc.warc.gz"
+    write_warc(path, [recs[k] for k in ("sjis", "eucjp", "cp1251", "gbk")])
+    _result, rows = convert(tmp_path, path)
+    sjis, eucjp = rows["http://sento.example.jp/"], rows["http://sento-mirror.example.jp/"]
+    assert JAPANESE in sjis["body"] and JAPANESE in eucjp["body"]  # HTTP header / meta tag
+    assert sjis["title"] == eucjp["title"] == "銭湯の話"
+    assert RUSSIAN in rows["http://books.example.ru/"]["body"]  # undeclared: detected
+    assert rows["http://books.example.ru/"]["title"] == "Книжный магазин"
+    assert CHINESE in rows["http://tea.example.cn/a"]["body"]  # gb2312 label, GBK bytes
+
+
+def test_charset_precedence_and_wrong_declarations():
+    text = "Le café est très réputé à Paris; les élèves étudient près de la rivière."
+    html = page("t", text, "windows-1252").encode("cp1252")
+    assert decode_html(html, None)[1:] == ("cp1252", "meta")
+    assert decode_html(html, "iso-8859-1")[1:] == ("cp1252", "http")  # latin-1 label means windows-1252
+    # a header that lies (utf-8) on bytes that are not UTF-8 falls through to the meta tag
+    assert decode_html(html, "utf-8")[1:] == ("cp1252", "meta")
+    decoded, codec, source = decode_html(page("t", JAPANESE).encode("shift_jis"), "no-such-charset")
+    assert JAPANESE in decoded and source == "detected" and codec in ("shift_jis", "cp932")
+    assert decode_html("\ufeff<p>x</p>".encode(), "latin-1")[2] == "bom"
+
+
+def test_truncated_member_and_lying_content_length_do_not_stop_the_file(tmp_path):
+    good = [Rec("response", f"http://site{i}.example/", page(f"P{i}", OTHER + str(i)).encode()) for i in range(3)]
+    gz = tmp_path / "broken.warc.gz"
+    write_warc(
+        gz, [record_bytes(good[0], True), truncated_member(good[1]), b"garbage" * 10, record_bytes(good[2], True)]
+    )
+    plain = tmp_path / "lies.warc"
+    longer = lying_content_length(Rec("response", "http://long.example/", page("L", ARTICLE).encode()), +25)
+    shorter = lying_content_length(Rec("response", "http://short.example/", page("S", ARTICLE).encode()), -25)
+    more = [Rec("response", f"http://plain{i}.example/", page(f"Q{i}", OTHER + str(i)).encode()) for i in range(2)]
+    write_warc(plain, [record_bytes(more[0], False), longer, shorter, record_bytes(more[1], False)], gz=False)
+    result, rows = convert(tmp_path, gz, plain)
+    by_file = {f["warc_filename"]: f for f in result["files"]}
+    assert by_file["broken.warc.gz"]["documents"] == 2
+    # the truncated member runs into the garbage and the next member header: the inflater reports
+    # corrupt data or a truncated member; either way one rejection and the last page survives
+    assert sum(by_file["broken.warc.gz"]["rejected"].values()) >= 1
+    assert by_file["lies.warc"]["rejected"] == {"bad_content_length": 2}
+    assert by_file["lies.warc"]["documents"] == 2
+    reasons = [r for r in result["rejected_rows"] if r["kind"] == "bad_content_length"]
+    assert {r["capture_url"] for r in reasons} == {"http://long.example/", "http://short.example/"}
+    assert all("Content-Length says" in r["reason"] and r["warc_record_id"] for r in reasons)
+    assert set(rows) == {
+        "http://site0.example/",
+        "http://site2.example/",
+        "http://plain0.example/",
+        "http://plain1.example/",
+    }
+
+
+def test_truncated_last_member_is_listed(tmp_path):
+    rec = Rec("response", "http://a.example/", page("A", OTHER).encode())
+    path = tmp_path / "t.warc.gz"
+    spans = write_warc(path, [rec, truncated_member(Rec("response", "http://b.example/", page("B", OTHER).encode()))])
+    result, rows = convert(tmp_path, path)
+    [row] = result["rejected_rows"]
+    assert row["kind"] == "truncated_gzip" and row["warc_offset"] == spans[1][0]
+    assert "truncated gzip member" in row["reason"]
+    assert list(rows) == ["http://a.example/"]
+
+
+def test_record_over_the_cap_is_rejected_without_stopping(tmp_path):
+    big = b"<html><body><p>" + b"word " * (10 * 1024 * 1024) + b"</p></body></html>"  # 50 MB
+    rec_big = Rec("response", "http://big.example/", big)
+    after = Rec("response", "http://after.example/", page("After", OTHER).encode())
+    path = tmp_path / "big.warc.gz"
+    raw = record_bytes(rec_big, False)
+    write_warc(path, [gzip_member(raw), after])
+    result, rows = convert(tmp_path, path)
+    [row] = result["rejected_rows"]
+    assert row["kind"] == "over_size_cap" and "exceeds the cap of 16777216" in row["reason"]
+    assert list(rows) == ["http://after.example/"]
+    # plain WARC: the declared Content-Length is over the cap; the record is skipped without reading it
+    plain = tmp_path / "big.warc"
+    write_warc(plain, [raw, after], gz=False)
+    result, rows = convert(tmp_path, plain, max_record_bytes=1_000_000)
+    assert result["summary"]["rejected"] == {"over_size_cap": 1} and list(rows) == ["http://after.example/"]
+    assert result["rejected_rows"][0]["capture_url"] == "http://big.example/"
+
+
+def test_duplicate_record_ids_are_rejected_not_fatal(tmp_path):
+    rec = Rec("response", "http://a.example/", page("A", OTHER).encode())
+    write_warc(tmp_path / "one.warc.gz", [rec])
+    write_warc(tmp_path / "two.warc.gz", [rec])
+    result, rows = convert(tmp_path, tmp_path / "one.warc.gz", tmp_path / "two.warc.gz")
+    assert len(rows) == 1
+    [row] = result["rejected_rows"]
+    assert row["kind"] == "duplicate_record_id" and "one.warc.gz at offset 0" in row["reason"]
+
+
+def test_resolve_input_detects_warc_names(tmp_path):
+    for name in ("a.warc.gz", "b.WARC", "c.csv", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    found = {f.path.name: f.format for f in resolve_input(str(tmp_path))}
+    assert found == {"a.warc.gz": "warc", "b.WARC": "warc", "c.csv": "csv"}
+    assert [f.path.name for f in resolve_input(str(tmp_path / "a.*"))] == ["a.warc.gz"]
+    assert [f.format for f in resolve_input(str(tmp_path), "warc")] == ["warc", "warc"]
