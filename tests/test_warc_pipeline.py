@@ -1,0 +1,89 @@
+"""End to end: WARC files in -> the right pages deduplicated, provenance kept, skips counted and listed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import duckdb
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_warc_fixtures import Rec, corpus, page, truncated_member, write_warc  # noqa: E402
+
+from webdedup_assets.cli import main  # noqa: E402
+from webdedup_assets.engine.warc import PROVENANCE_COLUMNS, doc_id_for  # noqa: E402
+
+
+def test_warc_folder_end_to_end(tmp_path, capsys):
+    recs = corpus()
+    revisit = Rec("revisit", recs["original"].url, refers_to=recs["original"].record_id)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    names = list(recs)
+    write_warc(inputs / "a.warc.gz", [Rec("warcinfo", ""), *(recs[k] for k in names[:6])])
+    broken = truncated_member(Rec("response", "http://cut.example/", page("Cut", "cut off").encode()))
+    write_warc(inputs / "b.warc.gz", [*(recs[k] for k in names[6:]), revisit, broken])
+    out = tmp_path / "out"
+
+    code = main(["run", str(inputs), "--output", str(out), "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "17 records -> 9 documents; 8 skipped or rejected" in captured.err
+    assert "rejected_records.csv" in captured.err
+
+    con = duckdb.connect()
+    deduped = out / "deduped_documents.parquet"
+    columns = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{deduped}')").fetchall()]
+    assert set(PROVENANCE_COLUMNS) <= set(columns)
+
+    clusters = {
+        row["doc_id"]: row["cluster_id"] for row in csv.DictReader(open(out / "clusters.csv", encoding="utf-8"))
+    }
+    ids = {k: doc_id_for(recs[k].record_id) for k in recs}
+
+    def same(a, b):
+        return clusters[ids[a]] == clusters[ids[b]]
+
+    assert same("original", "mirror") and same("original", "revision")  # mirror on another host, one-word edit
+    assert same("sjis", "eucjp")  # same Japanese text in two legacy encodings
+    assert same("gbk", "gbk_edit")  # CJK pair, one character changed (GBK vs UTF-8)
+    assert not same("original", "other") and not same("cp1251", "other")
+    kept = con.execute(
+        f"SELECT doc_id, capture_url, warc_filename, warc_offset FROM read_parquet('{deduped}')"
+    ).fetchall()
+    assert len(kept) == 5  # museum, japanese, chinese, sourdough, russian
+    museum = [r for r in kept if r[0] in (ids["original"], ids["mirror"], ids["revision"])]
+    assert museum == [(ids["mirror"], recs["mirror"].url, "a.warc.gz", museum[0][3])]  # newest capture kept
+
+    inspection = list(csv.DictReader(open(out / "cluster_inspection.csv", encoding="utf-8")))
+    assert {"representative_warc_record_id", "representative_capture_url", "representative_warc_offset"} <= set(
+        inspection[0]
+    )
+
+    rejected = list(csv.DictReader(open(out / "rejected_records.csv", encoding="utf-8")))
+    assert len(rejected) == 8
+    assert sorted(r["kind"] for r in rejected) == [
+        "http_status",
+        "metadata",
+        "non_html",
+        "not_html",
+        "request",
+        "revisit",
+        "truncated_gzip",
+        "warcinfo",
+    ]
+    cut = next(r for r in rejected if r["kind"] == "truncated_gzip")
+    assert cut["warc_filename"] == "b.warc.gz" and int(cut["warc_offset"]) > 0
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    files = {Path(f["path"]).name: f for f in manifest["input"]["files"]}
+    assert set(files) == {"a.warc.gz", "b.warc.gz"}
+    assert all(len(f["sha256"]) == 64 for f in files.values())
+    assert files["a.warc.gz"]["records"] == 7 and files["a.warc.gz"]["documents"] == 6
+    assert files["b.warc.gz"]["records"] == 10 and files["b.warc.gz"]["documents"] == 3
+    warc = manifest["input"]["warc"]
+    assert warc["records"] == 17 and warc["documents"] == 9 and warc["not_documents"] == 8
+    assert warc["revisits"] == 1 and warc["revisits_pointing_into_input"] == 1
+    assert warc["skipped"]["request"] == 1 and warc["rejected"]["truncated_gzip"] == 1
