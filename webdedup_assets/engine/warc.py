@@ -158,7 +158,10 @@ class Collector:
         self.revisits: list[tuple[str | None, str | None]] = []
 
     def report(self, name: str) -> FileReport:
-        return self.reports.setdefault(name, FileReport())
+        report = self.reports.get(name)
+        if report is None:
+            report = self.reports[name] = FileReport()
+        return report
 
     def add_document(self, name: str, row: dict[str, Any]) -> None:
         self.report(name).documents += 1
@@ -293,13 +296,15 @@ def _inflate_member(buf, pos: int, cap: int) -> tuple[int, bytes | None, int, st
     p = pos
     size = len(buf)
     pending = b""
+    step = 16 * 1024
     try:
         while not inflater.eof:
             if not pending:
                 if p >= size:
                     break
-                pending = buf[p : p + READ_CHUNK]
+                pending = buf[p : p + step]  # small first reads: members are mostly a few KiB
                 p += len(pending)
+                step = min(step * 4, READ_CHUNK)
             out = inflater.decompress(pending, READ_CHUNK)
             pending = inflater.unconsumed_tail
             total += len(out)
