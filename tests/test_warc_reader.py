@@ -115,6 +115,14 @@ def test_charset_precedence_and_wrong_declarations():
     decoded, codec, source = decode_html(page("t", JAPANESE).encode("shift_jis"), "no-such-charset")
     assert JAPANESE in decoded and source == "detected" and codec in ("shift_jis", "cp932")
     assert decode_html("\ufeff<p>x</p>".encode(), "latin-1")[2] == "bom"
+    legacy = (
+        '<html><head><META HTTP-EQUIV="Content-Type" CONTENT="text/html; charset=Shift_JIS">'
+        f"<title>t</title></head><body>{JAPANESE}</body></html>"
+    ).encode("shift_jis")
+    decoded, codec, source = decode_html(legacy, None)
+    assert (codec, source) == ("cp932", "meta") and JAPANESE in decoded
+    # cp932 (what browsers use for Shift_JIS) also decodes the NEC/IBM extensions, e.g. circled digits
+    assert decode_html("①②".encode("cp932") + b"<p>", "shift_jis")[0].startswith("①②")
 
 
 def test_truncated_member_and_lying_content_length_do_not_stop_the_file(tmp_path):

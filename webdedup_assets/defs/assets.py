@@ -67,8 +67,9 @@ def materialized(
     group_name=GROUP,
     kinds=KINDS,
     description=(
-        "Validated input documents (CSV or Parquet: file, folder or glob). Requires doc_id, source, domain, "
-        "crawled_at, title, body; keeps every extra column; crawled_at typed as a date."
+        "Validated input documents (CSV, Parquet or WARC: file, folder or glob; or Common Crawl byte ranges). "
+        "Requires doc_id, source, domain, crawled_at, title, body; keeps every extra column; crawled_at typed as "
+        "a date. WARC records that are not pages are counted by kind and listed in rejected_records."
     ),
 )
 def documents(config: DocumentsConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
