@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import random
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +68,7 @@ class Rec:
     content_type: str = "text/html; charset=utf-8"
     status: str = "200 OK"
     date: str = "2024-03-01T10:00:00Z"
-    record_id: str = field(default_factory=lambda: f"<urn:uuid:{uuid.uuid4()}>")
+    record_id: str = field(default_factory=lambda: f"<urn:uuid:{uuid.UUID(int=random.getrandbits(128), version=4)}>")
     refers_to: str | None = None
     payload_digest: str | None = None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 
@@ -125,7 +126,9 @@ def test_charset_precedence_and_wrong_declarations():
     assert decode_html("①②".encode("cp932") + b"<p>", "shift_jis")[0].startswith("①②")
 
 
-def test_truncated_member_and_lying_content_length_do_not_stop_the_file(tmp_path):
+@pytest.mark.parametrize("seed", range(8))
+def test_truncated_member_and_lying_content_length_do_not_stop_the_file(tmp_path, seed):
+    random.seed(seed)
     good = [Rec("response", f"http://site{i}.example/", page(f"P{i}", OTHER + str(i)).encode()) for i in range(3)]
     gz = tmp_path / "broken.warc.gz"
     write_warc(
@@ -139,9 +142,10 @@ def test_truncated_member_and_lying_content_length_do_not_stop_the_file(tmp_path
     result, rows = convert(tmp_path, gz, plain)
     by_file = {f["warc_filename"]: f for f in result["files"]}
     assert by_file["broken.warc.gz"]["documents"] == 2
-    # the truncated member runs into the garbage and the next member header: the inflater reports
-    # corrupt data or a truncated member; either way one rejection and the last page survives
-    assert sum(by_file["broken.warc.gz"]["rejected"].values()) >= 1
+    # the truncated member runs into the garbage and the next member: zlib reports corrupt data or
+    # a member that never ends; either way one rejection up to the next good member
+    [(kind, count)] = by_file["broken.warc.gz"]["rejected"].items()
+    assert kind in ("truncated_gzip", "corrupt_gzip") and count == 1
     assert by_file["lies.warc"]["rejected"] == {"bad_content_length": 2}
     assert by_file["lies.warc"]["documents"] == 2
     reasons = [r for r in result["rejected_rows"] if r["kind"] == "bad_content_length"]

@@ -320,23 +320,40 @@ def _inflate_member(buf, pos: int, cap: int) -> tuple[int, bytes | None, int, st
     return end, (b"".join(parts) if total <= cap else None), total, None
 
 
+def _next_member(buf, start: int, cap: int) -> int:
+    """Offset of the next gzip member at or after start that inflates cleanly (end of input if none)."""
+    size = len(buf)
+    candidate = buf.find(b"\x1f\x8b\x08", start)
+    while candidate >= 0:
+        if _inflate_member(buf, candidate, cap)[3] is None:
+            return candidate
+        candidate = buf.find(b"\x1f\x8b\x08", candidate + 1)
+    return size
+
+
 def frame_gzip(buf, cap: int) -> Iterator[Framed]:
-    """Walk a .warc.gz member by member (one record per member in a well-formed file)."""
+    """Walk a .warc.gz member by member (one record per member in a well-formed file).
+
+    After a bad stretch (bytes that are no gzip member, a corrupt or truncated member) reading
+    resumes at the next offset where a whole member inflates, so a member cut short and followed
+    by good ones loses only itself.
+    """
     pos = 0
     size = len(buf)
     while pos < size:
         if buf[pos : pos + 3] != b"\x1f\x8b\x08":
-            nxt = buf.find(b"\x1f\x8b\x08", pos + 1)
-            end = size if nxt < 0 else nxt
+            end = _next_member(buf, pos + 1, cap)
             yield Framed(pos, end - pos, kind="not_gzip", reason=f"{end - pos} bytes that are not a gzip member")
             pos = end
             continue
         end, data, total, error = _inflate_member(buf, pos, cap)
         if error:
+            end = _next_member(buf, pos + 1, cap)
             if error.startswith("corrupt"):
-                nxt = buf.find(b"\x1f\x8b\x08", pos + 1)
-                end = size if nxt < 0 else nxt
-                yield Framed(pos, end - pos, kind="corrupt_gzip", reason=error)
+                yield Framed(pos, end - pos, kind="corrupt_gzip", reason=f"{error} ({end - pos} bytes skipped)")
+            elif end < size:
+                reason = f"truncated gzip member: {end - pos} bytes, cut off where the next member starts"
+                yield Framed(pos, end - pos, kind="truncated_gzip", reason=reason)
             else:
                 yield Framed(pos, end - pos, kind="truncated_gzip", reason=error)
             pos = end
