@@ -87,3 +87,26 @@ def test_warc_folder_end_to_end(tmp_path, capsys):
     assert warc["records"] == 17 and warc["documents"] == 9 and warc["not_documents"] == 8
     assert warc["revisits"] == 1 and warc["revisits_pointing_into_input"] == 1
     assert warc["skipped"]["request"] == 1 and warc["rejected"]["truncated_gzip"] == 1
+
+
+def test_documents_asset_reports_skips_in_materialization_metadata(tmp_path):
+    import dagster as dg
+
+    from webdedup_assets.defs.assets import documents
+    from webdedup_assets.defs.resources import WebdedupStorage
+
+    recs = corpus()
+    path = tmp_path / "crawl.dat"  # no WARC suffix: the format is set explicitly
+    write_warc(path, [recs["original"], recs["request"], recs["metadata"], recs["pdf"]], gz=True)
+    storage = WebdedupStorage(storage_root=str(tmp_path / "store"), output_dir=str(tmp_path / "out"))
+    config = {"input_path": str(path), "input_format": "warc"}
+    result = dg.materialize(
+        [documents], resources={"storage": storage}, run_config={"ops": {"documents": {"config": config}}}
+    )
+    assert result.success
+    [materialization] = result.asset_materializations_for_node("documents")
+    metadata = materialization.metadata
+    assert metadata["dagster/row_count"].value == 1
+    assert metadata["warc_not_documents"].value == 3
+    assert metadata["warc"].data["skipped"] == {"metadata": 1, "non_html": 1, "request": 1}
+    assert (tmp_path / "out" / "rejected_records.csv").read_text().count("\n") == 4

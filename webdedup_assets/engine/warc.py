@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import http.client
 import mmap
 import re
 import time
@@ -474,7 +475,19 @@ def handle_framed(collector: Collector, name: str, framed: Framed) -> None:
     except OSError as err:
         collector.reject(name, framed.offset, framed.length, "bad_record", f"unparsable WARC record: {err}")
         return
-    handle_record(collector, name, framed.offset, framed.length, record)
+    try:
+        handle_record(collector, name, framed.offset, framed.length, record)
+    except Exception as err:  # one odd record must not stop the run; it is listed instead
+        head = framed.data[:MAX_HEADER_BYTES]
+        collector.reject(
+            name,
+            framed.offset,
+            framed.length,
+            "bad_record",
+            f"unexpected {type(err).__name__}: {err}",
+            record_id=_header_value(head, "WARC-Record-ID"),
+            url=_header_value(head, "WARC-Target-URI"),
+        )
 
 
 def handle_record(collector: Collector, name: str, offset: int, length: int, record: WarcRecord) -> None:
@@ -653,7 +666,7 @@ def fetch_range(base: str, name: str, offset: int, length: int, options: WarcOpt
             last = f"HTTP {err.code} for {url}"
             if err.code < 500 and err.code != 429:
                 raise FetchError("fetch_failed", last) from None
-        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as err:
+        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError, http.client.HTTPException) as err:
             reason = getattr(err, "reason", err)
             kind = "timeout" if isinstance(reason, TimeoutError) or "timed out" in str(reason) else "error"
             last = f"{kind} fetching {url}: {reason}"
@@ -687,6 +700,8 @@ def read_commoncrawl(collector: Collector, targets_path: Path, options: WarcOpti
             return target, check_member(fetch_range(options.cc_base_url, name, offset, length, options), options), None
         except FetchError as err:
             return target, None, err
+        except Exception as err:  # e.g. a malformed URL: listed for this target, the run goes on
+            return target, None, FetchError("fetch_failed", f"{type(err).__name__}: {err}")
 
     with ThreadPoolExecutor(max_workers=max(1, options.cc_concurrency)) as pool:
         for (_line, name, offset, length), inflated, err in pool.map(fetch, targets):
