@@ -169,10 +169,11 @@ def stage_documents(
         cols.append(f"{sql_string(f.path.name)} AS __source_file")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
     con.execute("CREATE TEMP TABLE staged AS " + " UNION ALL BY NAME ".join(typed_parts))
+    # Timestamps with an offset become their UTC day (the session time zone is UTC).
     con.execute(
         """CREATE TEMP TABLE parsed AS SELECT *,
-             COALESCE(TRY_CAST(trim(crawled_at_raw) AS DATE),
-                      CAST(TRY_CAST(trim(crawled_at_raw) AS TIMESTAMPTZ) AS DATE)) AS crawled_at
+             COALESCE(CAST(TRY_CAST(trim(crawled_at_raw) AS TIMESTAMPTZ) AS DATE),
+                      TRY_CAST(trim(crawled_at_raw) AS DATE)) AS crawled_at
            FROM staged"""
     )
 
