@@ -35,8 +35,11 @@ def test_duplicate_doc_ids_are_named(tmp_path):
 
 def test_unparsable_crawled_at_names_the_doc_id(tmp_path):
     path = _write(tmp_path, HEADER + "ok,s,d,2026-01-01,t,b\nbad-date,s,d,last tuesday,t,b\n")
-    with pytest.raises(WebdedupError, match=r"crawled_at is not a date or timestamp for 1 document\(s\), "
-                                            r"first: 'bad-date' \('last tuesday'\)"):
+    with pytest.raises(
+        WebdedupError,
+        match=r"crawled_at is not a date or timestamp for 1 document\(s\), "
+        r"first: 'bad-date' \('last tuesday'\)",
+    ):
         stage_documents(Store(tmp_path / "s"), str(path))
 
 
@@ -69,7 +72,7 @@ def test_missing_input_and_unknown_format(tmp_path):
 
 
 def test_null_and_empty_bodies_are_singletons_never_candidates(tmp_path):
-    rows = "e1,s,a.example,2026-01-01,t,\ne2,s,b.example,2026-01-01,t,\"\"\ne3,s,c.example,2026-01-01,t,...\n"
+    rows = 'e1,s,a.example,2026-01-01,t,\ne2,s,b.example,2026-01-01,t,""\ne3,s,c.example,2026-01-01,t,...\n'
     rows += "full,s,d.example,2026-01-01,t,some words to make one real document here\n"
     result, store = run_job(tmp_path, _write(tmp_path, HEADER + rows))
     assert result.success, failure_messages(result)
@@ -111,8 +114,12 @@ def test_one_20_mb_document_completes(tmp_path):
 
 def test_cli_reports_bad_input_without_a_traceback(tmp_path):
     path = _write(tmp_path, "doc_id,body\na,b\n")
-    proc = subprocess.run([sys.executable, "-m", "webdedup_assets.cli", "run", str(path), "--output",
-                           str(tmp_path / "out"), "--quiet"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "webdedup_assets.cli", "run", str(path), "--output", str(tmp_path / "out"), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert "missing required column(s) source, domain, crawled_at, title" in proc.stderr
     assert "Traceback" not in proc.stderr

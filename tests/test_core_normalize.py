@@ -43,7 +43,10 @@ def test_short_documents_are_one_whole_text_shingle():
 
 
 def test_chinese_one_character_edit_is_a_near_duplicate():
-    page = "数据保留政策规定客户记录只在有明确业务或法律目的时保存账户关闭后保留二十四个月以便处理争议和税务审计支持对话在十八个月后删除"
+    page = (
+        "数据保留政策规定客户记录只在有明确业务或法律目的时保存"
+        "账户关闭后保留二十四个月以便处理争议和税务审计支持对话在十八个月后删除"
+    )
     edited = page.replace("审计", "审查", 1)
     assert page != edited
     assert jaccard(shingle_set(page, 5), shingle_set(edited, 5)) >= 0.8

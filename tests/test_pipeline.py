@@ -71,9 +71,18 @@ def test_fixture_classic_parameters(tmp_path):
 
 def test_published_outputs(fixture_run):
     _, _, output = fixture_run
-    expected = {"fingerprinted.parquet", "candidate_summary.csv", "scored_pairs.parquet", "duplicate_pairs.csv",
-                "clusters.csv", "cluster_inspection.csv", "collision_buckets.csv", "domain_summary.csv",
-                "deduped_documents.parquet", "manifest.json"}
+    expected = {
+        "fingerprinted.parquet",
+        "candidate_summary.csv",
+        "scored_pairs.parquet",
+        "duplicate_pairs.csv",
+        "clusters.csv",
+        "cluster_inspection.csv",
+        "collision_buckets.csv",
+        "domain_summary.csv",
+        "deduped_documents.parquet",
+        "manifest.json",
+    }
     assert expected <= {p.name for p in output.iterdir()}
     with open(output / "cluster_inspection.csv") as handle:
         rows = list(csv.DictReader(handle))
@@ -110,8 +119,11 @@ def test_rematerializing_duplicate_pairs_alone_with_a_new_threshold(tmp_path):
     selected = [a for a in defs.assets if a.key.to_user_string() in downstream]
     again = dg.materialize(
         selected,
-        run_config={"ops": {k: v for k, v in config["ops"].items() if k == "duplicate_pairs"},
-                    "resources": config["resources"], "loggers": config["loggers"]},
+        run_config={
+            "ops": {k: v for k, v in config["ops"].items() if k == "duplicate_pairs"},
+            "resources": config["resources"],
+            "loggers": config["loggers"],
+        },
         resources=defs.resources,
         instance=dg.DagsterInstance.ephemeral(),
     )
@@ -131,20 +143,33 @@ def test_incompatible_upstream_is_refused_naming_both_values(tmp_path):
     assert result.success
     config = job_config(tmp_path / "storage", tmp_path / "output", num_perm=64)
     selected = [a for a in defs.assets if a.key.to_user_string() == "fingerprinted"]
-    assert dg.materialize(selected, run_config={"ops": {"fingerprinted": config["ops"]["fingerprinted"]},
-                                                "resources": config["resources"]},
-                          resources=defs.resources, instance=dg.DagsterInstance.ephemeral()).success
+    assert dg.materialize(
+        selected,
+        run_config={"ops": {"fingerprinted": config["ops"]["fingerprinted"]}, "resources": config["resources"]},
+        resources=defs.resources,
+        instance=dg.DagsterInstance.ephemeral(),
+    ).success
     # band_memberships still configured for 20 x 6 = 120 values: refused, naming both
     bands = [a for a in defs.assets if a.key.to_user_string() == "band_memberships"]
-    again = dg.materialize(bands, run_config={"resources": config["resources"]}, resources=defs.resources,
-                           instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    again = dg.materialize(
+        bands,
+        run_config={"resources": config["resources"]},
+        resources=defs.resources,
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
     assert not again.success
     message = failure_messages(again)[0]
     assert "bands=20 x rows=6 = 120" in message and "num_perm=64" in message
     # scoring the old candidates against the new fingerprints is refused too
     scored = [a for a in defs.assets if a.key.to_user_string() == "scored_pairs"]
-    again = dg.materialize(scored, run_config={"resources": config["resources"]}, resources=defs.resources,
-                           instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    again = dg.materialize(
+        scored,
+        run_config={"resources": config["resources"]},
+        resources=defs.resources,
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
     message = failure_messages(again)[0]
     assert "candidate_pairs was built with fingerprint" in message and "'num_perm': 64" in message
 

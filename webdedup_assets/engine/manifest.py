@@ -128,8 +128,10 @@ def stage_manifest(store: Store, output_dir: Path | None = None) -> dict[str, An
         con = connect(store)
         write_csv(output_dir / "domain_summary.csv", domain_summary(con, store))
         # Published once here (not per fingerprinted run) so that daily partitions appear as one file.
-        write_parquet_copy(output_dir / "fingerprinted.parquet",
-                           con.sql(f"SELECT * FROM {store.scan_sql('fingerprinted')} ORDER BY doc_id"))
+        write_parquet_copy(
+            output_dir / "fingerprinted.parquet",
+            con.sql(f"SELECT * FROM {store.scan_sql('fingerprinted')} ORDER BY doc_id"),
+        )
         con.close()
     return manifest
 
