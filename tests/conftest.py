@@ -3,10 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import pytest
 
-from webdedup_assets.defs import defs
+from webdedup_assets.cli import execute
 from webdedup_assets.engine.storage import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,17 +42,30 @@ def job_config(
     }
 
 
-def run_job(tmp_path: Path, input_path: Path | str = FIXTURE, **params: Any) -> tuple[dg.ExecuteInProcessResult, Store]:
+class RunEvents:
+    """The events of a `webdedup run`-style execution (daily range run, then the global run)."""
+
+    def __init__(self, events: list):
+        self.all_events = events
+
+    @property
+    def success(self) -> bool:
+        failed = any(e.event_type_value == "STEP_FAILURE" for e in self.all_events)
+        done = any(
+            e.event_type_value == "ASSET_MATERIALIZATION" and e.asset_key.to_user_string() == "manifest"
+            for e in self.all_events
+        )
+        return done and not failed
+
+
+def run_job(tmp_path: Path, input_path: Path | str = FIXTURE, **params: Any) -> tuple[RunEvents, Store]:
+    """Run every crawl day of the input and then the global stages, as `webdedup run` does."""
     storage_root = tmp_path / "storage"
-    result = defs.resolve_job_def("webdedup_job").execute_in_process(
-        run_config=job_config(storage_root, tmp_path / "output", input_path, **params),
-        instance=dg.DagsterInstance.ephemeral(),
-        raise_on_error=False,
-    )
-    return result, Store(storage_root)
+    config = job_config(storage_root, tmp_path / "output", input_path, **params)
+    return RunEvents(execute(str(input_path), config)), Store(storage_root)
 
 
-def failure_messages(result: dg.ExecuteInProcessResult) -> list[str]:
+def failure_messages(result) -> list[str]:
     messages = []
     for event in result.all_events:
         if event.event_type_value == "STEP_FAILURE":
@@ -65,7 +77,7 @@ def failure_messages(result: dg.ExecuteInProcessResult) -> list[str]:
     return messages
 
 
-def check_results(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
+def check_results(result) -> dict[str, Any]:
     return {
         e.event_specific_data.check_name: e.event_specific_data
         for e in result.all_events
@@ -74,7 +86,7 @@ def check_results(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def fixture_run(tmp_path_factory) -> tuple[dg.ExecuteInProcessResult, Store, Path]:
+def fixture_run(tmp_path_factory) -> tuple[RunEvents, Store, Path]:
     tmp = tmp_path_factory.mktemp("fixture_run")
     result, store = run_job(tmp)
     assert result.success, failure_messages(result)

@@ -17,7 +17,7 @@ def test_cli_run_prints_the_summary_and_writes_outputs(tmp_path, capsys):
     assert "fingerprinted      done: 24 rows" in captured.err
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["duplicate_pairs"] == 18
-    assert (tmp_path / "out" / "_storage" / "documents" / "data.parquet").exists()
+    assert (tmp_path / "out" / "_storage" / "documents" / "part-2026-03-01.parquet").exists()
 
 
 def test_cli_classic_parameters_and_json(tmp_path, capsys):

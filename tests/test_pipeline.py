@@ -6,10 +6,14 @@ import json
 import dagster as dg
 import duckdb
 
-from webdedup_assets.defs import defs
+from webdedup_assets.cli import RANGE_END_TAG, RANGE_START_TAG
+from webdedup_assets.defs import build_defs
+from webdedup_assets.engine.documents import input_days
 from webdedup_assets.engine.manifest import load_manifest
 
 from .conftest import CLASSIC, FIXTURE, check_results, failure_messages, job_config, run_job
+
+FIXTURE_DAYS = input_days(str(FIXTURE))
 
 WINNERS = {
     "cluster-billing-canonical": "billing-mirror",  # newest date
@@ -109,28 +113,36 @@ def test_scored_pairs_reasons_and_estimates(fixture_run):
         assert abs(exact - estimate) < 0.2
 
 
-def test_rematerializing_duplicate_pairs_alone_with_a_new_threshold(tmp_path):
-    result, store = run_job(tmp_path)
-    assert result.success
-    fingerprint_file = store.path("fingerprinted")
-    before = fingerprint_file.stat().st_mtime_ns
-    config = job_config(tmp_path / "storage", tmp_path / "output", threshold=0.95)
-    downstream = ["duplicate_pairs", "clusters", "deduped_documents", "manifest"]
-    selected = [a for a in defs.assets if a.key.to_user_string() in downstream]
-    again = dg.materialize(
-        selected,
+def _materialize(selection, config, ops=(), days=None, **kwargs):
+    """Materialize some assets of the fixture-day Definitions with part of a job config."""
+    fixture_defs = build_defs(FIXTURE_DAYS)
+    assets = [a for a in fixture_defs.assets if a.key.to_user_string() in selection]
+    tags = {RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]} if days else None
+    return dg.materialize(
+        assets,
         run_config={
-            "ops": {k: v for k, v in config["ops"].items() if k == "duplicate_pairs"},
+            "ops": {k: v for k, v in config["ops"].items() if k in ops},
             "resources": config["resources"],
             "loggers": config["loggers"],
         },
-        resources=defs.resources,
+        resources=fixture_defs.resources,
         instance=dg.DagsterInstance.ephemeral(),
+        tags=tags,
+        **kwargs,
     )
+
+
+def test_rematerializing_duplicate_pairs_alone_with_a_new_threshold(tmp_path):
+    result, store = run_job(tmp_path)
+    assert result.success
+    fingerprint_files = {p: p.stat().st_mtime_ns for p in store.files("fingerprinted")}
+    config = job_config(tmp_path / "storage", tmp_path / "output", threshold=0.95)
+    downstream = ["duplicate_pairs", "clusters", "deduped_documents", "manifest"]
+    again = _materialize(downstream, config, ops=["duplicate_pairs"])
     assert again.success
     materialized = {e.asset_key.to_user_string() for e in again.get_asset_materialization_events()}
     assert materialized == set(downstream)
-    assert fingerprint_file.stat().st_mtime_ns == before  # nothing re-fingerprinted
+    assert {p: p.stat().st_mtime_ns for p in store.files("fingerprinted")} == fingerprint_files  # untouched
     counts = load_manifest(store)["counts"]
     assert counts["duplicate_pairs"] == 6  # only the exact mirrors reach 0.95
     assert counts["candidate_pairs"] == 18
@@ -142,34 +154,14 @@ def test_incompatible_upstream_is_refused_naming_both_values(tmp_path):
     result, store = run_job(tmp_path)
     assert result.success
     config = job_config(tmp_path / "storage", tmp_path / "output", num_perm=64)
-    selected = [a for a in defs.assets if a.key.to_user_string() == "fingerprinted"]
-    assert dg.materialize(
-        selected,
-        run_config={"ops": {"fingerprinted": config["ops"]["fingerprinted"]}, "resources": config["resources"]},
-        resources=defs.resources,
-        instance=dg.DagsterInstance.ephemeral(),
-    ).success
+    assert _materialize(["fingerprinted"], config, ops=["fingerprinted"], days=FIXTURE_DAYS).success
     # band_memberships still configured for 20 x 6 = 120 values: refused, naming both
-    bands = [a for a in defs.assets if a.key.to_user_string() == "band_memberships"]
-    again = dg.materialize(
-        bands,
-        run_config={"resources": config["resources"]},
-        resources=defs.resources,
-        instance=dg.DagsterInstance.ephemeral(),
-        raise_on_error=False,
-    )
+    again = _materialize(["band_memberships"], config, days=FIXTURE_DAYS, raise_on_error=False)
     assert not again.success
     message = failure_messages(again)[0]
     assert "bands=20 x rows=6 = 120" in message and "num_perm=64" in message
     # scoring the old candidates against the new fingerprints is refused too
-    scored = [a for a in defs.assets if a.key.to_user_string() == "scored_pairs"]
-    again = dg.materialize(
-        scored,
-        run_config={"resources": config["resources"]},
-        resources=defs.resources,
-        instance=dg.DagsterInstance.ephemeral(),
-        raise_on_error=False,
-    )
+    again = _materialize(["scored_pairs"], config, raise_on_error=False)
     message = failure_messages(again)[0]
     assert "candidate_pairs was built with fingerprint" in message and "'num_perm': 64" in message
 

@@ -106,6 +106,8 @@ def test_dagster_dev_shows_the_assets_and_runs_the_job(tmp_path):
         assert {n["assetKey"]["path"][-1] for n in nodes} == ASSETS
         assert all(n["groupName"] == "webdedup" and n["description"] for n in nodes)
 
+        # Launch the daily job over the fixture's crawl days as one single-run backfill range; the
+        # global stages then run on their own: the run-status sensor is on by default.
         launched = _graphql(
             port,
             """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
@@ -116,24 +118,37 @@ def test_dagster_dev_shows_the_assets_and_runs_the_job(tmp_path):
                     "selector": {
                         "repositoryLocationName": "webdedup",
                         "repositoryName": "__repository__",
-                        "jobName": "webdedup_job",
+                        "jobName": "webdedup_daily",
                     },
                     "runConfigData": {},
+                    "executionMetadata": {
+                        "tags": [
+                            {"key": "dagster/asset_partition_range_start", "value": "2026-03-01"},
+                            {"key": "dagster/asset_partition_range_end", "value": "2026-03-22"},
+                        ]
+                    },
                 }
             },
         )["launchRun"]
         assert launched["__typename"] == "LaunchRunSuccess", launched
         run_id = launched["run"]["runId"]
 
-        def finished():
+        def finished(run_id=run_id):
             status = _graphql(
                 port, """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }""", {"id": run_id}
             )["runOrError"]["status"]
             return status if status in {"SUCCESS", "FAILURE", "CANCELED"} else None
 
-        assert _wait(finished, 300, "the run") == "SUCCESS", (tmp_path / "dagster_dev.log").read_text()[-3000:]
-        manifest = json.loads((tmp_path / "output" / "manifest.json").read_text())
+        def log_tail():
+            return (tmp_path / "dagster_dev.log").read_text()[-3000:]
+
+        assert _wait(finished, 300, "the daily run") == "SUCCESS", log_tail()
+        manifest_path = tmp_path / "output" / "manifest.json"
+        _wait(manifest_path.exists, 300, "the sensor-triggered global run to write the manifest")
+        manifest = json.loads(manifest_path.read_text())
         assert manifest["counts"]["candidate_pairs"] == 18 and manifest["counts"]["representatives"] == 12
+        runs = _graphql(port, "{ runsOrError { ... on Runs { results { jobName status } } } }")
+        assert "webdedup_global" in {r["jobName"] for r in runs["runsOrError"]["results"]}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
