@@ -92,16 +92,21 @@ def test_warc_folder_end_to_end(tmp_path, capsys):
 def test_documents_asset_reports_skips_in_materialization_metadata(tmp_path):
     import dagster as dg
 
-    from webdedup_assets.defs.assets import documents
+    from webdedup_assets.defs import build_defs
     from webdedup_assets.defs.resources import WebdedupStorage
 
     recs = corpus()
     path = tmp_path / "crawl.dat"  # no WARC suffix: the format is set explicitly
     write_warc(path, [recs["original"], recs["request"], recs["metadata"], recs["pdf"]], gz=True)
+    defs = build_defs(["2024-03-01"])
+    [documents] = [a for a in defs.assets if a.key.to_user_string() == "documents"]
     storage = WebdedupStorage(storage_root=str(tmp_path / "store"), output_dir=str(tmp_path / "out"))
     config = {"input_path": str(path), "input_format": "warc"}
     result = dg.materialize(
-        [documents], resources={"storage": storage}, run_config={"ops": {"documents": {"config": config}}}
+        [documents],
+        resources={"storage": storage},
+        run_config={"ops": {"documents": {"config": config}}},
+        partition_key="2024-03-01",
     )
     assert result.success
     [materialization] = result.asset_materializations_for_node("documents")
@@ -110,3 +115,4 @@ def test_documents_asset_reports_skips_in_materialization_metadata(tmp_path):
     assert metadata["warc_not_documents"].value == 3
     assert metadata["warc"].data["skipped"] == {"metadata": 1, "non_html": 1, "request": 1}
     assert (tmp_path / "out" / "rejected_records.csv").read_text().count("\n") == 4
+    assert not list((tmp_path / "store" / ".warc_staging").iterdir())  # the staged conversion is discarded

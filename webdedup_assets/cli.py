@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -187,10 +188,54 @@ def _summary_table(manifest: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+
+def _split_config(config: dict[str, Any], ops: list[str]) -> dict[str, Any]:
+    return {**config, "ops": {k: v for k, v in config["ops"].items() if k in ops}}
+
+
+def execute(input_path: str, config: dict[str, Any], input_format: str = "auto") -> list:
+    """Materialize every crawl day of the input in one run, then the global stages in a second.
+
+    The daily assets are partitioned by exactly the days present in the input, so a corpus
+    spread over years is one run, not one run per day, and no page is left out for its date.
+    Returns the events of both runs (stops after the first if it failed).
+    """
+    import dagster as dg
+
+    from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, build_defs
+    from .defs.config import DocumentsConfig
+    from .engine.documents import input_days
+    from .engine.storage import Store
+
+    documents = DocumentsConfig(**config["ops"]["documents"]["config"])  # WARC input is converted once, here
+    storage = Store(Path(config["resources"]["storage"]["config"]["storage_root"]))
+    days = input_days(input_path, input_format, store=storage, warc_options=documents.warc_options())
+    if not days:  # empty or unreadable input: one day so that documents validates and reports it
+        days = [datetime.now(UTC).date().isoformat()]
+    defs = build_defs(days)
+    instance = dg.DagsterInstance.ephemeral()
+    daily = defs.resolve_job_def(DAILY_JOB).execute_in_process(
+        run_config=_split_config(config, DAILY_ASSETS),
+        instance=instance,
+        raise_on_error=False,
+        tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]},
+    )
+    events = list(daily.all_events)
+    if not daily.success:
+        return events
+    global_ops = [k for k in config["ops"] if k not in DAILY_ASSETS]
+    result = defs.resolve_job_def(GLOBAL_JOB).execute_in_process(
+        run_config=_split_config(config, global_ops), instance=instance, raise_on_error=False
+    )
+    return events + list(result.all_events)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import dagster as dg
 
-    from .defs import defs
     from .engine.manifest import load_manifest
     from .engine.storage import Store
 
@@ -208,16 +253,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.addHandler(handler)
         progress.setLevel(logging.INFO)
         print(f"webdedup: {args.input} -> {output_dir}", file=sys.stderr)
-    job = defs.resolve_job_def("webdedup_job")
     try:
-        result = job.execute_in_process(
-            run_config=config, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False
-        )
+        events = execute(config["ops"]["documents"]["config"]["input_path"], config, args.input_format)
     except dg.DagsterInvalidConfigError as err:
         print(f"webdedup: error: invalid parameters: {err.errors[0].message if err.errors else err}", file=sys.stderr)
         return EXIT_ERROR
     failed_checks, skipped_checks = [], []
-    for event in result.all_events:
+    succeeded = False
+    for event in events:
         if event.event_type_value == "STEP_FAILURE":
             print(f"webdedup: error in {event.step_key}: {_failure_message(event)}", file=sys.stderr)
             return EXIT_ERROR
@@ -227,8 +270,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 label = f"{data.asset_key.to_user_string()}:{data.check_name}"
                 details = {k: v.value for k, v in data.metadata.items()}
                 (skipped_checks if data.severity.value == "WARN" else failed_checks).append((label, details))
-    if not result.success:
-        print("webdedup: error: the run did not succeed", file=sys.stderr)
+        if event.event_type_value == "ASSET_MATERIALIZATION" and event.asset_key.to_user_string() == "manifest":
+            succeeded = True
+    if not succeeded:
+        print("webdedup: error: the run did not complete", file=sys.stderr)
         return EXIT_ERROR
     manifest = load_manifest(Store(storage_root))
     if args.json:

@@ -1,7 +1,8 @@
 """Text normalization and tokenization: the reference definition.
 
-normalize_text: Unicode NFD, drop nonspacing marks (category Mn), NFC again (so Hangul
-syllables and other non-Mn compositions come back together), lowercase, every run of
+normalize_text: Unicode NFD, drop nonspacing marks (category Mn, except the kana voicing
+marks U+3099/U+309A, which tell different Japanese words apart), NFC again (so Hangul
+syllables and voiced kana come back together), lowercase, every run of
 characters that are not letters, numbers or spacing marks (punctuation, symbols, `_`,
 whitespace, controls) becomes one space, trimmed.
 
@@ -17,6 +18,9 @@ from __future__ import annotations
 import sys
 import unicodedata
 from functools import lru_cache
+
+# Kana voicing marks are Mn but change the word (か/が), so they are kept.
+KEPT_MARKS = frozenset({0x3099, 0x309A})
 
 # Inclusive codepoint ranges whose characters are each a token of their own.
 CJK_RANGES: tuple[tuple[int, int], ...] = (
@@ -47,9 +51,9 @@ def _translation_tables() -> tuple[dict[int, None], dict[int, str]]:
     separators: dict[int, str] = {}
     for codepoint in range(sys.maxunicode + 1):
         category = unicodedata.category(chr(codepoint))
-        if category == "Mn":
+        if category == "Mn" and codepoint not in KEPT_MARKS:
             drop_marks[codepoint] = None
-        elif category[0] not in "LNM":
+        elif category[0] not in "LNM" and codepoint not in KEPT_MARKS:
             separators[codepoint] = " "
     return drop_marks, separators
 

@@ -25,11 +25,12 @@ KINDS = {"parquet", "duckdb"}
 
 
 PROGRESS = logging.getLogger("webdedup.progress")
+STAGE_ASSETS = {"fingerprint_days": "fingerprinted", "band_days": "band_memberships"}
 
 
 def run_stage(stage: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Engine errors become a dagster Failure whose description is the user-facing message."""
-    name = stage.__name__.removeprefix("stage_")
+    name = STAGE_ASSETS.get(stage.__name__, stage.__name__.removeprefix("stage_"))
     PROGRESS.info("%-18s running", name)
     try:
         info = stage(*args, **kwargs)
@@ -48,100 +49,161 @@ def materialized(
     info: dict[str, Any],
     parameters: dict[str, Any],
     order_by: str | None = None,
+    partition: str | None = None,
     **extra: Any,
 ) -> dg.MaterializeResult:
+    """Row count, parameters, figures, a Markdown preview (of `partition` when given) and the path."""
     store = storage.store()
     stats = {k: v for k, v in info.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "rows"}
     metadata: dict[str, Any] = {
         "dagster/row_count": dg.MetadataValue.int(int(info["rows"])),
         "parameters": dg.MetadataValue.json(parameters),
         "stats": dg.MetadataValue.json(stats),
-        "preview": dg.MetadataValue.md(preview(store, asset, order_by=order_by)),
+        "preview": dg.MetadataValue.md(preview(store, asset, order_by=order_by, partition=partition)),
         "path": dg.MetadataValue.path(str(store.asset_dir(asset))),
     }
     metadata.update(extra)
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset(
-    group_name=GROUP,
-    kinds=KINDS,
-    description=(
-        "Validated input documents (CSV, Parquet or WARC: file, folder or glob; or Common Crawl byte ranges). "
-        "Requires doc_id, source, domain, crawled_at, title, body; keeps every extra column; crawled_at typed as "
-        "a date. WARC records that are not pages are counted by kind and listed in rejected_records."
-    ),
-)
-def documents(config: DocumentsConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(
-        engine.stage_documents,
-        storage.store(),
-        config.input_path,
-        config.input_format,
-        warc_options=config.warc_options(),
-        output_dir=storage.outputs(),
+def _days(context: dg.AssetExecutionContext) -> list[str]:
+    """The crawl days of this run: one partition, or a whole range in a single-run backfill."""
+    return sorted(context.partition_keys)
+
+
+def _coverage(context: dg.AssetExecutionContext) -> tuple[str, str]:
+    partitions_def = context.assets_def.partitions_def
+    return partitions_def.get_first_partition_key(), partitions_def.get_last_partition_key()
+
+
+def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
+    """documents, fingerprinted and band_memberships, partitioned by crawl day.
+
+    A single-run backfill policy lets a range of days (`--partition-range`, UI backfills,
+    `webdedup run`) run as one run: each stage reads the input once for the whole range.
+    """
+    daily = {
+        "partitions_def": partitions_def,
+        "backfill_policy": dg.BackfillPolicy.single_run(),
+        "group_name": GROUP,
+        "kinds": KINDS,
+    }
+
+    @dg.asset(
+        **daily,
+        description=(
+            "Validated input documents of one crawl day (CSV, Parquet or WARC: file, folder or glob; or Common "
+            "Crawl byte ranges). Requires doc_id, source, domain, crawled_at, title, body; keeps every extra column; "
+            "crawled_at typed as a date. Documents dated outside the partitions are counted and named in the "
+            "metadata; WARC records that are not pages are counted by kind and listed in rejected_records."
+        ),
     )
-    warc = {}
-    if info.get("warc"):  # WARC input: what was skipped or rejected, by kind (listed in rejected_records)
-        warc = {
-            "warc": dg.MetadataValue.json(info["warc"]),
-            "warc_not_documents": dg.MetadataValue.int(info["warc"]["not_documents"]),
-        }
-    return materialized(
-        storage,
-        "documents",
-        info,
-        config.model_dump(),
-        order_by="doc_id",
-        input_sha256=info["input_sha256"],
-        empty_bodies=dg.MetadataValue.int(info["empty_bodies"]),
-        **warc,
+    def documents(
+        context: dg.AssetExecutionContext, config: DocumentsConfig, storage: WebdedupStorage
+    ) -> dg.MaterializeResult:
+        days = _days(context)
+        info = run_stage(
+            engine.stage_documents,
+            storage.store(),
+            config.input_path,
+            config.input_format,
+            days=days,
+            coverage=_coverage(context),
+            warc_options=config.warc_options(),
+            output_dir=storage.outputs(),
+        )
+        warc = {}
+        if info.get("warc"):  # WARC input: what was skipped or rejected, by kind (listed in rejected_records)
+            warc = {
+                "warc": dg.MetadataValue.json(info["warc"]),
+                "warc_not_documents": dg.MetadataValue.int(info["warc"]["not_documents"]),
+            }
+        outside = info.get("documents_outside_partitions", 0)
+        if outside or info.get("files_outside_partitions"):
+            context.log.warning(
+                f"{outside} document(s) read are dated outside the partitions {_coverage(context)}, first: "
+                f"{info['doc_ids_outside_partitions']}; files dated outside: {info['files_outside_partitions']}. "
+                "Set WEBDEDUP_PARTITION_START / WEBDEDUP_PARTITION_END to cover them, or use `webdedup run`."
+            )
+        return materialized(
+            storage,
+            "documents",
+            info,
+            config.model_dump(),
+            order_by="doc_id",
+            partition=_first_built(storage, "documents", days),
+            days=dg.MetadataValue.text(f"{days[0]} .. {days[-1]} ({len(days)} day(s))"),
+            documents_outside_partitions=dg.MetadataValue.int(outside),
+            doc_ids_outside_partitions=dg.MetadataValue.json(info.get("doc_ids_outside_partitions", [])),
+            empty_bodies=dg.MetadataValue.int(info["empty_bodies"]),
+            **warc,
+        )
+
+    @dg.asset(
+        **daily,
+        deps=[documents],
+        description=(
+            "Per document: token count, shingle count and MinHash signature over ordered k-token shingles "
+            "of the normalized text (compiled kernel, streamed in record batches). Built per crawl day."
+        ),
     )
+    def fingerprinted(
+        context: dg.AssetExecutionContext, config: FingerprintConfig, storage: WebdedupStorage
+    ) -> dg.MaterializeResult:
+        days = _days(context)
+        info = run_stage(
+            engine.fingerprint_days, storage.store(), days, config.shingle_size, config.num_perm, config.seed
+        )
+        return materialized(
+            storage,
+            "fingerprinted",
+            info,
+            config.model_dump(),
+            order_by="doc_id",
+            partition=_first_built(storage, "fingerprinted", days),
+            days_built=dg.MetadataValue.json(info["days_built"]),
+        )
 
-
-@dg.asset(
-    group_name=GROUP,
-    kinds=KINDS,
-    deps=[documents],
-    description=(
-        "Per document: token count, shingle count and MinHash signature over ordered k-token shingles "
-        "of the normalized text (compiled kernel, streamed in record batches)."
-    ),
-)
-def fingerprinted(config: FingerprintConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_fingerprinted, storage.store(), config.shingle_size, config.num_perm, config.seed)
-    return materialized(storage, "fingerprinted", info, config.model_dump(), order_by="doc_id")
-
-
-@dg.asset(
-    group_name=GROUP,
-    kinds=KINDS,
-    deps=[fingerprinted],
-    description=(
-        "LSH band keys: one row per document per band (doc_id, band_index, band_hash). Documents without "
-        "shingles get none and can never be candidates."
-    ),
-)
-def band_memberships(config: BandConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_band_memberships, storage.store(), config.bands, config.rows)
-    curve = [
-        (j, round(candidate_probability(j, config.bands, config.rows), 4))
-        for j in (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
-    ]
-    return materialized(
-        storage,
-        "band_memberships",
-        info,
-        config.model_dump(),
-        order_by="doc_id, band_index",
-        candidate_probability=dg.MetadataValue.md(markdown_table(["jaccard", "P(candidate)"], curve)),
+    @dg.asset(
+        **daily,
+        deps=[fingerprinted],
+        description=(
+            "LSH band keys: one row per document per band (doc_id, band_index, band_hash). Documents without "
+            "shingles get none and can never be candidates. Built per crawl day."
+        ),
     )
+    def band_memberships(
+        context: dg.AssetExecutionContext, config: BandConfig, storage: WebdedupStorage
+    ) -> dg.MaterializeResult:
+        days = _days(context)
+        info = run_stage(engine.band_days, storage.store(), days, config.bands, config.rows)
+        curve = [
+            (j, round(candidate_probability(j, config.bands, config.rows), 4))
+            for j in (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+        ]
+        return materialized(
+            storage,
+            "band_memberships",
+            info,
+            config.model_dump(),
+            order_by="doc_id, band_index",
+            partition=_first_built(storage, "band_memberships", days),
+            candidate_probability=dg.MetadataValue.md(markdown_table(["jaccard", "P(candidate)"], curve)),
+        )
+
+    return [documents, fingerprinted, band_memberships]
+
+
+def _first_built(storage: WebdedupStorage, asset: str, days: list[str]) -> str | None:
+    """The first day of the run that holds rows (previewed in the UI); None if none does."""
+    present = set(storage.store().partitions(asset))
+    return next((d for d in days if d in present), None)
 
 
 @dg.asset(
     group_name=GROUP,
     kinds=KINDS,
-    deps=[band_memberships],
+    deps=["band_memberships"],
     description=(
         "Candidate pairs from one global self-join on (band_index, band_hash), left_doc_id < right_doc_id, "
         "with the number of shared bands. Pair slots are counted per bucket first and the join refuses to "
@@ -252,14 +314,4 @@ def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
     )
 
 
-ASSETS = [
-    documents,
-    fingerprinted,
-    band_memberships,
-    candidate_pairs,
-    scored_pairs,
-    duplicate_pairs,
-    clusters,
-    deduped_documents,
-    manifest,
-]
+GLOBAL_ASSETS = [candidate_pairs, scored_pairs, duplicate_pairs, clusters, deduped_documents, manifest]

@@ -8,10 +8,13 @@ from .documents import stage_documents
 from .errors import WebdedupError
 from .fingerprint import stage_band_memberships, stage_fingerprinted
 from .manifest import stage_manifest
+from .partitions import band_days, fingerprint_days
 from .scoring import stage_duplicate_pairs, stage_scored_pairs
 from .storage import Store
 
 __all__ = [
+    "band_days",
+    "fingerprint_days",
     "Store",
     "WebdedupError",
     "stage_band_memberships",

@@ -105,7 +105,7 @@ def stage_deduped_documents(store: Store, representative_policy: str, output_dir
         "rows": rows,
         "documents": documents,
         "removed": documents - rows,
-        "retained_ratio": round(rows / documents, 4) if documents else 1.0,
+        "retained_ratio": round(rows / documents, 4) if documents else 0.0,
         "seconds": round(time.perf_counter() - started, 4),
     }
     store.write_stats("deduped_documents", None, stats)

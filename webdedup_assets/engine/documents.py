@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import glob as globlib
 import hashlib
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,17 @@ from typing import Any
 import duckdb
 
 from .errors import WebdedupError
-from .storage import Store, connect, file_sha256, quote_ident, scalar, sql_string, write_relation
-from .warc import WarcOptions, clear_rejections, stage_warc
+from .storage import (
+    Store,
+    connect,
+    file_sha256,
+    quote_ident,
+    scalar,
+    sql_string,
+    write_relation,
+    write_schema,
+)
+from .warc import WARC_FORMATS, WarcOptions, clear_rejections, discard_staging, stage_warc
 
 REQUIRED_COLUMNS = ("doc_id", "source", "domain", "crawled_at", "title", "body")
 TEXT_COLUMNS = ("doc_id", "source", "domain", "title", "body")
@@ -159,27 +169,22 @@ def _offenders(con: duckdb.DuckDBPyConnection, sql: str, limit: int = 5) -> list
     return con.execute(f"{sql} LIMIT {limit}").fetchall()
 
 
-def stage_documents(
-    store: Store,
-    input_path: str,
-    input_format: str = "auto",
-    partition: str | None = None,
-    day_filter: tuple[str, str] | None = None,
-    warc_options: WarcOptions | None = None,
-    output_dir: Path | None = None,
-) -> dict[str, Any]:
-    """Validate the input and write the documents asset; returns metadata for the run."""
-    started = time.perf_counter()
-    files = resolve_input(input_path, input_format)
-    described, warc_summary, staged = [f.describe() for f in files], None, None
-    if any(f.format in ("warc", "commoncrawl") for f in files):  # WARC -> staged Parquet, validated as usual
-        files, described, warc_summary, staged = stage_warc(store, files, warc_options, partition, output_dir)
-    else:
-        clear_rejections(store, partition, output_dir)
-    con = connect(store)
+DAY_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})")
+
+
+def day_of_file(path: Path) -> str | None:
+    """The crawl day a file name declares (e.g. 2026-03-01.csv, day=2026-03-01/part.parquet)."""
+    for part in reversed(path.parts[-2:]):
+        match = DAY_IN_NAME.search(part)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _load(con: duckdb.DuckDBPyConnection, files: list[InputFile]) -> list[str]:
+    """Read and validate the files into the temp table `parsed`; returns the extra columns."""
     relations = [_scan(con, f) for f in files]
     extra = _validate_columns(files, relations)
-
     typed_parts = []
     for index, (f, rel) in enumerate(zip(files, relations)):
         view = f"raw_{index}"
@@ -190,13 +195,18 @@ def stage_documents(
         cols.append(f"{sql_string(f.path.name)} AS __source_file")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
     con.execute("CREATE TEMP TABLE staged AS " + " UNION ALL BY NAME ".join(typed_parts))
+    # Timestamps with an offset become their UTC day (the session time zone is UTC).
     con.execute(
         """CREATE TEMP TABLE parsed AS SELECT *,
-             COALESCE(TRY_CAST(trim(crawled_at_raw) AS DATE),
-                      CAST(TRY_CAST(trim(crawled_at_raw) AS TIMESTAMPTZ) AS DATE)) AS crawled_at
+             COALESCE(CAST(TRY_CAST(trim(crawled_at_raw) AS TIMESTAMPTZ) AS DATE),
+                      TRY_CAST(trim(crawled_at_raw) AS DATE)) AS crawled_at
            FROM staged"""
     )
+    _validate_rows(con)
+    return extra
 
+
+def _validate_rows(con: duckdb.DuckDBPyConnection) -> None:
     bad_ids = _offenders(con, "SELECT __source_file FROM parsed WHERE doc_id IS NULL OR trim(doc_id) = ''")
     if bad_ids:
         count = scalar(con, "SELECT count(*) FROM parsed WHERE doc_id IS NULL OR trim(doc_id) = ''")
@@ -232,38 +242,153 @@ def stage_documents(
             f"in {unparsable[0][2]}; use ISO 8601 such as 2026-03-01 or 2026-03-01T12:00:00Z"
         )
 
-    where = ""
-    if day_filter is not None:
-        where = (
-            f"WHERE crawled_at >= DATE {sql_string(day_filter[0])} AND crawled_at <= DATE {sql_string(day_filter[1])}"
-        )
-    select = ", ".join(
+
+def _select_sql(extra: list[str]) -> str:
+    return ", ".join(
         ["doc_id", "source", "domain", "crawled_at", "title", "COALESCE(body, '') AS body"]
         + [quote_ident(c) for c in extra]
     )
-    relation = con.sql(f"SELECT {select} FROM parsed {where}")
-    checksum = combined_sha256(files) if warc_summary is None else combined_sha256(
-        [InputFile(Path(d["path"]), d["format"], d["sha256"], d["bytes"]) for d in described]
-    )
+
+
+def stage_documents(
+    store: Store,
+    input_path: str,
+    input_format: str = "auto",
+    days: list[str] | None = None,
+    coverage: tuple[str, str] | None = None,
+    warc_options: WarcOptions | None = None,
+    output_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Validate the input and write the documents asset.
+
+    Without `days`: every document goes to documents/data.parquet.
+    With `days` (crawl-day partitions, sorted ISO dates): only files that can hold those days
+    are read (a file whose name carries a date outside them is skipped), and each day's
+    documents go to documents/part-<day>.parquet; a day without documents keeps no file. Any
+    document read whose day lies outside `coverage` (the first and last partition that exist)
+    is reported, with its doc_id, instead of being silently left out.
+    """
+    started = time.perf_counter()
+    all_files = resolve_input(input_path, input_format)
+    files = all_files
+    uncovered_files: list[str] = []
+    if days is not None:
+        first, last = days[0], days[-1]
+        files = [
+            f for f in all_files if (day_of_file(f.path) or first) >= first and (day_of_file(f.path) or last) <= last
+        ]
+        if coverage is not None:
+            uncovered_files = [
+                str(f.path)
+                for f in all_files
+                if (d := day_of_file(f.path)) is not None and not coverage[0] <= d <= coverage[1]
+            ]
+    sources, described, warc_summary = files, [f.describe() for f in files], None
+    if any(f.format in WARC_FORMATS for f in files):  # WARC -> staged Parquet, validated like any input
+        files, described, warc_summary = stage_warc(store, files, warc_options, output_dir)
+    else:
+        clear_rejections(store, output_dir)
+    con = connect(store)
     params = {
         "stage": "documents",
         "input_path": input_path,
         "input_format": input_format,
-        "input_sha256": checksum,
         "input_files": described,
-        "extra_columns": extra,
-        "partition": partition,
         **({"warc": warc_summary} if warc_summary else {}),
     }
-    target = store.path("documents", partition)
-    rows = write_relation(target, relation, params)
-    empty = scalar(
-        con, f"SELECT count(*) FROM parsed {where} {'AND' if where else 'WHERE'} trim(COALESCE(body, '')) = ''"
-    )
+    if not files:  # every file of the input is dated outside these days
+        extra = []
+        con.execute(
+            "CREATE TEMP TABLE parsed AS SELECT NULL::VARCHAR AS doc_id, NULL::VARCHAR AS source, "
+            "NULL::VARCHAR AS domain, NULL::DATE AS crawled_at, NULL::VARCHAR AS title, "
+            "NULL::VARCHAR AS body WHERE false"
+        )
+    else:
+        extra = _load(con, files)
+    params["input_sha256"] = combined_sha256(sources) if sources else None
+    params["extra_columns"] = extra
+    select = _select_sql(extra)
+    stats: dict[str, Any] = {}
+    if days is None:
+        rows = write_relation(store.path("documents"), con.sql(f"SELECT {select} FROM parsed"), params)
+        stats = {"rows": rows}
+        store.write_stats("documents", None, {**stats, "seconds": round(time.perf_counter() - started, 4)})
+    else:
+        stats = _write_days(con, store, select, days, params)
+        if coverage is not None:
+            stats.update(_uncovered(con, coverage, uncovered_files))
+    stats["empty_bodies"] = scalar(con, "SELECT count(*) FROM parsed WHERE trim(COALESCE(body, '')) = ''")
+    stats["seconds"] = round(time.perf_counter() - started, 4)
     con.close()
-    if staged is not None:
-        staged.unlink(missing_ok=True)
-    stats = {"rows": rows, "empty_bodies": empty, "seconds": round(time.perf_counter() - started, 4)}
-    store.write_stats("documents", partition, stats)
+    discard_staging(store)
     return {**params, **stats}
 
+
+def _write_days(con, store: Store, select: str, days: list[str], params: dict[str, Any]) -> dict[str, Any]:
+    first, last = days[0], days[-1]
+    con.execute(f"""CREATE TEMP TABLE in_range AS SELECT {select} FROM parsed
+                    WHERE crawled_at BETWEEN DATE {sql_string(first)} AND DATE {sql_string(last)}""")
+    present = dict(con.execute("SELECT CAST(crawled_at AS VARCHAR), count(*) FROM in_range GROUP BY 1").fetchall())
+    wanted = set(days)
+    total = 0
+    for day in days:
+        if day not in present:
+            store.remove("documents", day)  # a day without documents (or whose input was deleted)
+            continue
+        started = time.perf_counter()
+        relation = con.sql(f"SELECT * FROM in_range WHERE crawled_at = DATE {sql_string(day)}")
+        rows = write_relation(store.path("documents", day), relation, {**params, "partition": day})
+        store.write_stats("documents", day, {"rows": rows, "seconds": round(time.perf_counter() - started, 4)})
+        total += rows
+    write_schema(store, "documents", con.sql("SELECT * FROM in_range LIMIT 0"), params)
+    return {"rows": total, "days": len(days), "days_with_documents": len([d for d in present if d in wanted])}
+
+
+def _uncovered(con, coverage: tuple[str, str], uncovered_files: list[str]) -> dict[str, Any]:
+    """Documents read whose day has no partition: counted and named, never silently dropped."""
+    where = f"crawled_at < DATE {sql_string(coverage[0])} OR crawled_at > DATE {sql_string(coverage[1])}"
+    count = scalar(con, f"SELECT count(*) FROM parsed WHERE {where}")
+    sample = [d for (d,) in con.execute(f"SELECT doc_id FROM parsed WHERE {where} ORDER BY doc_id LIMIT 10").fetchall()]
+    return {
+        "documents_outside_partitions": count,
+        "doc_ids_outside_partitions": sample,
+        "files_outside_partitions": uncovered_files,
+    }
+
+
+def input_days(
+    input_path: str, input_format: str = "auto", store: Store | None = None, warc_options: WarcOptions | None = None
+) -> list[str]:
+    """The distinct crawl days (UTC) present in an input, read from crawled_at alone.
+
+    Rows without a usable date are not listed here; the documents stage reports them by doc_id.
+    Returns [] when the input cannot be read this way (the documents stage then says why).
+    WARC input is converted once into `store` (the documents stage then reuses that conversion).
+    """
+    try:
+        files = resolve_input(input_path, input_format)
+        if any(f.format in WARC_FORMATS for f in files):
+            if store is None:
+                return []
+            files = stage_warc(store, files, warc_options, None)[0]
+    except WebdedupError:
+        return []
+    days: set[str] = set()
+    con = connect()
+    for f in files:
+        if f.format == "csv":
+            source = (
+                f"read_csv({sql_string(str(f.path))}, header = true, all_varchar = true, "
+                f"max_line_size = {MAX_LINE_BYTES})"
+            )
+        else:
+            source = f"read_parquet({sql_string(str(f.path))})"
+        raw = "trim(CAST(crawled_at AS VARCHAR))"
+        try:
+            rows = con.execute(f"""SELECT DISTINCT CAST(COALESCE(CAST(TRY_CAST({raw} AS TIMESTAMPTZ) AS DATE),
+                                       TRY_CAST({raw} AS DATE)) AS VARCHAR) AS day FROM {source}""").fetchall()
+        except duckdb.Error:
+            return []
+        days.update(d for (d,) in rows if d is not None)
+    con.close()
+    return sorted(days)

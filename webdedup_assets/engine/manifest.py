@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.minhash import candidate_probability
-from .storage import Store, connect, write_csv, write_text
+from .storage import Store, connect, write_csv, write_parquet_copy, write_text
 
 STAGES = (
     "documents",
@@ -131,6 +131,11 @@ def stage_manifest(store: Store, output_dir: Path | None = None) -> dict[str, An
         write_text(output_dir / "manifest.json", text)
         con = connect(store)
         write_csv(output_dir / "domain_summary.csv", domain_summary(con, store))
+        # Published once here (not per fingerprinted run) so that daily partitions appear as one file.
+        write_parquet_copy(
+            output_dir / "fingerprinted.parquet",
+            con.sql(f"SELECT * FROM {store.scan_sql('fingerprinted')} ORDER BY doc_id"),
+        )
         con.close()
     return manifest
 

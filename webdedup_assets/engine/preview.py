@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .storage import Store, connect
+from .storage import Store, connect, sql_string
 
 MAX_CELL = 60
 
@@ -23,12 +23,14 @@ def markdown_table(columns: list[str], rows: list[tuple]) -> str:
     return "\n".join(lines)
 
 
-def preview(store: Store, asset: str, limit: int = 10, order_by: str | None = None) -> str:
+def preview(
+    store: Store, asset: str, limit: int = 10, order_by: str | None = None, partition: str | None = None
+) -> str:
+    """The first rows of an asset (of one partition file when given), long cells cut."""
+    source = f"read_parquet({sql_string(str(store.path(asset, partition)))})" if partition else store.scan_sql(asset)
     con = connect()
     try:
-        relation = con.sql(
-            f"SELECT * FROM {store.scan_sql(asset)} {f'ORDER BY {order_by}' if order_by else ''} LIMIT {limit}"
-        )
+        relation = con.sql(f"SELECT * FROM {source} {f'ORDER BY {order_by}' if order_by else ''} LIMIT {limit}")
         return markdown_table(relation.columns, relation.fetchall())
     finally:
         con.close()

@@ -42,8 +42,17 @@ class Store:
         name = "data.parquet" if partition is None else f"part-{partition}.parquet"
         return self.asset_dir(asset) / name
 
+    def schema_path(self, asset: str) -> Path:
+        """A zero-row file holding a partitioned asset's schema, so that an asset whose
+        partitions are all empty still reads as an empty table."""
+        return self.asset_dir(asset) / "_schema.parquet"
+
     def files(self, asset: str) -> list[Path]:
         return sorted(self.asset_dir(asset).glob("*.parquet"))
+
+    def partitions(self, asset: str) -> list[str]:
+        """Partition keys that hold data."""
+        return sorted(p.name[len("part-") : -len(".parquet")] for p in self.asset_dir(asset).glob("part-*.parquet"))
 
     def require(self, asset: str) -> list[Path]:
         files = self.files(asset)
@@ -57,7 +66,7 @@ class Store:
         """A DuckDB table expression over every file of an asset."""
         files = self.require(asset)
         listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
-        return f"read_parquet([{listing}])"
+        return f"read_parquet([{listing}], union_by_name = true)"
 
     def params(self, asset: str) -> dict[str, Any]:
         """Stored parameters of an asset (of its first file; partitions must agree)."""
@@ -140,6 +149,13 @@ def write_relation(target: Path, relation: duckdb.DuckDBPyRelation, params: dict
     """Stream a DuckDB query result into Parquet without materializing it in Python."""
     reader = relation.arrow(batch_size=65_536)  # duckdb 2.x: a RecordBatchReader
     return write_batches(target, reader.schema, reader, params)
+
+
+def write_schema(
+    store: Store, asset: str, relation: duckdb.DuckDBPyRelation | pa.Schema, params: dict[str, Any]
+) -> None:
+    schema = relation if isinstance(relation, pa.Schema) else relation.arrow().schema
+    write_batches(store.schema_path(asset), schema, [], params)
 
 
 def write_text(target: Path, text: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import http.client
+import json
 import mmap
 import re
 import time
@@ -28,7 +29,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,11 @@ from resiliparse.parse.encoding import detect_encoding
 from resiliparse.parse.html import HTMLTree
 
 from .errors import WebdedupError
-from .storage import Store, atomic_path, file_sha256
+from .storage import Store, atomic_path, file_sha256, write_text
 
 TERMS_URL = "https://commoncrawl.org/terms-of-use"
+WARC_FORMATS = ("warc", "commoncrawl")
+CONVERTER_VERSION = 1  # bump when the documents or rejections a conversion yields change
 DEFAULT_CC_BASE_URL = "https://data.commoncrawl.org/"
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
 SKIP_KINDS = ("warcinfo", "request", "metadata", "revisit", "resource", "conversion", "continuation", "unknown")
@@ -795,41 +798,75 @@ def write_rejections(rows: list[dict[str, Any]], parquet_path: Path, csv_path: P
             writer.writerows(rows)
 
 
-def clear_rejections(store: Store, partition: str | None, output_dir: Path | None) -> None:
+def clear_rejections(store: Store, output_dir: Path | None) -> None:
     """A non-WARC run leaves no stale rejected_records from an earlier WARC run."""
-    store.path("rejected_records", partition).unlink(missing_ok=True)
+    store.path("rejected_records").unlink(missing_ok=True)
     if output_dir is not None:
         (output_dir / "rejected_records.csv").unlink(missing_ok=True)
+
+
+def _staging_dir(store: Store) -> Path:
+    return store.root / ".warc_staging"
+
+
+def discard_staging(store: Store) -> None:
+    """Drop the staged conversion once the documents asset is written."""
+    folder = _staging_dir(store)
+    if folder.is_dir():
+        for path in folder.iterdir():
+            path.unlink(missing_ok=True)
+
+
+def _staging_key(warcs: list, targets: list, options: WarcOptions) -> str:
+    spec = {
+        "version": CONVERTER_VERSION,
+        "warc": [(str(f.path), f.sha256, f.bytes) for f in warcs],
+        "targets": [(str(f.path), f.sha256) for f in targets],
+        "options": asdict(options),
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def stage_warc(
     store: Store,
     files: list,
     options: WarcOptions | None,
-    partition: str | None,
     output_dir: Path | None,
-) -> tuple[list, list[dict[str, Any]], dict[str, Any], Path]:
+) -> tuple[list, list[dict[str, Any]], dict[str, Any]]:
     """Convert WARC inputs (or Common Crawl targets) into one staged Parquet; list what was skipped.
 
     Returns (files for the documents stage: the non-WARC inputs + the staged Parquet,
-    descriptions of the real inputs with record counts, summary, staged path).
+    descriptions of the real inputs with record counts, summary). The conversion is kept under
+    the storage root, keyed by the inputs' sha256 and the options, until `discard_staging`, so
+    that `webdedup run` reads (or fetches) each record once although it asks for the input's
+    crawl days before the documents stage runs.
     """
     from .documents import InputFile  # documents imports this module
 
+    options = options or WarcOptions()
     warcs = [f for f in files if f.format == "warc"]
     targets = [f for f in files if f.format == "commoncrawl"]
-    others = [f for f in files if f.format not in ("warc", "commoncrawl")]
+    others = [f for f in files if f.format not in WARC_FORMATS]
     if targets and (len(targets) > 1 or warcs or others):
         raise WebdedupError("input_format commoncrawl takes exactly one CSV of targets (warc_filename, offset, length)")
     names = [f.path.name for f in warcs]
     names = [n if names.count(n) == 1 else str(f.path) for n, f in zip(names, warcs)]
-    staged = store.root / ".warc_staging" / f"documents-{partition or 'all'}.parquet"
-    result = convert_warc_input(
-        [(f.path, n) for f, n in zip(warcs, names)],
-        staged,
-        options or WarcOptions(),
-        targets[0].path if targets else None,
-    )
+    key = _staging_key(warcs, targets, options)
+    staged = _staging_dir(store) / f"{key}.parquet"
+    summary_path = staged.with_suffix(".json")
+    rejected_path = staged.with_suffix(".rejected.parquet")
+    if staged.is_file() and summary_path.is_file() and rejected_path.is_file():
+        result = json.loads(summary_path.read_text())
+        result["rejected_rows"] = pq.read_table(rejected_path).to_pylist()
+    else:
+        discard_staging(store)  # one conversion at a time
+        if targets:
+            require_terms(options)
+        result = convert_warc_input(
+            [(f.path, n) for f, n in zip(warcs, names)], staged, options, targets[0].path if targets else None
+        )
+        write_rejections(result["rejected_rows"], rejected_path, None)
+        write_text(summary_path, json.dumps({k: v for k, v in result.items() if k != "rejected_rows"}, default=str))
     described = [f.describe() for f in others]
     if targets:
         described.append({**targets[0].describe(), **result["files"][0]})
@@ -837,8 +874,8 @@ def stage_warc(
         described += [{**f.describe(), **d} for f, d in zip(warcs, result["files"])]
     write_rejections(
         result["rejected_rows"],
-        store.path("rejected_records", partition),
+        store.path("rejected_records"),
         output_dir / "rejected_records.csv" if output_dir is not None else None,
     )
     staged_file = InputFile(staged, "parquet", file_sha256(staged), staged.stat().st_size)
-    return others + [staged_file], described, result["summary"], staged
+    return others + [staged_file], described, result["summary"]

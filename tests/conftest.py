@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from webdedup_assets.cli import execute
+from webdedup_assets.engine.storage import Store
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "fixtures" / "documents.csv"
+
+CLASSIC = {"shingle_size": 5, "num_perm": 64, "bands": 8, "rows": 8, "threshold": 0.7}
+
+
+def job_config(
+    storage_root: Path,
+    output_dir: Path,
+    input_path: Path | str = FIXTURE,
+    *,
+    shingle_size: int = 5,
+    num_perm: int = 120,
+    seed: int = 1,
+    bands: int = 20,
+    rows: int = 6,
+    threshold: float = 0.8,
+    **candidates: Any,
+) -> dict[str, Any]:
+    ops = {
+        "documents": {"input_path": str(input_path)},
+        "fingerprinted": {"shingle_size": shingle_size, "num_perm": num_perm, "seed": seed},
+        "band_memberships": {"bands": bands, "rows": rows},
+        "candidate_pairs": candidates,
+        "scored_pairs": {"threshold": threshold},
+        "duplicate_pairs": {"threshold": threshold},
+    }
+    return {
+        "ops": {k: {"config": v} for k, v in ops.items()},
+        "resources": {"storage": {"config": {"storage_root": str(storage_root), "output_dir": str(output_dir)}}},
+        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+    }
+
+
+class RunEvents:
+    """The events of a `webdedup run`-style execution (daily range run, then the global run)."""
+
+    def __init__(self, events: list):
+        self.all_events = events
+
+    @property
+    def success(self) -> bool:
+        failed = any(e.event_type_value == "STEP_FAILURE" for e in self.all_events)
+        done = any(
+            e.event_type_value == "ASSET_MATERIALIZATION" and e.asset_key.to_user_string() == "manifest"
+            for e in self.all_events
+        )
+        return done and not failed
+
+
+def run_job(tmp_path: Path, input_path: Path | str = FIXTURE, **params: Any) -> tuple[RunEvents, Store]:
+    """Run every crawl day of the input and then the global stages, as `webdedup run` does."""
+    storage_root = tmp_path / "storage"
+    config = job_config(storage_root, tmp_path / "output", input_path, **params)
+    return RunEvents(execute(str(input_path), config)), Store(storage_root)
+
+
+def failure_messages(result) -> list[str]:
+    messages = []
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            data = event.step_failure_data
+            if data.user_failure_data is not None and data.user_failure_data.description:
+                messages.append(data.user_failure_data.description)
+            else:
+                messages.append(data.error.to_string())
+    return messages
+
+
+def check_results(result) -> dict[str, Any]:
+    return {
+        e.event_specific_data.check_name: e.event_specific_data
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
+
+
+@pytest.fixture(scope="session")
+def fixture_run(tmp_path_factory) -> tuple[RunEvents, Store, Path]:
+    tmp = tmp_path_factory.mktemp("fixture_run")
+    result, store = run_job(tmp)
+    assert result.success, failure_messages(result)
+    return result, store, tmp / "output"
