@@ -20,6 +20,7 @@ import csv
 import hashlib
 import http.client
 import json
+import logging
 import mmap
 import re
 import time
@@ -47,6 +48,7 @@ from .storage import Store, atomic_path, file_sha256, write_text
 
 TERMS_URL = "https://commoncrawl.org/terms-of-use"
 WARC_FORMATS = ("warc", "commoncrawl")
+PROGRESS = logging.getLogger("webdedup.progress")
 CONVERTER_VERSION = 1  # bump when the documents or rejections a conversion yields change
 DEFAULT_CC_BASE_URL = "https://data.commoncrawl.org/"
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
@@ -862,8 +864,19 @@ def stage_warc(
         discard_staging(store)  # one conversion at a time
         if targets:
             require_terms(options)
+        what = f"{targets[0].path.name} (Common Crawl targets)" if targets else f"{len(warcs)} WARC file(s)"
+        PROGRESS.info("%-18s reading %s", "warc input", what)
         result = convert_warc_input(
             [(f.path, n) for f, n in zip(warcs, names)], staged, options, targets[0].path if targets else None
+        )
+        done = result["summary"]
+        PROGRESS.info(
+            "%-18s done: %s records -> %s documents, %s skipped or rejected in %.2f s",
+            "warc input",
+            done["records"],
+            done["documents"],
+            done["not_documents"],
+            done["seconds"],
         )
         write_rejections(result["rejected_rows"], rejected_path, None)
         write_text(summary_path, json.dumps({k: v for k, v in result.items() if k != "rejected_rows"}, default=str))
