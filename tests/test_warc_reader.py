@@ -189,6 +189,24 @@ def test_record_over_the_cap_is_rejected_without_stopping(tmp_path):
     assert result["rejected_rows"][0]["capture_url"] == "http://big.example/"
 
 
+def test_whole_file_gzip_over_the_cap_says_so(tmp_path):
+    recs = [Rec("response", f"http://w{i}.example/", page(f"W{i}", OTHER * 3).encode()) for i in range(20)]
+    raw = b"".join(record_bytes(r, False) for r in recs)
+    path = tmp_path / "whole.warc.gz"
+    path.write_bytes(gzip_member(raw))
+    result, rows = convert(tmp_path, path, max_record_bytes=len(raw) // 2)
+    [row] = result["rejected_rows"]
+    assert row["kind"] == "over_size_cap" and "holds more than one WARC record" in row["reason"]
+    result, rows = convert(tmp_path, path)  # under the cap: every record of the one member is read
+    assert len(rows) == 20 and result["summary"]["records"] == 20
+
+
+def test_mostly_utf8_page_with_a_stray_byte_keeps_its_declared_charset():
+    html = page("t", ARTICLE + " caf\u00e9").encode() + b"\xff"
+    text, codec, source = decode_html(html, "utf-8")
+    assert (codec, source) == ("utf_8", "http (lenient)") and "caf\u00e9" in text
+
+
 def test_duplicate_record_ids_are_rejected_not_fatal(tmp_path):
     rec = Rec("response", "http://a.example/", page("A", OTHER).encode())
     write_warc(tmp_path / "one.warc.gz", [rec])

@@ -239,10 +239,10 @@ def _codec(label: str | None) -> str | None:
 
 
 def decode_html(payload: bytes, http_charset: str | None) -> tuple[str, str, str]:
-    """Decode HTML bytes: HTTP header charset, then BOM, then <meta> charset, then detection.
+    """Decode HTML bytes: BOM, then HTTP header charset, then <meta> charset, then detection.
 
-    A declared charset is used only if the bytes decode with it without error; otherwise the
-    next source is tried. Returns (text, codec, source of the decision).
+    A declared charset is used only if the bytes decode with it (up to a few stray bytes);
+    otherwise the next source is tried. Returns (text, codec, source of the decision).
     """
     declared = [("http", _codec(http_charset))]
     if payload.startswith(b"\xef\xbb\xbf"):
@@ -252,12 +252,17 @@ def decode_html(payload: bytes, http_charset: str | None) -> tuple[str, str, str
     meta = META_CHARSET.search(payload[:4096])
     if meta:
         declared.append(("meta", _codec(meta.group(1).decode("ascii", "replace"))))
+    # Pages in the wild are often in their declared charset but for a stray byte or two: a source
+    # is kept when at most 0.5 % of the characters (or 2) do not decode, rather than guessing anew.
     for source, codec in declared:
-        if codec:
-            try:
-                return payload.decode(codec), codec, source
-            except (UnicodeDecodeError, LookupError):
-                continue
+        if not codec:
+            continue
+        try:
+            return payload.decode(codec), codec, source
+        except UnicodeDecodeError:
+            text = payload.decode(codec, errors="replace")
+            if text.count("\ufffd") <= max(2, len(text) // 200):
+                return text, codec, f"{source} (lenient)"
     codec = _codec(detect_encoding(payload)) or "utf_8"
     return payload.decode(codec, errors="replace"), codec, "detected"
 
@@ -337,6 +342,20 @@ def _next_member(buf, start: int, cap: int) -> int:
     return size
 
 
+def _over_cap_reason(buf, pos: int, total: int, cap: int) -> str:
+    """Why a member is over the cap: one big record, or many records in one member (whole-file gzip)."""
+    head = zlib.decompressobj(31).decompress(buf[pos : pos + 65536], 65536)
+    header_end = head.find(b"\r\n\r\n")
+    match = CONTENT_LENGTH.search(head[:header_end]) if WARC_START.match(head[:10]) and header_end > 0 else None
+    if match and header_end + 4 + int(match.group(1)) + 4 < total:
+        return (
+            f"gzip member of {total} bytes holds more than one WARC record (the first is "
+            f"{int(match.group(1))} bytes): a whole-file gzip over the cap of {cap}; recompress it one "
+            f"record per member (e.g. `warcio recompress`) or raise max_record_bytes"
+        )
+    return f"record of {total} bytes exceeds the cap of {cap}"
+
+
 def frame_gzip(buf, cap: int) -> Iterator[Framed]:
     """Walk a .warc.gz member by member (one record per member in a well-formed file).
 
@@ -365,9 +384,7 @@ def frame_gzip(buf, cap: int) -> Iterator[Framed]:
             pos = end
             continue
         if data is None:
-            yield Framed(
-                pos, end - pos, kind="over_size_cap", reason=f"record of {total} bytes exceeds the cap of {cap}"
-            )
+            yield Framed(pos, end - pos, kind="over_size_cap", reason=_over_cap_reason(buf, pos, total, cap))
         else:
             records = list(frame_plain(data, cap))
             if len(records) == 1:
@@ -396,7 +413,9 @@ def frame_plain(buf, cap: int) -> Iterator[Framed]:
         head_end = buf.find(b"\r\n\r\n", pos, pos + MAX_HEADER_BYTES)
         if head_end < 0:
             nxt = _next_warc_line(buf, pos + 1)
-            yield Framed(pos, nxt - pos, kind="bad_header", reason="WARC header does not end within 64 KiB")
+            lf_only = buf.find(b"\n\n", pos, pos + MAX_HEADER_BYTES) >= 0
+            reason = "WARC header lines end in LF, not CRLF" if lf_only else "WARC header does not end within 64 KiB"
+            yield Framed(pos, nxt - pos, kind="bad_header", reason=reason)
             pos = nxt
             continue
         header = bytes(buf[pos:head_end])
