@@ -209,9 +209,11 @@ def execute(input_path: str, config: dict[str, Any], input_format: str = "auto")
     from .defs.config import DocumentsConfig
     from .engine.documents import input_days
     from .engine.storage import Store
+    from .engine.warc import discard_staging
 
     documents = DocumentsConfig(**config["ops"]["documents"]["config"])  # WARC input is converted once, here
     storage = Store(Path(config["resources"]["storage"]["config"]["storage_root"]))
+    discard_staging(storage)  # a conversion left by an interrupted run is not reused
     days = input_days(input_path, input_format, store=storage, warc_options=documents.warc_options())
     if not days:  # empty or unreadable input: one day so that documents validates and reports it
         days = [datetime.now(UTC).date().isoformat()]
