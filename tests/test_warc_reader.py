@@ -214,6 +214,26 @@ def test_duplicate_record_ids_are_rejected_not_fatal(tmp_path):
     assert row["kind"] == "duplicate_record_id" and "one.warc.gz at offset 0" in row["reason"]
 
 
+def test_parallel_conversion_gives_the_same_result(tmp_path):
+    recs = corpus()
+    shared = recs["original"]  # the same record in two files: a document once, then a listed duplicate
+    files = []
+    for i, keys in enumerate([("original", "mirror", "request"), ("sjis", "metadata", "pdf"), ("gbk", "other")]):
+        path = tmp_path / f"part{i}.warc.gz"
+        write_warc(path, [recs[k] for k in keys] + ([shared] if i == 2 else []))
+        files.append(path)
+    one, rows_one = convert(tmp_path, *files, workers=1)
+    two, rows_two = convert(tmp_path, *files, workers=3)
+    assert rows_one == rows_two and len(rows_one) == 5
+    assert one["rejected_rows"] == two["rejected_rows"] and one["files"] == two["files"]
+    assert {k: v for k, v in one["summary"].items() if k != "seconds"} == {
+        k: v for k, v in two["summary"].items() if k != "seconds"
+    }
+    [dup] = [r for r in two["rejected_rows"] if r["kind"] == "duplicate_record_id"]
+    assert dup["warc_filename"] == "part2.warc.gz" and "part0.warc.gz at offset 0" in dup["reason"]
+    assert two["files"][2]["documents"] == 2 and two["files"][2]["rejected"] == {"duplicate_record_id": 1}
+
+
 def test_resolve_input_detects_warc_names(tmp_path):
     for name in ("a.warc.gz", "b.WARC", "c.csv", "notes.txt"):
         (tmp_path / name).write_bytes(b"")

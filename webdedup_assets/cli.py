@@ -65,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--cc-timeout", type=float, default=30.0, help="seconds per range request (default 30)")
     run.add_argument("--cc-retries", type=int, default=3, help="retries after a timeout or 5xx (default 3)")
     run.add_argument("--cc-concurrency", type=int, default=4, help="range requests in flight (default 4)")
+    run.add_argument(
+        "--warc-workers",
+        type=int,
+        default=1,
+        help="processes converting local WARC files (default 1; 0: one per CPU, never more than files)",
+    )
     run.add_argument("--shingle-size", type=int, default=5, help="tokens per shingle (default 5)")
     run.add_argument("--num-perm", type=int, default=120, help="MinHash values per document (default 120)")
     run.add_argument("--seed", type=int, default=1, help="MinHash seed (default 1)")
@@ -128,6 +134,7 @@ def run_config(args: argparse.Namespace, storage_root: Path, output_dir: Path) -
             "cc_timeout_seconds": args.cc_timeout,
             "cc_max_retries": args.cc_retries,
             "cc_concurrency": args.cc_concurrency,
+            "warc_workers": args.warc_workers,
         },
         "fingerprinted": {"shingle_size": args.shingle_size, "num_perm": args.num_perm, "seed": args.seed},
         "band_memberships": {"bands": args.bands, "rows": rows},

@@ -42,6 +42,9 @@ class DocumentsConfig(dg.Config):
     cc_max_retries: int = Field(default=3, ge=0, description="Retries after a timeout, 5xx or 429.")
     cc_retry_backoff_seconds: float = Field(default=1.0, ge=0, description="First retry delay; doubles each time.")
     cc_concurrency: int = Field(default=4, ge=1, description="Range requests in flight.")
+    warc_workers: int = Field(
+        default=1, ge=0, description="Processes converting local WARC files; 0: one per CPU, never more than files."
+    )
 
     def warc_options(self):
         from ..engine.warc import WarcOptions
@@ -54,6 +57,7 @@ class DocumentsConfig(dg.Config):
             cc_max_retries=self.cc_max_retries,
             cc_retry_backoff_seconds=self.cc_retry_backoff_seconds,
             cc_concurrency=self.cc_concurrency,
+            workers=self.warc_workers,
         )
 
 

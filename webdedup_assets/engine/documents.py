@@ -49,6 +49,8 @@ def _suffix(path: Path) -> str:
     """The format-bearing suffix: `.warc.gz` counts as one."""
     name = path.name.lower()
     return ".warc.gz" if name.endswith(".warc.gz") else path.suffix.lower()
+
+
 MAX_LINE_BYTES = 1 << 30  # a single CSV record may hold a very large page
 
 

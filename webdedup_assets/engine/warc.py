@@ -22,6 +22,8 @@ import http.client
 import json
 import logging
 import mmap
+import multiprocessing
+import os
 import re
 import time
 import urllib.error
@@ -29,7 +31,8 @@ import urllib.request
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from datetime import UTC
 from pathlib import Path
@@ -37,6 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fastwarc.warc import WarcRecord, WarcRecordType
 from resiliparse.extract.html2text import extract_plain_text
@@ -77,7 +81,7 @@ DOCUMENT_SCHEMA = pa.schema(
         ("warc_filename", pa.string()),
         ("warc_offset", pa.int64()),
         ("warc_length", pa.int64()),
-        ("warc_date", pa.timestamp("s", tz="UTC")),
+        ("warc_date", pa.timestamp("ms", tz="UTC")),  # Parquet has no seconds unit
         ("http_status", pa.int32()),
         ("content_type", pa.string()),
         ("payload_digest", pa.string()),
@@ -129,6 +133,7 @@ class WarcOptions:
     cc_max_retries: int = 3
     cc_retry_backoff_seconds: float = 1.0
     cc_concurrency: int = 4
+    workers: int = 1  # processes converting local WARC files; 0: one per CPU; never more than files
 
 
 @dataclass
@@ -159,7 +164,8 @@ class Collector:
         self.rows: list[dict[str, Any]] = []
         self.rejected: list[dict[str, Any]] = []
         self.reports: dict[str, FileReport] = {}
-        self.seen_ids: dict[str, str] = {}
+        self.seen_ids: dict[str, str] = {}  # every record id -> where it was first seen
+        self.documents: dict[str, tuple[str, int, int, str | None]] = {}  # record id -> (file, offset, length, url)
         self.response_digests: set[str] = set()
         self.revisits: list[tuple[str | None, str | None]] = []
 
@@ -171,6 +177,7 @@ class Collector:
 
     def add_document(self, name: str, row: dict[str, Any]) -> None:
         self.report(name).documents += 1
+        self.documents[row["warc_record_id"]] = (name, row["warc_offset"], row["warc_length"], row["capture_url"])
         self.rows.append(row)
         if len(self.rows) >= self.BATCH:
             self.flush()
@@ -189,24 +196,35 @@ class Collector:
     ) -> None:
         report = self.report(name)
         (report.skipped if skipped else report.rejected)[kind] += 1
-        self.rejected.append(
-            {
-                "warc_filename": name,
-                "warc_offset": offset,
-                "warc_length": length,
-                "warc_record_id": record_id,
-                "doc_id": doc_id_for(record_id) if record_id else None,
-                "capture_url": url,
-                "record_type": record_type,
-                "kind": kind,
-                "reason": reason,
-            }
-        )
+        self.rejected.append(rejection_row(name, offset, length, kind, reason, record_id, url, record_type))
 
     def flush(self) -> None:
         if self.rows:
             self.writer.write_table(pa.Table.from_pylist(self.rows, schema=DOCUMENT_SCHEMA))
             self.rows = []
+
+
+def rejection_row(
+    name: str,
+    offset: int | None,
+    length: int | None,
+    kind: str,
+    reason: str,
+    record_id: str | None = None,
+    url: str | None = None,
+    record_type: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "warc_filename": name,
+        "warc_offset": offset,
+        "warc_length": length,
+        "warc_record_id": record_id,
+        "doc_id": doc_id_for(record_id) if record_id else None,
+        "capture_url": url,
+        "record_type": record_type,
+        "kind": kind,
+        "reason": reason,
+    }
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -526,10 +544,7 @@ def handle_record(collector: Collector, name: str, offset: int, length: int, rec
     if not record_id:
         reject("bad_record", "WARC record has no WARC-Record-ID")
         return
-    if record_id in collector.seen_ids:
-        reject("duplicate_record_id", f"WARC-Record-ID already seen in {collector.seen_ids[record_id]}")
-        return
-    collector.seen_ids[record_id] = f"{name} at offset {offset}"
+    collector.seen_ids.setdefault(record_id, f"{name} at offset {offset}")
     if record.record_type == WarcRecordType.revisit:
         collector.revisits.append((headers.get("WARC-Refers-To"), headers.get("WARC-Payload-Digest")))
         refers = headers.get("WARC-Refers-To") or headers.get("WARC-Refers-To-Target-URI") or "an earlier capture"
@@ -572,6 +587,10 @@ def handle_record(collector: Collector, name: str, offset: int, length: int, rec
         title, body = extract(text)
     except Exception as err:  # the HTML parser raises its own exception types
         reject("bad_html", f"HTML extraction failed: {err}")
+        return
+    if record_id in collector.documents:
+        first = collector.documents[record_id]
+        reject("duplicate_record_id", f"WARC-Record-ID already a document from {first[0]} at offset {first[1]}")
         return
     date = date.astimezone(UTC)
     collector.add_document(
@@ -743,6 +762,86 @@ def read_commoncrawl(collector: Collector, targets_path: Path, options: WarcOpti
 # --------------------------------------------------------------------------- stage entry
 
 
+@dataclass
+class FileResult:
+    """What converting one WARC file yields (sent back from a worker process)."""
+
+    name: str
+    part: str
+    report: FileReport
+    rejected: list[dict[str, Any]]
+    seen_ids: dict[str, str]
+    documents: dict[str, tuple[str, int, int, str | None]]
+    response_digests: set[str]
+    revisits: list[tuple[str | None, str | None]]
+
+
+def convert_file(path: str, name: str, options: WarcOptions, part: str) -> FileResult:
+    """Convert one WARC file into a Parquet part of documents (runs in a worker process)."""
+    with atomic_path(Path(part)) as temp:
+        with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
+            collector = Collector(writer)
+            read_warc_file(collector, Path(path), name, options)
+            collector.flush()
+    return FileResult(
+        name,
+        part,
+        collector.report(name),
+        collector.rejected,
+        collector.seen_ids,
+        collector.documents,
+        collector.response_digests,
+        collector.revisits,
+    )
+
+
+def _convert_files(files: list[tuple[Path, str]], target: Path, options: WarcOptions) -> list[FileResult]:
+    """Convert each file (in parallel processes when there are several), then merge in input order.
+
+    A record id that is already a document in an earlier file is rejected as a duplicate, so
+    the result does not depend on the number of workers.
+    """
+    parts = [str(target.with_name(f"{target.stem}.part{i}.parquet")) for i in range(len(files))]
+    workers = options.workers or os.cpu_count() or 1
+    workers = max(1, min(workers, len(files)))
+    jobs = [(str(path), name, options, part) for (path, name), part in zip(files, parts)]
+    results = None
+    if workers > 1:
+        context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
+        try:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+                results = list(pool.map(convert_file, *zip(*jobs)))
+        except BrokenProcessPool:  # e.g. a __main__ that spawn cannot re-import (a script on stdin)
+            PROGRESS.warning("warc input: worker processes failed to start; converting in this process")
+    if results is None:
+        results = [convert_file(*job) for job in jobs]
+    documents: dict[str, str] = {}
+    with atomic_path(target) as temp:
+        with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
+            for result in results:
+                drop = []
+                for record_id, (name, offset, length, url) in result.documents.items():
+                    if record_id in documents:
+                        drop.append(doc_id_for(record_id))
+                        result.report.documents -= 1
+                        result.report.rejected["duplicate_record_id"] += 1
+                        reason = f"WARC-Record-ID already a document from {documents[record_id]}"
+                        result.rejected.append(
+                            rejection_row(
+                                name, offset, length, "duplicate_record_id", reason, record_id, url, "response"
+                            )
+                        )
+                    else:
+                        documents[record_id] = f"{name} at offset {offset}"
+                with pq.ParquetFile(result.part) as part:
+                    for batch in part.iter_batches(batch_size=4096):
+                        if drop:
+                            batch = batch.filter(pc.invert(pc.is_in(batch.column("doc_id"), pa.array(drop))))
+                        writer.write_batch(batch)
+                Path(result.part).unlink()
+    return results
+
+
 def convert_warc_input(
     files: list[tuple[Path, str]],
     target: Path,
@@ -755,55 +854,60 @@ def convert_warc_input(
     rejection counts by kind, revisit resolution and the rejection rows.
     """
     started = time.perf_counter()
-    with atomic_path(target) as temp:
-        with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
-            collector = Collector(writer)
-            described: list[dict[str, Any]] = []
-            if commoncrawl_targets is not None:
+    described: list[dict[str, Any]] = []
+    if commoncrawl_targets is not None:
+        with atomic_path(target) as temp:
+            with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
+                collector = Collector(writer)
                 targets = read_commoncrawl(collector, commoncrawl_targets, options)
-                described.append(
-                    {
-                        "path": str(commoncrawl_targets),
-                        "format": "commoncrawl",
-                        "sha256": file_sha256(commoncrawl_targets),
-                        "bytes": commoncrawl_targets.stat().st_size,
-                        "base_url": options.cc_base_url,
-                        "targets": len(targets),
-                        "warc_files": {n: r.describe() for n, r in sorted(collector.reports.items())},
-                    }
-                )
-            else:
-                for path, name in files:
-                    read_warc_file(collector, path, name, options)
-            collector.flush()
-    if commoncrawl_targets is None:
-        for path, name in files:
-            described.append(
-                {"path": str(path), "format": "warc", "warc_filename": name, **collector.report(name).describe()}
-            )
+                collector.flush()
+        described.append(
+            {
+                "path": str(commoncrawl_targets),
+                "format": "commoncrawl",
+                "sha256": file_sha256(commoncrawl_targets),
+                "bytes": commoncrawl_targets.stat().st_size,
+                "base_url": options.cc_base_url,
+                "targets": len(targets),
+                "warc_files": {n: r.describe() for n, r in sorted(collector.reports.items())},
+            }
+        )
+        reports = list(collector.reports.values())
+        rejected_rows, seen_ids = collector.rejected, collector.seen_ids
+        digests, revisits = collector.response_digests, collector.revisits
+    else:
+        results = _convert_files(files, target, options)
+        for (path, name), result in zip(files, results):
+            described.append({"path": str(path), "format": "warc", "warc_filename": name, **result.report.describe()})
+        reports = [r.report for r in results]
+        rejected_rows = [row for r in results for row in r.rejected]
+        seen_ids, digests, revisits = {}, set(), []
+        for r in results:
+            for record_id, where in r.seen_ids.items():
+                seen_ids.setdefault(record_id, where)
+            digests |= r.response_digests
+            revisits += r.revisits
     resolved = sum(
-        1
-        for refers_to, digest in collector.revisits
-        if (refers_to and refers_to in collector.seen_ids) or (digest and digest in collector.response_digests)
+        1 for refers_to, digest in revisits if (refers_to and refers_to in seen_ids) or (digest and digest in digests)
     )
     skipped: Counter = Counter()
     rejected: Counter = Counter()
-    for report in collector.reports.values():
+    for report in reports:
         skipped.update(report.skipped)
         rejected.update(report.rejected)
     return {
         "files": described,
         "summary": {
-            "records": sum(r.records for r in collector.reports.values()),
-            "documents": sum(r.documents for r in collector.reports.values()),
+            "records": sum(r.records for r in reports),
+            "documents": sum(r.documents for r in reports),
             "skipped": dict(sorted(skipped.items())),
             "rejected": dict(sorted(rejected.items())),
             "not_documents": sum(skipped.values()) + sum(rejected.values()),
-            "revisits": len(collector.revisits),
+            "revisits": len(revisits),
             "revisits_pointing_into_input": resolved,
             "seconds": round(time.perf_counter() - started, 4),
         },
-        "rejected_rows": collector.rejected,
+        "rejected_rows": rejected_rows,
     }
 
 
