@@ -1,6 +1,7 @@
 """Crawl-day partitions: backfills, new days, re-runs, parallel runs, the schedule, dates outside."""
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -13,10 +14,11 @@ import pytest
 
 from webdedup_assets.cli import RANGE_END_TAG, RANGE_START_TAG, main
 from webdedup_assets.defs import DAILY_JOB, GLOBAL_JOB, build_defs
+from webdedup_assets.engine.documents import combined_sha256, resolve_input
 from webdedup_assets.engine.manifest import load_manifest
 from webdedup_assets.engine.storage import Store
 
-from .conftest import FIXTURE, failure_messages
+from .conftest import FIXTURE, check_results, failure_messages
 
 FIRST, LAST = "2026-03-01", "2026-03-22"
 
@@ -73,6 +75,7 @@ class Env:
             run_config=self.config(), instance=self.instance, raise_on_error=False
         )
         assert result.success, failure_messages(result)
+        self.last_global = result
         return load_manifest(Store(self.storage))
 
     def store(self) -> Store:
@@ -97,14 +100,24 @@ def split(tmp_path):
 def test_backfilling_every_day_then_the_global_stages_gives_the_fixture_counts(split):
     env, by_day = split
     assert len(by_day) >= 4
+    # pin the fixture's counts for the folder layout, matched by the checksum of all its files
+    pinned = json.loads((FIXTURE.parent / "documents.expected.json").read_text())
+    pinned["input_sha256"] = combined_sha256(resolve_input(str(env.input)))
+    (env.input / "webdedup.expected.json").write_text(json.dumps(pinned))
     result = env.daily(FIRST, LAST)
     assert materialized_partitions(result, "fingerprinted") == {
         f"2026-03-{d:02d}" for d in range(1, 23)
     }  # one run, every day, including days without pages
     assert sorted(env.store().partitions("documents")) == sorted(by_day)
-    counts = env.global_stages()["counts"]
+    manifest = env.global_stages()
+    counts = manifest["counts"]
     assert counts["documents"] == 24 and counts["candidate_pairs"] == 18
     assert counts["duplicate_pairs"] == 18 and counts["representatives"] == 12
+    assert len(manifest["input"]["files"]) == len(by_day)
+    assert manifest["input"]["sha256"] == pinned["input_sha256"]
+    checks = check_results(env.last_global)
+    assert checks["candidate_pairs_match_expected_counts"].passed
+    assert checks["deduped_documents_match_expected_counts"].passed
 
 
 def test_a_new_day_is_fingerprinted_alone_and_joins_the_old_cluster(split):
