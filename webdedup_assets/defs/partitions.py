@@ -2,7 +2,7 @@
 
 The daily stages are partitioned by the UTC day of `crawled_at`. The range starts at
 WEBDEDUP_PARTITION_START (default 2000-01-01) and ends at WEBDEDUP_PARTITION_END when set
-(inclusive, so a corpus with future-dated pages can be covered), otherwise today (UTC).
+(inclusive, so a corpus with future-dated pages can be covered), otherwise yesterday (UTC).
 `webdedup run` builds the partitions from the days present in its input instead, so no page
 is left out whatever its date.
 """
@@ -23,8 +23,9 @@ def daily_partitions() -> dg.DailyPartitionsDefinition:
     if end:
         exclusive_end = (date.fromisoformat(end) + timedelta(days=1)).isoformat()
         return dg.DailyPartitionsDefinition(start_date=start, end_date=exclusive_end, timezone="UTC")
-    # end_offset=1: today's (still incomplete) crawl day is a partition as well
-    return dg.DailyPartitionsDefinition(start_date=start, end_offset=1, timezone="UTC")
+    # The last partition is yesterday: a day is fingerprinted once it is complete (the schedule
+    # runs it shortly after midnight UTC); pages dated today are reported until then.
+    return dg.DailyPartitionsDefinition(start_date=start, timezone="UTC")
 
 
 def input_day_partitions(days: list[str]) -> dg.StaticPartitionsDefinition:

@@ -39,7 +39,9 @@ def stage_candidate_pairs(
         raise WebdedupError(f"bucket_policy must be one of {', '.join(BUCKET_POLICIES)}, got {bucket_policy!r}")
     if max_pair_slots < 0:
         raise WebdedupError(f"max_pair_slots must be >= 0, got {max_pair_slots}")
-    upstream = store.params("band_memberships")
+    store.params("fingerprinted", check_partitions=True)
+    upstream = store.params("band_memberships", check_partitions=True)
+    _require_unique_doc_ids(store)
     con = connect(store)
     bm = store.scan_sql("band_memberships")
     docs = store.scan_sql("documents")
@@ -135,3 +137,14 @@ def stage_candidate_pairs(
         )
     con.close()
     return {**params, **stats}
+
+
+def _require_unique_doc_ids(store: Store) -> None:
+    """Each day is validated alone, so a doc_id repeated on two days is caught here."""
+    con = connect()
+    dupes = con.execute(f"""SELECT doc_id, count(*) FROM {store.scan_sql("documents")}
+        GROUP BY doc_id HAVING count(*) > 1 ORDER BY doc_id LIMIT 5""").fetchall()
+    con.close()
+    if dupes:
+        listed = "; ".join(f"{d!r} x{n}" for d, n in dupes)
+        raise WebdedupError(f"doc_id must be unique across crawl days; repeated: {listed} (each on several days)")

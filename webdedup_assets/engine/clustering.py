@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from ..core.components import component_labels
 from ..core.ranking import policy_order_by
+from .documents import stored_extra_columns
 from .errors import WebdedupError
 from .storage import Store, connect, quote_ident, scalar, write_csv, write_parquet_copy, write_relation, write_table
 
@@ -81,9 +82,8 @@ def stage_deduped_documents(store: Store, representative_policy: str, output_dir
     except ValueError as err:
         raise WebdedupError(str(err)) from None
     upstream = store.params("clusters")
-    docs_params = store.params("documents")
     con = connect(store)
-    extra = docs_params.get("extra_columns", [])
+    extra = stored_extra_columns(store)
     doc_cols = ", ".join(
         f"d.{quote_ident(c)}" for c in ["doc_id", "source", "domain", "crawled_at", "title", "body", *extra]
     )

@@ -394,3 +394,33 @@ def input_days(
         days.update(d for (d,) in rows if d is not None)
     con.close()
     return sorted(days)
+
+
+def stored_input(store: Store) -> tuple[list[dict[str, Any]], str | None]:
+    """Every input file the stored documents were read from (over all crawl days), and the
+    combined checksum of those files (the file's own sha256 when there is one)."""
+    from .storage import read_params
+
+    seen: dict[str, dict[str, Any]] = {}
+    for part in store.files("documents"):
+        for f in read_params(part).get("input_files", []):
+            seen.setdefault(f["path"], f)
+    files = [seen[k] for k in sorted(seen)]
+    if not files:
+        return [], None
+    if len(files) == 1:
+        return files, files[0]["sha256"]
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{Path(f['path']).name}\t{f['sha256']}\n".encode())
+    return files, digest.hexdigest()
+
+
+def stored_extra_columns(store: Store) -> list[str]:
+    """Extra (non-contract) columns present in any stored day, in first-seen order."""
+    con = connect()
+    try:
+        columns = con.sql(f"SELECT * FROM {store.scan_sql('documents')} LIMIT 0").columns
+    finally:
+        con.close()
+    return [c for c in columns if c not in REQUIRED_COLUMNS]

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .documents import stored_input
 from .storage import Store, connect, scalar
 
 EXPECTATIONS_SUFFIX = ".expected.json"
@@ -96,7 +97,7 @@ def load_expectations(store: Store) -> tuple[dict[str, int] | None, str]:
     """The pinned counts for the current input, or None and the reason they do not apply."""
     params = store.params("documents")
     input_path = params.get("input_path", "")
-    checksum = params.get("input_sha256")
+    _, checksum = stored_input(store)
     path = expectations_path(input_path)
     if path is None:
         return None, f"input {input_path!r} is a glob: no expectations file is looked up"

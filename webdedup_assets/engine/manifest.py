@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.minhash import candidate_probability
+from .documents import stored_input
 from .storage import Store, connect, write_csv, write_parquet_copy, write_text
 
 STAGES = (
@@ -60,13 +61,7 @@ def build_manifest(store: Store) -> dict[str, Any]:
     clusters = stats["clusters"]
     dedup = stats["deduped_documents"]
     documents = cand["documents"]
-    input_files: list[dict] = []
-    for part in sorted(store.files("documents")):
-        from .storage import read_params
-
-        for f in read_params(part).get("input_files", []):
-            if f not in input_files:
-                input_files.append(f)
+    input_files, input_sha256 = stored_input(store)
     return {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "storage_root": str(store.root),
@@ -111,7 +106,7 @@ def build_manifest(store: Store) -> dict[str, Any]:
             "retained_ratio": dedup["retained_ratio"],
         },
         "input": {
-            "sha256": params["documents"].get("input_sha256"),
+            "sha256": input_sha256,
             "files": input_files,
             **({"warc": params["documents"]["warc"]} if params["documents"].get("warc") else {}),
         },

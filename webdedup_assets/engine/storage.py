@@ -68,18 +68,23 @@ class Store:
         listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
         return f"read_parquet([{listing}], union_by_name = true)"
 
-    def params(self, asset: str) -> dict[str, Any]:
-        """Stored parameters of an asset (of its first file; partitions must agree)."""
+    def params(self, asset: str, check_partitions: bool = False) -> dict[str, Any]:
+        """Stored parameters of an asset: of its schema file (the latest partitioned run) or its
+        only file. With check_partitions, every partition must have been built with the same
+        fingerprint and banding parameters (done once by the global stages)."""
         files = self.require(asset)
-        found = [read_params(f) for f in files]
-        first = found[0]
-        for path, other in zip(files[1:], found[1:]):
+        schema_file = self.schema_path(asset)
+        first = read_params(schema_file if schema_file.exists() else files[0])
+        if not check_partitions:
+            return first
+        for path in files:
+            other = read_params(path)
             for key in ("fingerprint", "banding"):
                 if key in first and other.get(key) != first.get(key):
                     raise WebdedupError(
-                        f"partitions of {asset!r} were built with different parameters: "
-                        f"{files[0].name} has {key}={first[key]} but {path.name} has "
-                        f"{key}={other.get(key)}; re-materialize the older partitions"
+                        f"partitions of {asset!r} were built with different parameters: the latest run used "
+                        f"{key}={first[key]} but {path.name} has {key}={other.get(key)}; re-materialize "
+                        f"the older partitions with the same parameters"
                     )
         return first
 

@@ -1,0 +1,375 @@
+"""Crawl-day partitions: backfills, new days, re-runs, parallel runs, the schedule, dates outside."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+
+from webdedup_assets.cli import RANGE_END_TAG, RANGE_START_TAG, main
+from webdedup_assets.defs import DAILY_JOB, GLOBAL_JOB, build_defs
+from webdedup_assets.engine.documents import combined_sha256, resolve_input
+from webdedup_assets.engine.manifest import load_manifest
+from webdedup_assets.engine.storage import Store
+
+from .conftest import FIXTURE, check_results, failure_messages
+
+FIRST, LAST = "2026-03-01", "2026-03-22"
+
+
+def split_fixture_by_day(folder: Path) -> dict[str, list[dict]]:
+    """The fixture as one CSV per crawl day: the folder layout a daily crawl produces."""
+    with open(FIXTURE, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    by_day = defaultdict(list)
+    for row in rows:
+        by_day[row["crawled_at"]].append(row)
+    folder.mkdir(parents=True, exist_ok=True)
+    for day, day_rows in by_day.items():
+        write_day(folder, day, day_rows)
+    return by_day
+
+
+def write_day(folder: Path, day: str, rows: list[dict]) -> Path:
+    path = folder / f"{day}.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["doc_id", "source", "domain", "crawled_at", "title", "body"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+class Env:
+    def __init__(self, tmp_path: Path, input_path: Path):
+        self.storage = tmp_path / "storage"
+        self.output = tmp_path / "output"
+        self.input = input_path
+        self.defs = build_defs()
+        self.instance = dg.DagsterInstance.ephemeral()
+
+    def config(self, ops=()):
+        return {
+            "ops": {"documents": {"config": {"input_path": str(self.input)}}} if "documents" in ops else {},
+            "resources": {"storage": {"config": {"storage_root": str(self.storage), "output_dir": str(self.output)}}},
+            "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+        }
+
+    def daily(self, first: str, last: str | None = None):
+        result = self.defs.resolve_job_def(DAILY_JOB).execute_in_process(
+            run_config=self.config(ops=["documents"]),
+            instance=self.instance,
+            raise_on_error=False,
+            tags={RANGE_START_TAG: first, RANGE_END_TAG: last or first},
+        )
+        assert result.success, failure_messages(result)
+        return result
+
+    def global_stages(self):
+        result = self.defs.resolve_job_def(GLOBAL_JOB).execute_in_process(
+            run_config=self.config(), instance=self.instance, raise_on_error=False
+        )
+        assert result.success, failure_messages(result)
+        self.last_global = result
+        return load_manifest(Store(self.storage))
+
+    def store(self) -> Store:
+        return Store(self.storage)
+
+
+def materialized_partitions(result, asset: str) -> set[str]:
+    return {e.partition for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == asset}
+
+
+def representatives(store: Store) -> dict[str, str]:
+    return dict(duckdb.sql(f"SELECT cluster_id, doc_id FROM {store.scan_sql('deduped_documents')}").fetchall())
+
+
+@pytest.fixture
+def split(tmp_path):
+    folder = tmp_path / "crawl"
+    by_day = split_fixture_by_day(folder)
+    return Env(tmp_path, folder), by_day
+
+
+def test_backfilling_every_day_then_the_global_stages_gives_the_fixture_counts(split):
+    env, by_day = split
+    assert len(by_day) >= 4
+    # pin the fixture's counts for the folder layout, matched by the checksum of all its files
+    pinned = json.loads((FIXTURE.parent / "documents.expected.json").read_text())
+    pinned["input_sha256"] = combined_sha256(resolve_input(str(env.input)))
+    (env.input / "webdedup.expected.json").write_text(json.dumps(pinned))
+    result = env.daily(FIRST, LAST)
+    assert materialized_partitions(result, "fingerprinted") == {
+        f"2026-03-{d:02d}" for d in range(1, 23)
+    }  # one run, every day, including days without pages
+    assert sorted(env.store().partitions("documents")) == sorted(by_day)
+    manifest = env.global_stages()
+    counts = manifest["counts"]
+    assert counts["documents"] == 24 and counts["candidate_pairs"] == 18
+    assert counts["duplicate_pairs"] == 18 and counts["representatives"] == 12
+    assert len(manifest["input"]["files"]) == len(by_day)
+    assert manifest["input"]["sha256"] == pinned["input_sha256"]
+    checks = check_results(env.last_global)
+    assert checks["candidate_pairs_match_expected_counts"].passed
+    assert checks["deduped_documents_match_expected_counts"].passed
+
+
+def test_a_new_day_is_fingerprinted_alone_and_joins_the_old_cluster(split):
+    env, _ = split
+    env.daily(FIRST, LAST)
+    env.global_stages()
+    before = {p: p.stat().st_mtime_ns for p in env.store().files("fingerprinted") if p.name.startswith("part-")}
+    with open(FIXTURE, newline="") as handle:
+        canonical = next(r for r in csv.DictReader(handle) if r["doc_id"] == "billing-canonical")
+    new_day = "2026-04-02"
+    write_day(
+        env.input,
+        new_day,
+        [{**canonical, "doc_id": "billing-late-mirror", "domain": "late.example", "crawled_at": new_day}],
+    )
+    result = env.daily(new_day)
+    assert materialized_partitions(result, "fingerprinted") == {new_day}
+    after = {p: p.stat().st_mtime_ns for p in env.store().files("fingerprinted") if p.name.startswith("part-")}
+    assert {p: t for p, t in after.items() if p in before} == before  # old days untouched
+    assert env.store().partitions("fingerprinted")[-1] == new_day
+    counts = env.global_stages()["counts"]
+    assert counts["documents"] == 25 and counts["duplicate_clusters"] == 6
+    clusters = dict(duckdb.sql(f"SELECT doc_id, cluster_id FROM {env.store().scan_sql('clusters')}").fetchall())
+    assert clusters["billing-late-mirror"] == "cluster-billing-canonical"
+    assert representatives(env.store())["cluster-billing-canonical"] == "billing-late-mirror"  # newest wins
+
+
+def test_rerunning_a_day_replaces_exactly_that_days_rows(split):
+    env, by_day = split
+    env.daily(FIRST, LAST)
+    store = env.store()
+    other_days = {
+        p: p.stat().st_mtime_ns
+        for p in store.files("documents")
+        if p.name.startswith("part-") and "2026-03-05" not in p.name
+    }
+    rows = by_day["2026-03-05"]
+    changed = [{**rows[0], "doc_id": "incident-canonical-v2", "body": rows[0]["body"] + " Updated."}]
+    write_day(env.input, "2026-03-05", changed)
+    env.daily("2026-03-05")
+    day = duckdb.sql(f"SELECT doc_id FROM read_parquet('{store.path('documents', '2026-03-05')}')").fetchall()
+    assert day == [("incident-canonical-v2",)]
+    assert {
+        p: p.stat().st_mtime_ns
+        for p in store.files("documents")
+        if p.name.startswith("part-") and "2026-03-05" not in p.name
+    } == other_days
+    ids = {d for (d,) in duckdb.sql(f"SELECT doc_id FROM {store.scan_sql('fingerprinted')}").fetchall()}
+    assert "incident-canonical-v2" in ids and "incident-canonical" not in ids and len(ids) == 24
+
+
+def test_deleting_a_days_input_and_rerunning_it_removes_its_documents(split):
+    env, by_day = split
+    env.daily(FIRST, LAST)
+    assert env.global_stages()["counts"]["documents"] == 24
+    (env.input / "2026-03-03.csv").unlink()  # held billing-mirror
+    result = env.daily("2026-03-03")
+    assert materialized_partitions(result, "documents") == {"2026-03-03"}  # a valid, empty partition
+    counts = env.global_stages()["counts"]
+    assert counts["documents"] == 23 and counts["candidate_pairs"] == 16  # billing lost 2 of its 3 pairs
+    assert representatives(env.store())["cluster-billing-canonical"] == "billing-revision"
+
+
+def test_three_days_in_parallel_with_the_multiprocess_executor(tmp_path):
+    folder = tmp_path / "crawl"
+    split_fixture_by_day(folder)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((Path(__file__).parents[1] / "dagster.yaml").read_text())
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "WEBDEDUP_INPUT": str(folder),
+        "WEBDEDUP_STORAGE_ROOT": str(tmp_path / "storage"),
+        "WEBDEDUP_OUTPUT_DIR": str(tmp_path / "output"),
+    }
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    days = ["2026-03-01", "2026-03-02", "2026-03-03"]
+    # create the instance's storage once; the three runs then share it (as under `dagster dev`)
+    subprocess.run([dagster, "instance", "migrate"], env=env, cwd=tmp_path, check=True, capture_output=True)
+    procs = [
+        subprocess.Popen(
+            [
+                dagster,
+                "asset",
+                "materialize",
+                "-m",
+                "webdedup_assets.defs",
+                "--select",
+                "documents,fingerprinted,band_memberships",
+                "--partition",
+                day,
+            ],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for day in days
+    ]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    for proc, out in zip(procs, outputs):
+        assert proc.returncode == 0, out[-3000:]
+        assert "Multiprocess executor" in out
+        assert "lock" not in out.lower() or "RUN_SUCCESS" in out
+    store = Store(tmp_path / "storage")
+    assert store.partitions("band_memberships") == days
+    ids = {d for (d,) in duckdb.sql(f"SELECT doc_id FROM {store.scan_sql('fingerprinted')}").fetchall()}
+    assert ids == {"billing-canonical", "billing-revision", "billing-mirror"}
+
+
+def test_the_schedule_requests_the_previous_crawl_day():
+    defs = build_defs()
+    schedule = defs.resolve_schedule_def("webdedup_daily_schedule")
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    context = dg.build_schedule_context(
+        scheduled_execution_time=__import__("datetime").datetime(
+            2026, 3, 23, 1, 0, tzinfo=__import__("datetime").timezone.utc
+        )
+    )
+    requests = list(schedule.evaluate_tick(context).run_requests)
+    assert len(requests) == 1 and requests[0].partition_key == "2026-03-22"
+    assert requests[0].job_name == DAILY_JOB
+
+
+def test_the_sensor_requests_the_global_stages_after_a_daily_run():
+    defs = build_defs()
+    sensor = defs.resolve_sensor_def("global_after_daily")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert sensor.job_name == GLOBAL_JOB
+
+
+def test_cli_range_backfill_then_global_job(tmp_path):
+    folder = tmp_path / "crawl"
+    split_fixture_by_day(folder)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "WEBDEDUP_INPUT": str(folder),
+        "WEBDEDUP_STORAGE_ROOT": str(tmp_path / "storage"),
+        "WEBDEDUP_OUTPUT_DIR": str(tmp_path / "output"),
+    }
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    backfill = subprocess.run(
+        [
+            dagster,
+            "asset",
+            "materialize",
+            "-m",
+            "webdedup_assets.defs",
+            "--select",
+            "documents,fingerprinted,band_memberships",
+            "--partition-range",
+            f"{FIRST}...{LAST}",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert backfill.returncode == 0, backfill.stderr[-3000:]
+    glob = subprocess.run(
+        [dagster, "job", "execute", "-m", "webdedup_assets.defs", "-j", GLOBAL_JOB],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert glob.returncode == 0, glob.stderr[-3000:]
+    counts = load_manifest(Store(tmp_path / "storage"))["counts"]
+    assert counts["candidate_pairs"] == 18 and counts["representatives"] == 12
+
+
+def test_pages_outside_the_partitions_are_reported_with_their_doc_ids(tmp_path, monkeypatch):
+    folder = tmp_path / "crawl"
+    rows = [
+        {
+            "doc_id": "old-page",
+            "source": "s",
+            "domain": "a.example",
+            "crawled_at": "1998-05-01",
+            "title": "t",
+            "body": "an old page from the previous century about gardens",
+        },
+        {
+            "doc_id": "future-page",
+            "source": "s",
+            "domain": "b.example",
+            "crawled_at": "2099-01-01",
+            "title": "t",
+            "body": "a page dated in the future by a wrong clock",
+        },
+        {
+            "doc_id": "today-page",
+            "source": "s",
+            "domain": "c.example",
+            "crawled_at": "2026-03-01",
+            "title": "t",
+            "body": "a page from a covered day",
+        },
+    ]
+    folder.mkdir()
+    path = folder / "mixed.csv"  # no date in the name: read for every day and checked
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    monkeypatch.setenv("WEBDEDUP_PARTITION_START", "2026-01-01")
+    env = Env(tmp_path, folder)
+    result = env.daily("2026-03-01")
+    documents = next(
+        e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "documents"
+    )
+    metadata = documents.materialization.metadata
+    assert metadata["documents_outside_partitions"].value == 2
+    assert metadata["doc_ids_outside_partitions"].value == ["future-page", "old-page"]
+    # `webdedup run` covers them: its partitions are the days present in the input
+    assert main(["run", str(path), "--output", str(tmp_path / "out"), "--quiet", "--json"]) == 0
+    kept = duckdb.sql(f"SELECT doc_id FROM {Store(tmp_path / 'out' / '_storage').scan_sql('deduped_documents')}")
+    assert {d for (d,) in kept.fetchall()} == {"old-page", "future-page", "today-page"}
+
+
+def test_cli_run_over_many_days_is_one_daily_run(tmp_path):
+    import random
+
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(500)]
+    path = tmp_path / "years.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["doc_id", "source", "domain", "crawled_at", "title", "body"])
+        for i in range(300):
+            day = f"{2007 + i % 20}-{1 + i % 12:02d}-{1 + i % 28:02d}"
+            writer.writerow(
+                [f"d{i:04d}", "s", f"site{i % 7}.example", day, "t", " ".join(rng.choice(words) for _ in range(40))]
+            )
+    from webdedup_assets.cli import execute
+
+    from .conftest import job_config
+
+    events = execute(str(path), job_config(tmp_path / "s", tmp_path / "o", path))
+    starts = [e.job_name for e in events if e.event_type_value == "PIPELINE_START"]
+    assert starts == [DAILY_JOB, GLOBAL_JOB]  # one daily run for every day, one global run
+    days = {
+        e.partition
+        for e in events
+        if e.event_type_value == "ASSET_MATERIALIZATION" and e.asset_key.to_user_string() == "documents"
+    }
+    assert len(days) == len({f"{2007 + i % 20}-{1 + i % 12:02d}-{1 + i % 28:02d}" for i in range(300)})
+    assert load_manifest(Store(tmp_path / "s"))["counts"]["documents"] == 300
