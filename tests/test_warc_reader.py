@@ -196,6 +196,7 @@ def test_whole_file_gzip_over_the_cap_says_so(tmp_path):
     assert row["kind"] == "over_size_cap" and "holds more than one WARC record" in row["reason"]
     result, rows = convert(tmp_path, path)  # under the cap: every record of the one member is read
     assert len(rows) == 20 and result["summary"]["records"] == 20
+    assert {(r["warc_offset"], r["warc_length"]) for r in rows.values()} == {(0, path.stat().st_size)}
 
 
 def test_mostly_utf8_page_with_a_stray_byte_keeps_its_declared_charset():

@@ -405,11 +405,10 @@ def frame_gzip(buf, cap: int) -> Iterator[Framed]:
             yield Framed(pos, end - pos, kind="over_size_cap", reason=_over_cap_reason(buf, pos, total, cap))
         else:
             records = list(frame_plain(data, cap))
-            if len(records) == 1:
-                records[0].offset, records[0].length = pos, end - pos
-            else:  # a whole-file gzip: offsets inside the member are kept relative to it
-                for r in records:
-                    r.reason = r.reason and f"{r.reason} (inside the gzip member at offset {pos})"
+            for r in records:  # provenance is the member, the range a reader can fetch and inflate
+                if len(records) > 1:  # a whole-file gzip
+                    r.reason = r.reason and f"{r.reason} (at {r.offset} inside the gzip member)"
+                r.offset, r.length = pos, end - pos
             yield from records
         pos = end
 
