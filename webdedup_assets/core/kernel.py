@@ -158,6 +158,45 @@ def _window_count(n_tokens, shingle_size):
 
 
 @njit(nogil=True, cache=True)
+def shingle_hashes(tokens, n_tokens, shingle_size, out):
+    """Hash every window of tokens[:n_tokens] into out; returns the window count.
+
+    Same values as _shingle per window, computed token position by token position across all
+    windows at once: the loop over windows has no carried dependency, so LLVM vectorizes it.
+    """
+    windows = _window_count(n_tokens, shingle_size)
+    if windows == 0:
+        return 0
+    size = min(shingle_size, n_tokens)
+    for w in range(windows):
+        out[w] = _SHINGLE_SEED
+    for k in range(size):
+        for w in range(windows):
+            mixed = (out[w] ^ tokens[w + k]) * _PRIME_1
+            out[w] = (mixed << _U64(27)) | (mixed >> _U64(37))
+    length = _U64(size)
+    for w in range(windows):
+        out[w] = _fmix64(out[w] ^ length)
+    return windows
+
+
+@njit(nogil=True, cache=True)
+def minhash_row(shingles, windows, coeff_a, coeff_b, out):
+    """out[p] = min over windows of ((a[p]*h + b[p]) mod 2^64) >> 32 (the reference definition).
+
+    Permutation outer, shingles inner: the inner loop is a min-reduction with loop-invariant
+    coefficients that LLVM vectorizes; min of the high halves equals the high half of the min.
+    """
+    for p in range(coeff_a.shape[0]):
+        a = coeff_a[p]
+        b = coeff_b[p]
+        best = np.uint32(0xFFFFFFFF)
+        for w in range(windows):
+            best = min(best, np.uint32((a * shingles[w] + b) >> _U64(32)))
+        out[p] = best
+
+
+@njit(nogil=True, cache=True)
 def fingerprint_batch(data, offsets, shingle_size, coeff_a, coeff_b):
     """Token counts, shingle window counts and (n, num_perm) uint32 MinHash signatures."""
     n_docs = offsets.shape[0] - 1
@@ -169,24 +208,14 @@ def fingerprint_batch(data, offsets, shingle_size, coeff_a, coeff_b):
     for i in range(n_docs):
         longest = max(longest, offsets[i + 1] - offsets[i])
     scratch = np.empty(longest + 1, dtype=np.uint64)
-    current = np.empty(num_perm, dtype=np.uint64)
+    shingles = np.empty(longest + 1, dtype=np.uint64)
     for i in range(n_docs):
         n_tokens = token_hashes(data, offsets[i], offsets[i + 1], scratch)
-        windows = _window_count(n_tokens, shingle_size)
-        size = min(shingle_size, n_tokens)
+        windows = shingle_hashes(scratch, n_tokens, shingle_size, shingles)
         token_counts[i] = n_tokens
         shingle_counts[i] = windows
-        if windows == 0:
-            continue
-        current[:] = _U64(0xFFFFFFFFFFFFFFFF)
-        for w in range(windows):
-            value = _shingle(scratch, w, size)
-            for p in range(num_perm):
-                hashed = coeff_a[p] * value + coeff_b[p]
-                if hashed < current[p]:
-                    current[p] = hashed
-        for p in range(num_perm):
-            signatures[i, p] = np.uint32(current[p] >> _U64(32))
+        if windows > 0:
+            minhash_row(shingles, windows, coeff_a, coeff_b, signatures[i])
     return token_counts, shingle_counts, signatures
 
 
@@ -206,10 +235,7 @@ def shingle_sets_batch(data, offsets, shingle_size):
     cursor = 0
     for i in range(n_docs):
         n_tokens = token_hashes(data, offsets[i], offsets[i + 1], scratch)
-        windows = _window_count(n_tokens, shingle_size)
-        size = min(shingle_size, n_tokens)
-        for w in range(windows):
-            flat[cursor + w] = _shingle(scratch, w, size)
+        windows = shingle_hashes(scratch, n_tokens, shingle_size, flat[cursor:])
         segment = np.sort(flat[cursor : cursor + windows])
         unique = 0
         for w in range(windows):
