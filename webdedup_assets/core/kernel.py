@@ -269,3 +269,158 @@ def jaccard_pairs(flat, set_offsets, left, right):
                 b0 += 1
         result[i] = common / (union - common)
     return result
+
+
+@njit(inline="always")
+def _put_utf8(out, cursor, cp):
+    if cp < 0x80:
+        out[cursor] = cp
+        return cursor + 1
+    if cp < 0x800:
+        out[cursor] = 0xC0 | (cp >> 6)
+        out[cursor + 1] = 0x80 | (cp & 0x3F)
+        return cursor + 2
+    if cp < 0x10000:
+        out[cursor] = 0xE0 | (cp >> 12)
+        out[cursor + 1] = 0x80 | ((cp >> 6) & 0x3F)
+        out[cursor + 2] = 0x80 | (cp & 0x3F)
+        return cursor + 3
+    out[cursor] = 0xF0 | (cp >> 18)
+    out[cursor + 1] = 0x80 | ((cp >> 12) & 0x3F)
+    out[cursor + 2] = 0x80 | ((cp >> 6) & 0x3F)
+    out[cursor + 3] = 0x80 | (cp & 0x3F)
+    return cursor + 4
+
+
+@njit(nogil=True, cache=True)
+def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator, growth):
+    """normalize_text for each UTF-8 document via the core.unicode_tables tables.
+
+    Returns (bytes, int64 offsets, flagged): a flagged document holds a character that is
+    not context-free; its output is empty and the caller normalizes it with normalize_text.
+    """
+    n_docs = offsets.shape[0] - 1
+    # growth bounds output bytes per input byte (core.unicode_tables), so out never grows
+    out = np.empty(growth * (offsets[n_docs] - offsets[0]) + 16, dtype=np.uint8)
+    out_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    flagged = np.zeros(n_docs, dtype=np.bool_)
+    cursor = 0
+    for i in range(n_docs):
+        doc_start = cursor
+        pending = False
+        pos = offsets[i]
+        end = offsets[i + 1]
+        while pos < end:
+            byte = data[pos]
+            if byte < 0x80:
+                width = 1
+                cp = np.int64(byte)
+            elif byte >= 0xF0:
+                width = 4
+                cp = np.int64(byte & 0x07)
+            elif byte >= 0xE0:
+                width = 3
+                cp = np.int64(byte & 0x0F)
+            else:
+                width = 2
+                cp = np.int64(byte & 0x1F)
+            for k in range(1, width):
+                cp = (cp << 6) | (data[pos + k] & 0x3F)
+            k = kind[cp]
+            if k == 1:  # identity word character
+                if pending:
+                    if cursor > doc_start:
+                        out[cursor] = 32
+                        cursor += 1
+                    pending = False
+                for j in range(width):
+                    out[cursor + j] = data[pos + j]
+                cursor += width
+            elif k == 0:
+                pending = True
+            elif k == 2:
+                for m in range(map_offsets[cp], map_offsets[cp + 1]):
+                    mapped = np.int64(map_codepoints[m])
+                    if separator[mapped]:
+                        pending = True
+                        continue
+                    if pending:
+                        if cursor > doc_start:
+                            out[cursor] = 32
+                            cursor += 1
+                        pending = False
+                    cursor = _put_utf8(out, cursor, mapped)
+            elif k == 4:
+                flagged[i] = True
+                cursor = doc_start
+                break
+            pos += width
+        out_offsets[i + 1] = cursor
+    return out[:cursor].copy(), out_offsets, flagged
+
+
+@njit(inline="always")
+def _decode(data, pos):
+    byte = data[pos]
+    if byte < 0x80:
+        return np.int64(byte), 1
+    if byte >= 0xF0:
+        width = 4
+        cp = np.int64(byte & 0x07)
+    elif byte >= 0xE0:
+        width = 3
+        cp = np.int64(byte & 0x0F)
+    else:
+        width = 2
+        cp = np.int64(byte & 0x1F)
+    for k in range(1, width):
+        cp = (cp << 6) | (data[pos + k] & 0x3F)
+    return cp, width
+
+
+@njit(nogil=True, cache=True)
+def filter_codepoints(data, offsets, drop):
+    """Remove every character c with drop[c] from each UTF-8 document (a translate to None)."""
+    n_docs = offsets.shape[0] - 1
+    out = np.empty(offsets[n_docs] - offsets[0] + 1, dtype=np.uint8)
+    out_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    cursor = 0
+    for i in range(n_docs):
+        pos = offsets[i]
+        while pos < offsets[i + 1]:
+            cp, width = _decode(data, pos)
+            if not drop[cp]:
+                for j in range(width):
+                    out[cursor + j] = data[pos + j]
+                cursor += width
+            pos += width
+        out_offsets[i + 1] = cursor
+    return out[:cursor].copy(), out_offsets
+
+
+@njit(nogil=True, cache=True)
+def collapse_separators(data, offsets, separator):
+    """Every run of characters c with separator[c] -> one space, trimmed (translate + split + join)."""
+    n_docs = offsets.shape[0] - 1
+    out = np.empty(offsets[n_docs] - offsets[0] + 1, dtype=np.uint8)
+    out_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    cursor = 0
+    for i in range(n_docs):
+        doc_start = cursor
+        pending = False
+        pos = offsets[i]
+        while pos < offsets[i + 1]:
+            cp, width = _decode(data, pos)
+            if separator[cp]:
+                pending = True
+            else:
+                if pending and cursor > doc_start:
+                    out[cursor] = 32
+                    cursor += 1
+                pending = False
+                for j in range(width):
+                    out[cursor + j] = data[pos + j]
+                cursor += width
+            pos += width
+        out_offsets[i + 1] = cursor
+    return out[:cursor].copy(), out_offsets

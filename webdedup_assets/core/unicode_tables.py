@@ -1,0 +1,115 @@
+"""Per-codepoint tables that let the compiled kernel reproduce core.normalize.normalize_text.
+
+normalize_text = NFD, drop nonspacing marks (Mn), NFC, lower(), every run of characters
+outside L/N/M -> one space, trimmed. For most text this is a function of each character
+alone; the table holds, per codepoint c, kind[c] and M(c) = lower(NFC(drop_Mn(NFD(c)))).
+
+A document is mapped character by character only when every character is context-free:
+
+* after NFD and dropping Mn, every remaining character has canonical combining class 0
+  (so canonical reordering cannot move anything across it), and none of them can be the
+  second character of a canonical composition (every such candidate is collected from the
+  two-character canonical decompositions, plus the Hangul V and T jamo). Then NFC of the
+  concatenation is the concatenation itself: nothing can compose across characters.
+* Hangul syllables (U+AC00-U+D7A3) decompose into jamo and compose back to themselves;
+  what could follow and compose with them (V or T jamo) is itself not context-free.
+* U+03A3 GREEK CAPITAL SIGMA is excluded: str.lower() maps it by context (final sigma),
+  the only context-dependent lowercase mapping in CPython.
+
+Any document holding another character is flagged and normalized by normalize_text itself,
+so the result is always exactly normalize_text's. tests/test_kernel_normalize.py checks
+every codepoint alone and random mixed strings against normalize_text.
+"""
+
+from __future__ import annotations
+
+import sys
+import unicodedata
+from functools import lru_cache
+
+import numpy as np
+
+KIND_SEPARATOR = 0  # M(c) is made of separators only
+KIND_IDENTITY = 1  # M(c) == c and c is a word character: copy its bytes
+KIND_MAP = 2  # anything else: map to M(c), classify each output character
+KIND_DROP = 3  # M(c) is empty (nonspacing marks)
+KIND_CONTEXT = 4  # not context-free: the whole document goes to normalize_text
+
+SIGMA = 0x03A3
+
+
+def composition_seconds() -> set[int]:
+    """Every character that can be the second of a canonical composition (a superset)."""
+    seconds = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))  # Hangul V and T jamo
+    for codepoint in range(sys.maxunicode + 1):
+        mapping = unicodedata.decomposition(chr(codepoint))
+        if mapping and not mapping.startswith("<"):
+            parts = mapping.split()
+            if len(parts) == 2:
+                seconds.add(int(parts[1], 16))
+    return seconds
+
+
+def _is_separator(char: str) -> bool:
+    return unicodedata.category(char)[0] not in "LNM"
+
+
+@lru_cache(maxsize=1)
+def nonspacing_marks() -> np.ndarray:
+    """uint8[0x110000]: 1 for category Mn (what normalize_text drops after NFD)."""
+    marks = np.zeros(sys.maxunicode + 1, dtype=np.uint8)
+    for codepoint in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(codepoint)) == "Mn":
+            marks[codepoint] = 1
+    return marks
+
+
+@lru_cache(maxsize=1)
+def tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """(kind uint8[0x110000], map_offsets int64[0x110001], map_codepoints uint32[], separator uint8[],
+    growth): growth bounds the normalized bytes per input byte (a space may precede each
+    output character)."""
+    size = sys.maxunicode + 1
+    seconds = composition_seconds()
+    kind = np.empty(size, dtype=np.uint8)
+    separator = np.zeros(size, dtype=np.uint8)
+    lengths = np.zeros(size, dtype=np.int64)
+    mapped: dict[int, list[int]] = {}
+    growth = 2  # ASCII: "a" after a separator may be written as " a"
+    for codepoint in range(size):
+        char = chr(codepoint)
+        category = unicodedata.category(char)
+        is_sep = category[0] not in "LNM"
+        separator[codepoint] = is_sep
+        if category in ("Cn", "Cs", "Co", "Cc", "Zs"):  # no decomposition, no case: separators
+            kind[codepoint] = KIND_SEPARATOR
+            continue
+        if codepoint == SIGMA:
+            kind[codepoint] = KIND_CONTEXT
+            continue
+        decomposed = unicodedata.normalize("NFD", char)
+        kept = [c for c in decomposed if unicodedata.category(c) != "Mn"]
+        if 0xAC00 <= codepoint <= 0xD7A3:
+            kept = [char]
+        elif any(unicodedata.combining(c) or ord(c) in seconds or ord(c) == SIGMA for c in kept):
+            kind[codepoint] = KIND_CONTEXT
+            continue
+        result = unicodedata.normalize("NFC", "".join(kept)).lower()
+        if result == "":
+            kind[codepoint] = KIND_DROP
+        elif all(_is_separator(c) for c in result):
+            kind[codepoint] = KIND_SEPARATOR
+        elif result == char and not is_sep:
+            kind[codepoint] = KIND_IDENTITY
+        else:
+            kind[codepoint] = KIND_MAP
+            mapped[codepoint] = [ord(c) for c in result]
+            lengths[codepoint] = len(result)
+            out_bytes = len(result.encode("utf-8")) + len(result)
+            growth = max(growth, -(-out_bytes // len(char.encode("utf-8"))))
+    offsets = np.zeros(size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    codepoints = np.zeros(max(1, int(offsets[-1])), dtype=np.uint32)
+    for codepoint, values in mapped.items():
+        codepoints[offsets[codepoint] : offsets[codepoint] + len(values)] = values
+    return kind, offsets, codepoints, separator, growth
