@@ -38,7 +38,9 @@ def machine() -> str:
     except OSError:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu or platform.processor()}, {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}"
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    python = platform.python_version()
+    return f"{cpu or platform.processor()}, {os.cpu_count()} cores, {mem:.0f} GiB, Python {python}, load {load}"
 
 
 def run_child(args: list[str]) -> tuple[str, float]:
