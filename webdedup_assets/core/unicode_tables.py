@@ -23,9 +23,13 @@ every codepoint alone and random mixed strings against normalize_text.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
+import tempfile
 import unicodedata
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -54,9 +58,39 @@ def _is_separator(char: str) -> bool:
     return unicodedata.category(char)[0] not in "LNM"
 
 
+def _cache_file() -> Path:
+    """Tables depend on the Unicode database of this Python and on this module's code."""
+    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    name = f"unicode-tables-py{sys.version_info[0]}{sys.version_info[1]}-{unicodedata.unidata_version}-{digest}.npz"
+    return Path(__file__).resolve().parent / "__pycache__" / name
+
+
+NAMES = ("kind", "offsets", "codepoints", "separator", "growth", "marks")
+
+
 @lru_cache(maxsize=1)
-def nonspacing_marks() -> np.ndarray:
-    """uint8[0x110000]: 1 for category Mn (what normalize_text drops after NFD)."""
+def _all_tables() -> dict[str, np.ndarray]:
+    """Load the tables from __pycache__ (milliseconds) or build and store them (about 2 s)."""
+    path = _cache_file()
+    try:
+        with np.load(path) as stored:
+            return {name: stored[name] for name in NAMES}
+    except (OSError, KeyError, ValueError):
+        pass
+    arrays = dict(zip(NAMES, (*_build_tables(), _build_marks())))
+    arrays["growth"] = np.asarray(arrays["growth"], dtype=np.int64)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+        with os.fdopen(handle, "wb") as out:
+            np.savez(out, **arrays)
+        os.replace(temp, path)
+    except OSError:  # a read-only install: build once per process
+        pass
+    return arrays
+
+
+def _build_marks() -> np.ndarray:
     marks = np.zeros(sys.maxunicode + 1, dtype=np.uint8)
     for codepoint in range(sys.maxunicode + 1):
         if unicodedata.category(chr(codepoint)) == "Mn":
@@ -64,11 +98,20 @@ def nonspacing_marks() -> np.ndarray:
     return marks
 
 
-@lru_cache(maxsize=1)
+def nonspacing_marks() -> np.ndarray:
+    """uint8[0x110000]: 1 for category Mn (what normalize_text drops after NFD)."""
+    return _all_tables()["marks"]
+
+
 def tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """(kind uint8[0x110000], map_offsets int64[0x110001], map_codepoints uint32[], separator uint8[],
     growth): growth bounds the normalized bytes per input byte (a space may precede each
     output character)."""
+    t = _all_tables()
+    return t["kind"], t["offsets"], t["codepoints"], t["separator"], int(t["growth"])
+
+
+def _build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     size = sys.maxunicode + 1
     seconds = composition_seconds()
     kind = np.empty(size, dtype=np.uint8)
