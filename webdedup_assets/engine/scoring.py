@@ -23,7 +23,7 @@ from .storage import Store, connect, scalar, write_batches, write_csv, write_par
 
 PAIRS_PER_CHUNK = 200_000
 # Shingle sets of candidate members held at once while scoring (two groups of half each).
-SCORING_MEMORY_BYTES = 1 << 30
+SCORING_MEMORY_BYTES = 2 << 30
 
 SCORED_SCHEMA = pa.schema(
     [
@@ -68,40 +68,34 @@ def _require_same_lineage(store: Store, asset: str, key: str, expected: dict) ->
 
 def _member_groups(shingle_counts: np.ndarray, budget_bytes: int) -> np.ndarray:
     """Split member nodes (in doc_id order) into consecutive groups whose shingle sets take at
-    most budget_bytes / 2 each (two groups are in memory at once); returns group starts."""
+    most budget_bytes / 2 each (two groups are in memory at once); returns the group bounds."""
     cost = np.cumsum(shingle_counts.astype(np.int64) * 8 + 16)
     half = max(1, budget_bytes // 2)
-    starts = [0]
-    base = 0
-    for node in range(len(cost)):
-        if cost[node] - base > half and node > starts[-1]:
-            starts.append(node)
-            base = cost[node - 1]
-    return np.array([*starts, len(cost)], dtype=np.int64)
+    bounds = [0]
+    while bounds[-1] < len(cost):
+        start = bounds[-1]
+        base = cost[start - 1] if start else 0
+        bounds.append(max(start + 1, int(np.searchsorted(cost, base + half, side="right"))))
+    return np.array(bounds, dtype=np.int64)
 
 
-def _load_sets(store: Store, member_ids: pa.Array, first: int, stop: int, shingle_size: int, threads: int):
-    """Shingle sets of members first..stop-1: one streamed pass over the documents, kernel on
-    `threads` threads. Returns (flat, starts, ends) indexed by node - first."""
-    wanted = member_ids.slice(first, stop - first)
+def _load_sets(con, store: Store, first: int, stop: int, shingle_size: int, threads: int):
+    """Shingle sets of member nodes first..stop-1: one streamed pass over the documents (DuckDB
+    hash-joins them to the `members` table once), kernel on `threads` threads.
+    Returns (flat, starts, ends) indexed by node - first."""
     starts = np.zeros(stop - first, dtype=np.int64)
     ends = np.zeros(stop - first, dtype=np.int64)
     pieces: list[np.ndarray] = []
     cursor = 0
-
-    def read():
-        for path in store.require("documents"):
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=16_384, columns=["doc_id", "body"]):
-                keep = pc.is_in(batch.column("doc_id"), value_set=wanted)
-                if pc.any(keep).as_py():
-                    yield batch.filter(keep)
+    reader = con.sql(f"""
+        SELECT m.node, d.body FROM {store.scan_sql("documents")} d JOIN members m USING (doc_id)
+         WHERE m.node >= {first} AND m.node < {stop}""").arrow(batch_size=16_384)
 
     def compute(batch: pa.RecordBatch):
         flat, offsets = shingle_sets(batch.column("body"), shingle_size)
-        local = pc.index_in(batch.column("doc_id"), value_set=wanted).to_numpy(zero_copy_only=False)
-        return flat, offsets, local
+        return flat, offsets, batch.column("node").to_numpy() - first
 
-    for flat, offsets, local in ordered_map(compute, prefetch(read(), depth=threads + 1), threads):
+    for flat, offsets, local in ordered_map(compute, prefetch(reader, depth=threads + 1), threads):
         starts[local] = offsets[:-1] + cursor
         ends[local] = offsets[1:] + cursor
         pieces.append(flat)
@@ -152,43 +146,52 @@ def stage_scored_pairs(
     members = members.take(pc.sort_indices(members))
     left = pc.index_in(pairs["left_doc_id"], value_set=members).to_numpy().astype(np.int64)
     right = pc.index_in(pairs["right_doc_id"], value_set=members).to_numpy().astype(np.int64)
+    con = connect(store)
+    con.register("member_ids", pa.table({"doc_id": members, "node": np.arange(len(members), dtype=np.int64)}))
+    con.execute("CREATE TEMP TABLE members AS SELECT * FROM member_ids")
+    con.unregister("member_ids")
 
     # Signatures and shingle counts of the members, in node order.
     num_perm = fingerprint["num_perm"]
+    found = con.sql(f"""
+        SELECT m.node, f.shingle_count, f.signature FROM {store.scan_sql("fingerprinted")} f
+          JOIN members m USING (doc_id) ORDER BY m.node""").to_arrow_table()
     signatures = np.zeros((len(members), num_perm), dtype=np.uint32)
     shingle_counts = np.zeros(len(members), dtype=np.int64)
-    for path in store.require("fingerprinted"):
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
-            keep = pc.is_in(batch.column("doc_id"), value_set=members)
-            batch = batch.filter(keep)
-            if batch.num_rows:
-                node = pc.index_in(batch.column("doc_id"), value_set=members).to_numpy().astype(np.int64)
-                signatures[node] = batch.column("signature").flatten().to_numpy().reshape(-1, num_perm)
-                shingle_counts[node] = batch.column("shingle_count").to_numpy()
+    node = found.column("node").to_numpy()
+    if len(node):
+        signatures[node] = found.column("signature").combine_chunks().flatten().to_numpy().reshape(-1, num_perm)
+        shingle_counts[node] = found.column("shingle_count").to_numpy()
+    del found
 
     exact = np.zeros(len(left), dtype=np.float64)
     bounds = _member_groups(shingle_counts, memory_budget_bytes)
     group_of = np.searchsorted(bounds, np.arange(len(members)), side="right") - 1
     left_group, right_group = group_of[left], group_of[right]  # left < right, so left_group <= right_group
     passes = 0
+    loaded: dict[int, tuple] = {}  # at most two groups (the memory budget)
+
+    def group(g: int, keep: int):
+        nonlocal passes
+        if g not in loaded:
+            for other in [k for k in loaded if k != keep]:
+                del loaded[other]
+            loaded[g] = _load_sets(con, store, int(bounds[g]), int(bounds[g + 1]), shingle_size, workers)
+            passes += 1
+        return loaded[g]
+
     for g1 in range(len(bounds) - 1):
         in_g1 = np.flatnonzero(left_group == g1)
         if not len(in_g1):
             continue
-        set_a = _load_sets(store, members, int(bounds[g1]), int(bounds[g1 + 1]), shingle_size, workers)
-        passes += 1
+        set_a = group(g1, keep=-1)
         for g2 in np.unique(right_group[in_g1]):
             block = in_g1[right_group[in_g1] == g2]
-            if g2 == g1:
-                set_b = set_a
-            else:
-                set_b = _load_sets(store, members, int(bounds[g2]), int(bounds[g2 + 1]), shingle_size, workers)
-                passes += 1
+            set_b = group(int(g2), keep=g1)
             exact[block] = _parallel_jaccard(
                 set_a, set_b, left[block] - bounds[g1], right[block] - bounds[g2], workers
             )
-            del set_b
-        del set_a
+    loaded.clear()
 
     def batches():
         for begin in range(0, len(left), PAIRS_PER_CHUNK):
@@ -219,7 +222,6 @@ def stage_scored_pairs(
         "scoring": {"threshold": threshold},
     }
     rows = write_batches(store.path("scored_pairs"), SCORED_SCHEMA, batches(), params)
-    con = connect(store)
     scored = store.scan_sql("scored_pairs")
     by_reason = dict(con.execute(f"SELECT reason, count(*) FROM {scored} GROUP BY reason").fetchall())
     stats = {

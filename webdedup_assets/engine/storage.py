@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from .errors import WebdedupError
 
 METADATA_KEY = b"webdedup"
+DUCKDB_MEMORY_LIMIT = "2GB"
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,9 @@ def connect(store: Store | None = None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
+    # Bounded memory: DuckDB spills joins and sorts beyond this to the temp directory
+    # (its default is 80 % of RAM). WEBDEDUP_DUCKDB_MEMORY overrides, e.g. "8GB".
+    con.execute(f"SET memory_limit = '{os.environ.get('WEBDEDUP_DUCKDB_MEMORY', DUCKDB_MEMORY_LIMIT)}'")
     if store is not None:
         spill = store.root / ".duckdb_tmp"
         spill.mkdir(parents=True, exist_ok=True)
