@@ -100,7 +100,8 @@ def stage_fingerprinted(
 
     fingerprint = {"shingle_size": shingle_size, "num_perm": num_perm, "seed": seed, "version": FINGERPRINT_VERSION}
     params = {"stage": "fingerprinted", "fingerprint": fingerprint, "partition": partition}
-    rows = write_batches(store.path("fingerprinted", partition), schema, batches(), params)
+    # No dictionary encoding: doc_ids are unique and signatures random (3x less write CPU).
+    rows = write_batches(store.path("fingerprinted", partition), schema, batches(), params, use_dictionary=False)
     seconds = time.perf_counter() - started
     stats = {
         "rows": rows,
@@ -148,7 +149,8 @@ def stage_band_memberships(store: Store, bands: int, rows: int, partition: str |
 
     banding = {"bands": bands, "rows": rows}
     params = {"stage": "band_memberships", "fingerprint": fingerprint, "banding": banding, "partition": partition}
-    written = write_batches(store.path("band_memberships", partition), BAND_SCHEMA, batches(), params)
+    target = store.path("band_memberships", partition)
+    written = write_batches(target, BAND_SCHEMA, batches(), params, use_dictionary=["doc_id", "band_index"])
     stats = {"rows": written, **totals, "seconds": round(time.perf_counter() - started, 4)}
     store.write_stats("band_memberships", partition, stats)
     return {**params, **stats}

@@ -120,12 +120,16 @@ def write_batches(
     schema: pa.Schema,
     batches: Iterable[pa.RecordBatch],
     params: dict[str, Any],
+    use_dictionary: bool | list[str] = True,
 ) -> int:
-    """Stream record batches into one Parquet file atomically; returns the row count."""
+    """Stream record batches into one Parquet file atomically; returns the row count.
+
+    use_dictionary: False or the columns worth dictionary-encoding (pyarrow tries every column
+    by default, which costs CPU and size on unique or random values such as signatures)."""
     schema = _with_params(schema, params)
     rows = 0
     with atomic_path(target) as temp:
-        with pq.ParquetWriter(temp, schema, compression="zstd") as writer:
+        with pq.ParquetWriter(temp, schema, compression="zstd", use_dictionary=use_dictionary) as writer:
             for batch in batches:
                 if batch.num_rows:
                     writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
