@@ -26,7 +26,7 @@ def expected(t: str) -> str:
 
 
 def test_every_codepoint_alone_and_between_letters():
-    for template in ("{}", "Ab{}Cd", "x {} y"):
+    for template in ("{}", "Ab{}Cd", "x {} y", "A{}Σ", "AΣ{}", "{}Σ b"):
         texts = [template.format(c) for c in ALL_CHARS]
         got = prepared(texts)
         mismatches = [(t, g) for t, g in zip(texts, got) if g != expected(t)]
@@ -37,17 +37,18 @@ def test_kernel_flags_only_context_dependent_documents():
     texts = ["plain ascii", "ÉTÉ Straße", "ΣΟΦΙΑ", "각 한국어", "\u1100\u1161\u11a8 jamo", "தமிழ் ொ"]
     data, offsets = string_buffers(pa.array(texts, pa.large_string()))
     _, _, flagged = kernel.normalize_batch(data, offsets, *unicode_tables.tables())
-    assert flagged.tolist() == [False, False, True, False, True, True]
+    assert flagged.tolist() == [False, False, False, False, True, True]
     assert prepared(texts) == [expected(t) for t in texts]
 
 
 def test_table_kinds_cover_every_codepoint():
-    kind, offsets, codepoints, separator, growth = unicode_tables.tables()
-    assert growth >= 2
-    assert kind.shape == (sys.maxunicode + 1,) and set(np.unique(kind)) <= {0, 1, 2, 3, 4}
+    kind, offsets, codepoints, separator, growth, casing = unicode_tables.tables()
+    assert growth >= 2 and casing.shape == kind.shape
+    assert kind.shape == (sys.maxunicode + 1,) and set(np.unique(kind)) <= {0, 1, 2, 3, 4, 5}
     assert kind[ord("a")] == unicode_tables.KIND_IDENTITY and kind[ord("A")] == unicode_tables.KIND_MAP
     assert kind[ord(" ")] == unicode_tables.KIND_SEPARATOR and kind[0x0301] == unicode_tables.KIND_DROP
-    assert kind[unicode_tables.SIGMA] == unicode_tables.KIND_CONTEXT
+    assert kind[unicode_tables.SIGMA] == unicode_tables.KIND_SIGMA
+    assert kind[0x1161] == unicode_tables.KIND_CONTEXT  # Hangul V jamo composes with its neighbour
 
 
 TRICKY = list(
@@ -81,3 +82,19 @@ def test_exact_path_matches_normalize_text(texts):
 def test_mixed_batch_keeps_row_order():
     texts = ["ASCII One", "ΣΟΦΙΑ σοφία", "", "Ünïcödé", "plain", "\u1100\u1161\u11a8", "Zz"] * 3
     assert prepare_texts(pa.array(texts)).to_pylist() == [expected(t) for t in texts]
+
+
+SIGMA_NEIGHBOURS = list("AaΣσς ΑΩ.'’ʼ·\u00ad\u0301\u0345ǅ1_-日한ᾼ\u200b\u2019:ȺⅠⓐ")
+
+
+def test_capital_sigma_in_every_two_neighbour_context():
+    texts = [f"{a}{b}Σ{c}{d}" for a in SIGMA_NEIGHBOURS for b in SIGMA_NEIGHBOURS for c in SIGMA_NEIGHBOURS[:12]
+             for d in "A .'"]
+    got = prepared(texts)
+    assert [(t, g) for t, g in zip(texts, got) if g != expected(t)][:5] == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(SIGMA_NEIGHBOURS + ["Σ"] * 5), max_size=30), min_size=1, max_size=8))
+def test_random_sigma_text_matches_normalize_text(texts):
+    assert prepared(texts) == [expected(t) for t in texts]

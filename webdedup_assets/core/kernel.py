@@ -293,7 +293,7 @@ def _put_utf8(out, cursor, cp):
 
 
 @njit(nogil=True, cache=True)
-def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator, growth):
+def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator, growth, casing):
     """normalize_text for each UTF-8 document via the core.unicode_tables tables.
 
     Returns (bytes, int64 offsets, flagged): a flagged document holds a character that is
@@ -308,6 +308,7 @@ def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator,
     for i in range(n_docs):
         doc_start = cursor
         pending = False
+        prev_cased = False  # is the last character that is not case-ignorable cased?
         pos = offsets[i]
         end = offsets[i + 1]
         while pos < end:
@@ -327,6 +328,27 @@ def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator,
             for k in range(1, width):
                 cp = (cp << 6) | (data[pos + k] & 0x3F)
             k = kind[cp]
+            if k == 5:  # capital sigma: final form by its neighbours (str.lower's rule)
+                final = prev_cased
+                if final:
+                    ahead = pos + width
+                    while ahead < end:
+                        cp2, width2 = _decode(data, ahead)
+                        if not casing[cp2] & 1:
+                            final = not (casing[cp2] & 2)
+                            break
+                        ahead += width2
+                if pending:
+                    if cursor > doc_start:
+                        out[cursor] = 32
+                        cursor += 1
+                    pending = False
+                cursor = _put_utf8(out, cursor, 0x3C2 if final else 0x3C3)
+                prev_cased = True
+                pos += width
+                continue
+            if not casing[cp] & 1:
+                prev_cased = (casing[cp] & 4) != 0
             if k == 1:  # identity word character
                 if pending:
                     if cursor > doc_start:

@@ -13,8 +13,11 @@ A document is mapped character by character only when every character is context
   concatenation is the concatenation itself: nothing can compose across characters.
 * Hangul syllables (U+AC00-U+D7A3) decompose into jamo and compose back to themselves;
   what could follow and compose with them (V or T jamo) is itself not context-free.
-* U+03A3 GREEK CAPITAL SIGMA is excluded: str.lower() maps it by context (final sigma),
-  the only context-dependent lowercase mapping in CPython.
+* U+03A3 GREEK CAPITAL SIGMA: str.lower() maps it by context (final sigma, the only
+  context-dependent lowercase mapping in CPython): ς when the nearest character before it
+  that is not case-ignorable is cased and the nearest one after it is not (or there is
+  none), else σ. The kernel applies that rule with per-codepoint casing bits, which are
+  read off str.lower() itself (see _casing), so they are the properties CPython uses.
 
 Any document holding another character is flagged and normalized by normalize_text itself,
 so the result is always exactly normalize_text's. tests/test_kernel_normalize.py checks
@@ -38,6 +41,12 @@ KIND_IDENTITY = 1  # M(c) == c and c is a word character: copy its bytes
 KIND_MAP = 2  # anything else: map to M(c), classify each output character
 KIND_DROP = 3  # M(c) is empty (nonspacing marks)
 KIND_CONTEXT = 4  # not context-free: the whole document goes to normalize_text
+KIND_SIGMA = 5  # U+03A3: lowercased to final ς or σ by its neighbours, as str.lower() does
+
+# casing bits per codepoint, over the characters it leaves after NFD and dropping Mn
+CASE_IGNORABLE = 1  # all of them are case-ignorable (or there are none)
+FIRST_CASED = 2  # the first one that is not case-ignorable is cased
+LAST_CASED = 4  # the last one that is not case-ignorable is cased
 
 SIGMA = 0x03A3
 
@@ -65,7 +74,7 @@ def _cache_file() -> Path:
     return Path(__file__).resolve().parent / "__pycache__" / name
 
 
-NAMES = ("kind", "offsets", "codepoints", "separator", "growth", "marks")
+NAMES = ("kind", "offsets", "codepoints", "separator", "growth", "casing", "marks")
 
 
 @lru_cache(maxsize=1)
@@ -103,12 +112,22 @@ def nonspacing_marks() -> np.ndarray:
     return _all_tables()["marks"]
 
 
-def tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]:
     """(kind uint8[0x110000], map_offsets int64[0x110001], map_codepoints uint32[], separator uint8[],
-    growth): growth bounds the normalized bytes per input byte (a space may precede each
-    output character)."""
+    growth, casing uint8[0x110000]): growth bounds the normalized bytes per input byte (a space
+    may precede each output character); casing holds the CASE_IGNORABLE/FIRST_CASED/LAST_CASED bits."""
     t = _all_tables()
-    return t["kind"], t["offsets"], t["codepoints"], t["separator"], int(t["growth"])
+    return t["kind"], t["offsets"], t["codepoints"], t["separator"], int(t["growth"]), t["casing"]
+
+
+def _casing(char: str) -> tuple[bool, bool]:
+    """(case-ignorable, cased) as CPython's final-sigma rule sees them, read off str.lower():
+    alone before Σ, a cased non-ignorable character makes it final; after a cased "A", an
+    ignorable one is skipped (final) and a non-ignorable one decides by being cased."""
+    alone = (char + "\u03a3").lower()[-1] == "\u03c2"
+    after_cased = ("A" + char + "\u03a3").lower()[-1] == "\u03c2"
+    ignorable = after_cased and not alone
+    return ignorable, alone
 
 
 def _build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -119,6 +138,21 @@ def _build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     lengths = np.zeros(size, dtype=np.int64)
     mapped: dict[int, list[int]] = {}
     growth = 2  # ASCII: "a" after a separator may be written as " a"
+    ignorable = np.zeros(size, dtype=np.bool_)
+    cased = np.zeros(size, dtype=np.bool_)
+    for codepoint in range(size):
+        ignorable[codepoint], cased[codepoint] = _casing(chr(codepoint))
+    casing = np.zeros(size, dtype=np.uint8)
+
+    def set_casing(codepoint: int, kept: list[str]) -> None:
+        decisive = [ord(c) for c in kept if not ignorable[ord(c)]]
+        bits = 0 if decisive else CASE_IGNORABLE
+        if decisive and cased[decisive[0]]:
+            bits |= FIRST_CASED
+        if decisive and cased[decisive[-1]]:
+            bits |= LAST_CASED
+        casing[codepoint] = bits
+
     for codepoint in range(size):
         char = chr(codepoint)
         category = unicodedata.category(char)
@@ -126,14 +160,19 @@ def _build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         separator[codepoint] = is_sep
         if category in ("Cn", "Cs", "Co", "Cc", "Zs"):  # no decomposition, no case: separators
             kind[codepoint] = KIND_SEPARATOR
+            set_casing(codepoint, list(unicodedata.normalize("NFD", char)) if category != "Cs" else [char])
             continue
         if codepoint == SIGMA:
-            kind[codepoint] = KIND_CONTEXT
+            kind[codepoint] = KIND_SIGMA
+            set_casing(codepoint, [char])
             continue
         decomposed = unicodedata.normalize("NFD", char)
         kept = [c for c in decomposed if unicodedata.category(c) != "Mn"]
         if 0xAC00 <= codepoint <= 0xD7A3:
             kept = [char]
+        set_casing(codepoint, kept)
+        if 0xAC00 <= codepoint <= 0xD7A3:
+            pass
         elif any(unicodedata.combining(c) or ord(c) in seconds or ord(c) == SIGMA for c in kept):
             kind[codepoint] = KIND_CONTEXT
             continue
@@ -155,4 +194,4 @@ def _build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     codepoints = np.zeros(max(1, int(offsets[-1])), dtype=np.uint32)
     for codepoint, values in mapped.items():
         codepoints[offsets[codepoint] : offsets[codepoint] + len(values)] = values
-    return kind, offsets, codepoints, separator, growth
+    return kind, offsets, codepoints, separator, growth, casing
