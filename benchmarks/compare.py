@@ -116,6 +116,16 @@ ENGINES = {"webdedup": run_webdedup, "datasketch": run_datasketch, "rensa": run_
 
 
 def candidate_recall(corpus: Path, ids: list[str], signatures: np.ndarray) -> dict:
+    left, right = true_pairs(corpus, ids)
+    if not left.size:
+        return {"true_pairs": 0, "candidate_recall": None}
+    bands_l = signatures[left].reshape(-1, BANDS, ROWS)
+    bands_r = signatures[right].reshape(-1, BANDS, ROWS)
+    found = (bands_l == bands_r).all(axis=2).any(axis=1)
+    return {"true_pairs": int(left.size), "candidate_recall": round(float(found.mean()), 4)}
+
+
+def true_pairs(corpus: Path, ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
     truth = pq.read_table(corpus / "ground_truth.parquet").to_pandas()
     position = {doc_id: i for i, doc_id in enumerate(ids)}
     truth = truth[truth.doc_id.isin(position)]
@@ -126,13 +136,33 @@ def candidate_recall(corpus: Path, ids: list[str], signatures: np.ndarray) -> di
             for b in range(a + 1, len(rows)):
                 left.append(rows[a])
                 right.append(rows[b])
-    left, right = np.array(left, dtype=np.int64), np.array(right, dtype=np.int64)
-    if not left.size:
-        return {"true_pairs": 0, "candidate_recall": None}
-    bands_l = signatures[left].reshape(-1, BANDS, ROWS)
-    bands_r = signatures[right].reshape(-1, BANDS, ROWS)
-    found = (bands_l == bands_r).all(axis=2).any(axis=1)
-    return {"true_pairs": int(left.size), "candidate_recall": round(float(found.mean()), 4)}
+    return np.array(left, dtype=np.int64), np.array(right, dtype=np.int64)
+
+
+def recall_spread(corpus: Path, limit: int | None, seeds: int) -> None:
+    """Untimed: webdedup's candidate recall for several MinHash seeds, and the recall every
+    unbiased 8x8 MinHash LSH has in expectation, mean of 1 - (1 - J^8)^8 over the true pairs
+    with J their exact shingle Jaccard (webdedup's shingles; the Python tokenizer of the other
+    two gives the same sets on this corpus up to rare tokens)."""
+    from webdedup_assets.core.fingerprint import fingerprint_texts, shingle_sets
+    from webdedup_assets.core.kernel import jaccard_blocks
+    from webdedup_assets.core.minhash import MinHashParams
+
+    ids, bodies = _read_bodies(corpus, limit)
+    texts = pa.array(bodies, pa.large_string())
+    left, right = true_pairs(corpus, ids)
+    flat, offsets = shingle_sets(texts, SHINGLE)
+    exact = np.zeros(len(left))
+    sets = (flat, offsets[:-1], offsets[1:])
+    jaccard_blocks(*sets, *sets, left, right, exact)
+    expected = float(np.mean(1 - (1 - exact**ROWS) ** BANDS))
+    found = []
+    for seed in range(1, seeds + 1):
+        signatures = fingerprint_texts(texts, SHINGLE, *MinHashParams(NUM_PERM, seed).coefficients())[2]
+        hit = (signatures[left].reshape(-1, BANDS, ROWS) == signatures[right].reshape(-1, BANDS, ROWS)).all(axis=2)
+        found.append(round(float(hit.any(axis=1).mean()), 4))
+    print(json.dumps({"true_pairs": int(len(left)), "expected_recall_8x8": round(expected, 4),
+                      "webdedup_recall_by_seed": found}))
 
 
 def child(engine: str, corpus: Path, limit: int | None) -> None:
@@ -149,9 +179,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--docs", type=int, default=None, help="use only the first N documents")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--engines", default="webdedup,datasketch,rensa")
+    parser.add_argument("--recall-seeds", type=int, default=0, help="only print webdedup's recall for seeds 1..N")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     corpus = Path(args.corpus).resolve()
+    if args.recall_seeds:
+        recall_spread(corpus, args.docs, args.recall_seeds)
+        return
     if args.child:
         child(args.child, corpus, args.docs)
         return
