@@ -2,29 +2,52 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import kernel
-from .normalize import normalize_text
+from . import kernel, unicode_tables
+
+
+def _large(data: np.ndarray, offsets: np.ndarray) -> pa.LargeStringArray:
+    return pa.LargeStringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def normalize_exact(texts: list[str]) -> pa.LargeStringArray:
+    """normalize_text for a list, step by step: NFD, drop Mn, NFC, lower in C (unicodedata and
+    str), and the two per-character translate steps in the compiled kernel."""
+    marks = unicode_tables.nonspacing_marks()
+    separator = unicode_tables.tables()[3]
+    decomposed = pa.array([unicodedata.normalize("NFD", t) for t in texts], pa.large_string())
+    data, offsets = string_buffers(decomposed)
+    stripped = _large(*kernel.filter_codepoints(data, offsets, marks)).to_pylist()
+    lowered = pa.array([unicodedata.normalize("NFC", t).lower() for t in stripped], pa.large_string())
+    data, offsets = string_buffers(lowered)
+    return _large(*kernel.collapse_separators(data, offsets, separator))
 
 
 def prepare_texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
-    """ASCII documents pass through raw (the kernel lowercases and splits them); every other
-    document is replaced by normalize_text, which handles the full Unicode rules."""
+    """ASCII documents pass through raw (the kernel lowercases and splits them). The others are
+    normalized by the compiled table-driven normalizer (core.unicode_tables), which gives
+    exactly normalize_text's output; the documents it flags (characters whose normalization
+    depends on their neighbours) go through normalize_exact, the same steps as normalize_text."""
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.large_string())
     texts = texts.cast(pa.large_string()).fill_null("")
     ascii_mask = pc.string_is_ascii(texts)
     if pc.all(ascii_mask).as_py() in (True, None):
         return texts
-    values = texts.to_pylist()
-    flags = ascii_mask.to_pylist()
-    return pa.array(
-        [value if flag else normalize_text(value) for value, flag in zip(values, flags)],
-        type=pa.large_string(),
-    )
+    other = pc.invert(ascii_mask)
+    subset = texts.filter(other)
+    data, offsets = string_buffers(subset)
+    out, out_offsets, flagged = kernel.normalize_batch(data, offsets, *unicode_tables.tables())
+    normalized = _large(out, out_offsets)
+    if flagged.any():
+        exact = normalize_exact(subset.filter(pa.array(flagged)).to_pylist())
+        normalized = pc.replace_with_mask(normalized, pa.array(flagged), exact)
+    return pc.replace_with_mask(texts, other, normalized)
 
 
 def string_buffers(texts: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:

@@ -158,6 +158,45 @@ def _window_count(n_tokens, shingle_size):
 
 
 @njit(nogil=True, cache=True)
+def shingle_hashes(tokens, n_tokens, shingle_size, out):
+    """Hash every window of tokens[:n_tokens] into out; returns the window count.
+
+    Same values as _shingle per window, computed token position by token position across all
+    windows at once: the loop over windows has no carried dependency, so LLVM vectorizes it.
+    """
+    windows = _window_count(n_tokens, shingle_size)
+    if windows == 0:
+        return 0
+    size = min(shingle_size, n_tokens)
+    for w in range(windows):
+        out[w] = _SHINGLE_SEED
+    for k in range(size):
+        for w in range(windows):
+            mixed = (out[w] ^ tokens[w + k]) * _PRIME_1
+            out[w] = (mixed << _U64(27)) | (mixed >> _U64(37))
+    length = _U64(size)
+    for w in range(windows):
+        out[w] = _fmix64(out[w] ^ length)
+    return windows
+
+
+@njit(nogil=True, cache=True)
+def minhash_row(shingles, windows, coeff_a, coeff_b, out):
+    """out[p] = min over windows of ((a[p]*h + b[p]) mod 2^64) >> 32 (the reference definition).
+
+    Permutation outer, shingles inner: the inner loop is a min-reduction with loop-invariant
+    coefficients that LLVM vectorizes; min of the high halves equals the high half of the min.
+    """
+    for p in range(coeff_a.shape[0]):
+        a = coeff_a[p]
+        b = coeff_b[p]
+        best = np.uint32(0xFFFFFFFF)
+        for w in range(windows):
+            best = min(best, np.uint32((a * shingles[w] + b) >> _U64(32)))
+        out[p] = best
+
+
+@njit(nogil=True, cache=True)
 def fingerprint_batch(data, offsets, shingle_size, coeff_a, coeff_b):
     """Token counts, shingle window counts and (n, num_perm) uint32 MinHash signatures."""
     n_docs = offsets.shape[0] - 1
@@ -169,24 +208,14 @@ def fingerprint_batch(data, offsets, shingle_size, coeff_a, coeff_b):
     for i in range(n_docs):
         longest = max(longest, offsets[i + 1] - offsets[i])
     scratch = np.empty(longest + 1, dtype=np.uint64)
-    current = np.empty(num_perm, dtype=np.uint64)
+    shingles = np.empty(longest + 1, dtype=np.uint64)
     for i in range(n_docs):
         n_tokens = token_hashes(data, offsets[i], offsets[i + 1], scratch)
-        windows = _window_count(n_tokens, shingle_size)
-        size = min(shingle_size, n_tokens)
+        windows = shingle_hashes(scratch, n_tokens, shingle_size, shingles)
         token_counts[i] = n_tokens
         shingle_counts[i] = windows
-        if windows == 0:
-            continue
-        current[:] = _U64(0xFFFFFFFFFFFFFFFF)
-        for w in range(windows):
-            value = _shingle(scratch, w, size)
-            for p in range(num_perm):
-                hashed = coeff_a[p] * value + coeff_b[p]
-                if hashed < current[p]:
-                    current[p] = hashed
-        for p in range(num_perm):
-            signatures[i, p] = np.uint32(current[p] >> _U64(32))
+        if windows > 0:
+            minhash_row(shingles, windows, coeff_a, coeff_b, signatures[i])
     return token_counts, shingle_counts, signatures
 
 
@@ -206,10 +235,7 @@ def shingle_sets_batch(data, offsets, shingle_size):
     cursor = 0
     for i in range(n_docs):
         n_tokens = token_hashes(data, offsets[i], offsets[i + 1], scratch)
-        windows = _window_count(n_tokens, shingle_size)
-        size = min(shingle_size, n_tokens)
-        for w in range(windows):
-            flat[cursor + w] = _shingle(scratch, w, size)
+        windows = shingle_hashes(scratch, n_tokens, shingle_size, flat[cursor:])
         segment = np.sort(flat[cursor : cursor + windows])
         unique = 0
         for w in range(windows):
@@ -243,3 +269,206 @@ def jaccard_pairs(flat, set_offsets, left, right):
                 b0 += 1
         result[i] = common / (union - common)
     return result
+
+
+@njit(inline="always")
+def _put_utf8(out, cursor, cp):
+    if cp < 0x80:
+        out[cursor] = cp
+        return cursor + 1
+    if cp < 0x800:
+        out[cursor] = 0xC0 | (cp >> 6)
+        out[cursor + 1] = 0x80 | (cp & 0x3F)
+        return cursor + 2
+    if cp < 0x10000:
+        out[cursor] = 0xE0 | (cp >> 12)
+        out[cursor + 1] = 0x80 | ((cp >> 6) & 0x3F)
+        out[cursor + 2] = 0x80 | (cp & 0x3F)
+        return cursor + 3
+    out[cursor] = 0xF0 | (cp >> 18)
+    out[cursor + 1] = 0x80 | ((cp >> 12) & 0x3F)
+    out[cursor + 2] = 0x80 | ((cp >> 6) & 0x3F)
+    out[cursor + 3] = 0x80 | (cp & 0x3F)
+    return cursor + 4
+
+
+@njit(nogil=True, cache=True)
+def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator, growth, casing):
+    """normalize_text for each UTF-8 document via the core.unicode_tables tables.
+
+    Returns (bytes, int64 offsets, flagged): a flagged document holds a character that is
+    not context-free; its output is empty and the caller normalizes it with normalize_text.
+    """
+    n_docs = offsets.shape[0] - 1
+    # growth bounds output bytes per input byte (core.unicode_tables), so out never grows
+    out = np.empty(growth * (offsets[n_docs] - offsets[0]) + 16, dtype=np.uint8)
+    out_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    flagged = np.zeros(n_docs, dtype=np.bool_)
+    cursor = 0
+    for i in range(n_docs):
+        doc_start = cursor
+        pending = False
+        prev_cased = False  # is the last character that is not case-ignorable cased?
+        pos = offsets[i]
+        end = offsets[i + 1]
+        while pos < end:
+            byte = data[pos]
+            if byte < 0x80:
+                width = 1
+                cp = np.int64(byte)
+            elif byte >= 0xF0:
+                width = 4
+                cp = np.int64(byte & 0x07)
+            elif byte >= 0xE0:
+                width = 3
+                cp = np.int64(byte & 0x0F)
+            else:
+                width = 2
+                cp = np.int64(byte & 0x1F)
+            for k in range(1, width):
+                cp = (cp << 6) | (data[pos + k] & 0x3F)
+            k = kind[cp]
+            if k == 5:  # capital sigma: final form by its neighbours (str.lower's rule)
+                final = prev_cased
+                if final:
+                    ahead = pos + width
+                    while ahead < end:
+                        cp2, width2 = _decode(data, ahead)
+                        if not casing[cp2] & 1:
+                            final = not (casing[cp2] & 2)
+                            break
+                        ahead += width2
+                if pending:
+                    if cursor > doc_start:
+                        out[cursor] = 32
+                        cursor += 1
+                    pending = False
+                cursor = _put_utf8(out, cursor, 0x3C2 if final else 0x3C3)
+                prev_cased = True
+                pos += width
+                continue
+            if not casing[cp] & 1:
+                prev_cased = (casing[cp] & 4) != 0
+            if k == 1:  # identity word character
+                if pending:
+                    if cursor > doc_start:
+                        out[cursor] = 32
+                        cursor += 1
+                    pending = False
+                for j in range(width):
+                    out[cursor + j] = data[pos + j]
+                cursor += width
+            elif k == 0:
+                pending = True
+            elif k == 2:
+                for m in range(map_offsets[cp], map_offsets[cp + 1]):
+                    mapped = np.int64(map_codepoints[m])
+                    if separator[mapped]:
+                        pending = True
+                        continue
+                    if pending:
+                        if cursor > doc_start:
+                            out[cursor] = 32
+                            cursor += 1
+                        pending = False
+                    cursor = _put_utf8(out, cursor, mapped)
+            elif k == 4:
+                flagged[i] = True
+                cursor = doc_start
+                break
+            pos += width
+        out_offsets[i + 1] = cursor
+    return out[:cursor].copy(), out_offsets, flagged
+
+
+@njit(inline="always")
+def _decode(data, pos):
+    byte = data[pos]
+    if byte < 0x80:
+        return np.int64(byte), 1
+    if byte >= 0xF0:
+        width = 4
+        cp = np.int64(byte & 0x07)
+    elif byte >= 0xE0:
+        width = 3
+        cp = np.int64(byte & 0x0F)
+    else:
+        width = 2
+        cp = np.int64(byte & 0x1F)
+    for k in range(1, width):
+        cp = (cp << 6) | (data[pos + k] & 0x3F)
+    return cp, width
+
+
+@njit(nogil=True, cache=True)
+def filter_codepoints(data, offsets, drop):
+    """Remove every character c with drop[c] from each UTF-8 document (a translate to None)."""
+    n_docs = offsets.shape[0] - 1
+    out = np.empty(offsets[n_docs] - offsets[0] + 1, dtype=np.uint8)
+    out_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    cursor = 0
+    for i in range(n_docs):
+        pos = offsets[i]
+        while pos < offsets[i + 1]:
+            cp, width = _decode(data, pos)
+            if not drop[cp]:
+                for j in range(width):
+                    out[cursor + j] = data[pos + j]
+                cursor += width
+            pos += width
+        out_offsets[i + 1] = cursor
+    return out[:cursor].copy(), out_offsets
+
+
+@njit(nogil=True, cache=True)
+def collapse_separators(data, offsets, separator):
+    """Every run of characters c with separator[c] -> one space, trimmed (translate + split + join)."""
+    n_docs = offsets.shape[0] - 1
+    out = np.empty(offsets[n_docs] - offsets[0] + 1, dtype=np.uint8)
+    out_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    cursor = 0
+    for i in range(n_docs):
+        doc_start = cursor
+        pending = False
+        pos = offsets[i]
+        while pos < offsets[i + 1]:
+            cp, width = _decode(data, pos)
+            if separator[cp]:
+                pending = True
+            else:
+                if pending and cursor > doc_start:
+                    out[cursor] = 32
+                    cursor += 1
+                pending = False
+                for j in range(width):
+                    out[cursor + j] = data[pos + j]
+                cursor += width
+            pos += width
+        out_offsets[i + 1] = cursor
+    return out[:cursor].copy(), out_offsets
+
+
+@njit(nogil=True, cache=True)
+def jaccard_blocks(flat_a, starts_a, ends_a, flat_b, starts_b, ends_b, left, right, out):
+    """out[i] = exact Jaccard of sorted unique sets flat_a[starts_a[left[i]]:ends_a[left[i]]] and
+    flat_b[starts_b[right[i]]:ends_b[right[i]]]; 0.0 when both are empty."""
+    for i in range(left.shape[0]):
+        a0, a1 = starts_a[left[i]], ends_a[left[i]]
+        b0, b1 = starts_b[right[i]], ends_b[right[i]]
+        union = (a1 - a0) + (b1 - b0)
+        if union == 0:
+            out[i] = 0.0
+            continue
+        common = 0
+        while a0 < a1 and b0 < b1:
+            x = flat_a[a0]
+            y = flat_b[b0]
+            if x == y:
+                common += 1
+                a0 += 1
+                b0 += 1
+            elif x < y:
+                a0 += 1
+            else:
+                b0 += 1
+        out[i] = common / (union - common)

@@ -87,13 +87,20 @@ def stage_deduped_documents(store: Store, representative_policy: str, output_dir
     doc_cols = ", ".join(
         f"d.{quote_ident(c)}" for c in ["doc_id", "source", "domain", "crawled_at", "title", "body", *extra]
     )
+    # Rank on narrow columns only (no bodies in the window sort), then join the winners back
+    # to their full rows.
+    provenance = [c for c in extra if c.startswith("warc_") or c == "capture_url"]
+    narrow = ", ".join(quote_ident(c) for c in ["doc_id", "domain", "crawled_at", *provenance])
     con.execute(f"""CREATE TEMP TABLE ranked AS
-        SELECT {doc_cols}, c.cluster_id, c.cluster_size, f.token_count,
+        SELECT d.*, c.cluster_id, c.cluster_size, f.token_count,
                row_number() OVER (PARTITION BY c.cluster_id ORDER BY {order_by}) AS rank
-          FROM {store.scan_sql("documents")} d
+          FROM (SELECT {narrow} FROM {store.scan_sql("documents")}) d
           JOIN {store.scan_sql("clusters")} c USING (doc_id)
-          JOIN {store.scan_sql("fingerprinted")} f USING (doc_id)""")
-    relation = con.sql("SELECT * EXCLUDE (rank) FROM ranked WHERE rank = 1 ORDER BY cluster_id")
+          JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")}) f USING (doc_id)""")
+    relation = con.sql(f"""
+        SELECT {doc_cols}, r.cluster_id, r.cluster_size, r.token_count
+          FROM ranked r JOIN {store.scan_sql("documents")} d USING (doc_id)
+         WHERE r.rank = 1 ORDER BY r.cluster_id""")
     params = {
         "stage": "deduped_documents",
         "fingerprint": upstream["fingerprint"],

@@ -1,7 +1,7 @@
 """The scored_pairs and duplicate_pairs stages: exact shingle Jaccard decides.
 
-Shingle sets are recomputed from the documents for the candidates only, a chunk of pairs
-at a time, so memory holds the shingles of one chunk's documents, never the whole corpus.
+Shingle sets are recomputed from the documents for the candidates' documents only, a
+bounded group of documents at a time (see stage_scored_pairs), never the whole corpus.
 """
 
 from __future__ import annotations
@@ -13,14 +13,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..core.fingerprint import shingle_sets
-from ..core.kernel import jaccard_pairs
-from ..core.minhash import estimate_jaccard
+from ..core.kernel import jaccard_blocks
 from .errors import WebdedupError
+from .parallel import ordered_map, prefetch, thread_count
 from .storage import Store, connect, scalar, write_batches, write_csv, write_parquet_copy, write_relation
 
 PAIRS_PER_CHUNK = 200_000
+# Shingle sets of candidate members held at once while scoring (two groups of half each).
+SCORING_MEMORY_BYTES = 2 << 30
 
 SCORED_SCHEMA = pa.schema(
     [
@@ -63,48 +66,151 @@ def _require_same_lineage(store: Store, asset: str, key: str, expected: dict) ->
         )
 
 
-def stage_scored_pairs(store: Store, threshold: float, output_dir: Path | None = None) -> dict[str, Any]:
+def _member_groups(shingle_counts: np.ndarray, budget_bytes: int) -> np.ndarray:
+    """Split member nodes (in doc_id order) into consecutive groups whose shingle sets take at
+    most budget_bytes / 2 each (two groups are in memory at once); returns the group bounds."""
+    cost = np.cumsum(shingle_counts.astype(np.int64) * 8 + 16)
+    half = max(1, budget_bytes // 2)
+    bounds = [0]
+    while bounds[-1] < len(cost):
+        start = bounds[-1]
+        base = cost[start - 1] if start else 0
+        bounds.append(max(start + 1, int(np.searchsorted(cost, base + half, side="right"))))
+    return np.array(bounds, dtype=np.int64)
+
+
+def _load_sets(con, store: Store, first: int, stop: int, shingle_size: int, threads: int):
+    """Shingle sets of member nodes first..stop-1: one streamed pass over the documents (DuckDB
+    hash-joins them to the `members` table once), kernel on `threads` threads.
+    Returns (flat, starts, ends) indexed by node - first."""
+    starts = np.zeros(stop - first, dtype=np.int64)
+    ends = np.zeros(stop - first, dtype=np.int64)
+    pieces: list[np.ndarray] = []
+    cursor = 0
+    reader = con.sql(f"""
+        SELECT m.node, d.body FROM {store.scan_sql("documents")} d JOIN members m USING (doc_id)
+         WHERE m.node >= {first} AND m.node < {stop}""").arrow(batch_size=16_384)
+
+    def compute(batch: pa.RecordBatch):
+        flat, offsets = shingle_sets(batch.column("body"), shingle_size)
+        return flat, offsets, batch.column("node").to_numpy() - first
+
+    for flat, offsets, local in ordered_map(compute, prefetch(reader, depth=threads + 1), threads):
+        starts[local] = offsets[:-1] + cursor
+        ends[local] = offsets[1:] + cursor
+        pieces.append(flat)
+        cursor += len(flat)
+    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint64)
+    return flat, starts, ends
+
+
+def _parallel_jaccard(set_a, set_b, left: np.ndarray, right: np.ndarray, threads: int) -> np.ndarray:
+    out = np.zeros(len(left), dtype=np.float64)
+    parts = np.array_split(np.arange(len(left)), max(1, min(threads, len(left) // 10_000 + 1)))
+
+    def run(idx: np.ndarray) -> None:
+        if len(idx):
+            view = np.empty(len(idx), dtype=np.float64)
+            jaccard_blocks(*set_a, *set_b, left[idx], right[idx], view)
+            out[idx] = view
+
+    list(ordered_map(run, parts, threads))
+    return out
+
+
+def stage_scored_pairs(
+    store: Store,
+    threshold: float,
+    output_dir: Path | None = None,
+    threads: int | None = None,
+    memory_budget_bytes: int = SCORING_MEMORY_BYTES,
+) -> dict[str, Any]:
+    """Exact shingle Jaccard and MinHash estimate for every candidate pair.
+
+    Candidate pairs are read once, in their stored (left_doc_id, right_doc_id) order. Their
+    member documents are numbered in doc_id order and split into consecutive groups whose
+    shingle sets fit half the memory budget; for each pair of groups holding candidates, the
+    sets are computed from the documents in one streamed pass per group (compiled kernel on
+    all threads) and the pairs of that block scored. On a typical corpus all members fit in
+    one group: one pass over the documents, no re-sorting, no LIMIT/OFFSET.
+    """
     started = time.perf_counter()
     check_threshold(threshold)
     fingerprint = store.params("fingerprinted")["fingerprint"]
     _require_same_lineage(store, "candidate_pairs", "fingerprint", fingerprint)
     shingle_size = fingerprint["shingle_size"]
+    workers = thread_count(threads)
+    pairs = pa.concat_tables(pq.read_table(p) for p in store.require("candidate_pairs"))
+    pairs = pairs.cast(pa.schema([SCORED_SCHEMA.field(n) for n in pairs.column_names if n in SCORED_SCHEMA.names]))
+    members = pc.unique(pa.concat_arrays([c.combine_chunks() for c in (pairs["left_doc_id"], pairs["right_doc_id"])]))
+    members = members.take(pc.sort_indices(members))
+    left = pc.index_in(pairs["left_doc_id"], value_set=members).to_numpy().astype(np.int64)
+    right = pc.index_in(pairs["right_doc_id"], value_set=members).to_numpy().astype(np.int64)
     con = connect(store)
-    candidates = store.scan_sql("candidate_pairs")
-    total = scalar(con, f"SELECT count(*) FROM {candidates}")
+    con.register("member_ids", pa.table({"doc_id": members, "node": np.arange(len(members), dtype=np.int64)}))
+    con.execute("CREATE TEMP TABLE members AS SELECT * FROM member_ids")
+    con.unregister("member_ids")
+
+    # Signatures and shingle counts of the members, in node order.
+    num_perm = fingerprint["num_perm"]
+    found = con.sql(f"""
+        SELECT m.node, f.shingle_count, f.signature FROM {store.scan_sql("fingerprinted")} f
+          JOIN members m USING (doc_id) ORDER BY m.node""").to_arrow_table()
+    signatures = np.zeros((len(members), num_perm), dtype=np.uint32)
+    shingle_counts = np.zeros(len(members), dtype=np.int64)
+    node = found.column("node").to_numpy()
+    if len(node):
+        signatures[node] = found.column("signature").combine_chunks().flatten().to_numpy().reshape(-1, num_perm)
+        shingle_counts[node] = found.column("shingle_count").to_numpy()
+    del found
+
+    exact = np.zeros(len(left), dtype=np.float64)
+    bounds = _member_groups(shingle_counts, memory_budget_bytes)
+    group_of = np.searchsorted(bounds, np.arange(len(members)), side="right") - 1
+    left_group, right_group = group_of[left], group_of[right]  # left < right, so left_group <= right_group
+    passes = 0
+    loaded: dict[int, tuple] = {}  # at most two groups (the memory budget)
+
+    def group(g: int, keep: int):
+        nonlocal passes
+        if g not in loaded:
+            for other in [k for k in loaded if k != keep]:
+                del loaded[other]
+            loaded[g] = _load_sets(con, store, int(bounds[g]), int(bounds[g + 1]), shingle_size, workers)
+            passes += 1
+        return loaded[g]
+
+    for g1 in range(len(bounds) - 1):
+        in_g1 = np.flatnonzero(left_group == g1)
+        if not len(in_g1):
+            continue
+        set_a = group(g1, keep=-1)
+        for g2 in np.unique(right_group[in_g1]):
+            block = in_g1[right_group[in_g1] == g2]
+            set_b = group(int(g2), keep=g1)
+            exact[block] = _parallel_jaccard(
+                set_a, set_b, left[block] - bounds[g1], right[block] - bounds[g2], workers
+            )
+    loaded.clear()
 
     def batches():
-        for start in range(0, total, PAIRS_PER_CHUNK):
-            con.execute(f"""CREATE OR REPLACE TEMP TABLE chunk AS
-                SELECT * FROM {candidates} ORDER BY left_doc_id, right_doc_id
-                LIMIT {PAIRS_PER_CHUNK} OFFSET {start}""")
-            members = con.sql(f"""
-                WITH ids AS (SELECT left_doc_id AS doc_id FROM chunk UNION SELECT right_doc_id FROM chunk)
-                SELECT d.doc_id, d.body, f.signature
-                  FROM {store.scan_sql("documents")} d
-                  JOIN ids USING (doc_id)
-                  JOIN {store.scan_sql("fingerprinted")} f USING (doc_id)
-                 ORDER BY d.doc_id""").to_arrow_table()
-            pairs = con.sql("SELECT * FROM chunk").to_arrow_table()
-            ids = members.column("doc_id")
-            left = pc.index_in(pairs.column("left_doc_id"), value_set=ids).to_numpy()
-            right = pc.index_in(pairs.column("right_doc_id"), value_set=ids).to_numpy()
-            flat, offsets = shingle_sets(members.column("body"), shingle_size)
-            exact = jaccard_pairs(flat, offsets, left.astype(np.int64), right.astype(np.int64))
-            signatures = members.column("signature").combine_chunks().flatten().to_numpy().reshape(len(ids), -1)
-            estimate = estimate_jaccard(signatures[left], signatures[right])
+        for begin in range(0, len(left), PAIRS_PER_CHUNK):
+            stop = min(begin + PAIRS_PER_CHUNK, len(left))
+            chunk = pairs.slice(begin, stop - begin)
+            score = exact[begin:stop]
+            estimate = (signatures[left[begin:stop]] == signatures[right[begin:stop]]).mean(axis=1)
             yield pa.record_batch(
                 [
-                    pairs.column("left_doc_id").combine_chunks(),
-                    pairs.column("right_doc_id").combine_chunks(),
-                    pairs.column("left_domain").combine_chunks(),
-                    pairs.column("right_domain").combine_chunks(),
-                    pairs.column("cross_domain").combine_chunks(),
-                    pairs.column("shared_bands").combine_chunks(),
-                    pa.array(exact),
+                    chunk.column("left_doc_id").combine_chunks(),
+                    chunk.column("right_doc_id").combine_chunks(),
+                    chunk.column("left_domain").combine_chunks(),
+                    chunk.column("right_domain").combine_chunks(),
+                    chunk.column("cross_domain").combine_chunks(),
+                    chunk.column("shared_bands").combine_chunks(),
+                    pa.array(score),
                     pa.array(estimate),
-                    pa.array(exact >= threshold),
-                    pa.array(reasons(exact, estimate, threshold)),
+                    pa.array(score >= threshold),
+                    pa.array(reasons(score, estimate, threshold)),
                 ],
                 schema=SCORED_SCHEMA,
             )
@@ -122,6 +228,9 @@ def stage_scored_pairs(store: Store, threshold: float, output_dir: Path | None =
         "rows": rows,
         "duplicates": scalar(con, f"SELECT count(*) FROM {scored} WHERE is_duplicate"),
         "reasons": by_reason,
+        "member_documents": len(members),
+        "document_passes": passes,
+        "threads": workers,
         "seconds": round(time.perf_counter() - started, 4),
     }
     store.write_stats("scored_pairs", None, stats)

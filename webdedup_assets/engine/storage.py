@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from .errors import WebdedupError
 
 METADATA_KEY = b"webdedup"
+DUCKDB_MEMORY_LIMIT = "2GB"
 
 
 @dataclass(frozen=True)
@@ -133,12 +134,16 @@ def write_batches(
     schema: pa.Schema,
     batches: Iterable[pa.RecordBatch],
     params: dict[str, Any],
+    use_dictionary: bool | list[str] = True,
 ) -> int:
-    """Stream record batches into one Parquet file atomically; returns the row count."""
+    """Stream record batches into one Parquet file atomically; returns the row count.
+
+    use_dictionary: False or the columns worth dictionary-encoding (pyarrow tries every column
+    by default, which costs CPU and size on unique or random values such as signatures)."""
     schema = _with_params(schema, params)
     rows = 0
     with atomic_path(target) as temp:
-        with pq.ParquetWriter(temp, schema, compression="zstd") as writer:
+        with pq.ParquetWriter(temp, schema, compression="zstd", use_dictionary=use_dictionary) as writer:
             for batch in batches:
                 if batch.num_rows:
                     writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
@@ -191,6 +196,9 @@ def connect(store: Store | None = None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
+    # Bounded memory: DuckDB spills joins and sorts beyond this to the temp directory
+    # (its default is 80 % of RAM). WEBDEDUP_DUCKDB_MEMORY overrides, e.g. "8GB".
+    con.execute(f"SET memory_limit = '{os.environ.get('WEBDEDUP_DUCKDB_MEMORY', DUCKDB_MEMORY_LIMIT)}'")
     if store is not None:
         spill = store.root / ".duckdb_tmp"
         spill.mkdir(parents=True, exist_ok=True)
