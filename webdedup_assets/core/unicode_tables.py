@@ -1,6 +1,6 @@
 """Per-codepoint tables that let the compiled kernel reproduce core.normalize.normalize_text.
 
-normalize_text = NFD, drop nonspacing marks (Mn), NFC, lower(), every run of characters
+normalize_text = NFD, drop nonspacing marks (Mn, except the kana voicing marks), NFC, lower(), every run of characters
 outside L/N/M -> one space, trimmed. For most text this is a function of each character
 alone; the table holds, per codepoint c, kind[c] and M(c) = lower(NFC(drop_Mn(NFD(c)))).
 
@@ -35,6 +35,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from .normalize import KEPT_MARKS
 
 KIND_SEPARATOR = 0  # M(c) is made of separators only
 KIND_IDENTITY = 1  # M(c) == c and c is a word character: copy its bytes
@@ -102,7 +104,7 @@ def _all_tables() -> dict[str, np.ndarray]:
 def _build_marks() -> np.ndarray:
     marks = np.zeros(sys.maxunicode + 1, dtype=np.uint8)
     for codepoint in range(sys.maxunicode + 1):
-        if unicodedata.category(chr(codepoint)) == "Mn":
+        if unicodedata.category(chr(codepoint)) == "Mn" and codepoint not in KEPT_MARKS:
             marks[codepoint] = 1
     return marks
 
@@ -167,11 +169,20 @@ def _build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             set_casing(codepoint, [char])
             continue
         decomposed = unicodedata.normalize("NFD", char)
-        kept = [c for c in decomposed if unicodedata.category(c) != "Mn"]
+        kept = [c for c in decomposed if unicodedata.category(c) != "Mn" or ord(c) in KEPT_MARKS]
         if 0xAC00 <= codepoint <= 0xD7A3:
             kept = [char]
         set_casing(codepoint, kept)
-        if 0xAC00 <= codepoint <= 0xD7A3:
+        # A voiced kana (が) decomposes to its base and a kept voicing mark, and NFC puts them
+        # back: the character maps to itself whatever surrounds it (a base kana is a starter
+        # that composes with nothing before it; marks that could reorder are flagged themselves).
+        recomposes = (
+            len(kept) > 1
+            and all(ord(c) in KEPT_MARKS for c in kept[1:])
+            and not (unicodedata.combining(kept[0]) or ord(kept[0]) in seconds)
+            and unicodedata.normalize("NFC", "".join(kept)) == char
+        )
+        if 0xAC00 <= codepoint <= 0xD7A3 or recomposes:
             pass
         elif any(unicodedata.combining(c) or ord(c) in seconds or ord(c) == SIGMA for c in kept):
             kind[codepoint] = KIND_CONTEXT
