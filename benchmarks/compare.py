@@ -161,8 +161,11 @@ def recall_spread(corpus: Path, limit: int | None, seeds: int) -> None:
         signatures = fingerprint_texts(texts, SHINGLE, *MinHashParams(NUM_PERM, seed).coefficients())[2]
         hit = (signatures[left].reshape(-1, BANDS, ROWS) == signatures[right].reshape(-1, BANDS, ROWS)).all(axis=2)
         found.append(round(float(hit.any(axis=1).mean()), 4))
-    print(json.dumps({"true_pairs": int(len(left)), "expected_recall_8x8": round(expected, 4),
-                      "webdedup_recall_by_seed": found}))
+    print(
+        json.dumps(
+            {"true_pairs": int(len(left)), "expected_recall_8x8": round(expected, 4), "webdedup_recall_by_seed": found}
+        )
+    )
 
 
 def child(engine: str, corpus: Path, limit: int | None) -> None:
@@ -201,13 +204,17 @@ def main(argv: list[str] | None = None) -> None:
             results[engine].append(figure)
             print(json.dumps(figure), file=sys.stderr)
     best = {e: min(r, key=lambda f: f["seconds"]) for e, r in results.items()}
-    print(f"corpus {corpus} ({best[engines[0]]['docs']:,} docs), shingles {SHINGLE}, {NUM_PERM} values, "
-          f"{BANDS}x{ROWS} bands; {machine()}; WEBDEDUP_THREADS={os.environ.get('WEBDEDUP_THREADS', 'all')}")
+    print(
+        f"corpus {corpus} ({best[engines[0]]['docs']:,} docs), shingles {SHINGLE}, {NUM_PERM} values, "
+        f"{BANDS}x{ROWS} bands; {machine()}; WEBDEDUP_THREADS={os.environ.get('WEBDEDUP_THREADS', 'all')}"
+    )
     print(f"{'engine':<12}{'best s':>9}{'docs/s':>10}{'peak RSS MiB':>14}{'recall':>9}{'webdedup/x':>12}")
     for engine, figure in best.items():
         ratio = figure["docs_per_s"] and best.get("webdedup", figure)["docs_per_s"] / figure["docs_per_s"]
-        print(f"{engine:<12}{figure['seconds']:>9.2f}{figure['docs_per_s']:>10,}{figure['peak_rss_mib']:>14,}"
-              f"{figure['candidate_recall']:>9}{ratio:>11.1f}x")
+        print(
+            f"{engine:<12}{figure['seconds']:>9.2f}{figure['docs_per_s']:>10,}{figure['peak_rss_mib']:>14,}"
+            f"{figure['candidate_recall']:>9}{ratio:>11.1f}x"
+        )
 
 
 if __name__ == "__main__":

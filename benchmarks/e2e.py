@@ -53,8 +53,10 @@ def main(argv: list[str] | None = None) -> None:
         results.append(result)
         print(json.dumps(result))
     if len(results) > 1:
-        print(f"time({results[-1]['docs']:,}) / time({results[0]['docs']:,}) = "
-              f"{results[-1]['wall_s'] / results[0]['wall_s']:.2f}")
+        print(
+            f"time({results[-1]['docs']:,}) / time({results[0]['docs']:,}) = "
+            f"{results[-1]['wall_s'] / results[0]['wall_s']:.2f}"
+        )
     print(machine())
 
 

@@ -88,8 +88,13 @@ SIGMA_NEIGHBOURS = list("AaΣσς ΑΩ.'’ʼ·\u00ad\u0301\u0345ǅ1_-日한ᾼ\
 
 
 def test_capital_sigma_in_every_two_neighbour_context():
-    texts = [f"{a}{b}Σ{c}{d}" for a in SIGMA_NEIGHBOURS for b in SIGMA_NEIGHBOURS for c in SIGMA_NEIGHBOURS[:12]
-             for d in "A .'"]
+    texts = [
+        f"{a}{b}Σ{c}{d}"
+        for a in SIGMA_NEIGHBOURS
+        for b in SIGMA_NEIGHBOURS
+        for c in SIGMA_NEIGHBOURS[:12]
+        for d in "A .'"
+    ]
     got = prepared(texts)
     assert [(t, g) for t, g in zip(texts, got) if g != expected(t)][:5] == []
 

@@ -135,7 +135,6 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
             days=dg.MetadataValue.text(f"{days[0]} .. {days[-1]} ({len(days)} day(s))"),
             documents_outside_partitions=dg.MetadataValue.int(outside),
             doc_ids_outside_partitions=dg.MetadataValue.json(info.get("doc_ids_outside_partitions", [])),
-            empty_bodies=dg.MetadataValue.int(info["empty_bodies"]),
             **warc,
         )
 

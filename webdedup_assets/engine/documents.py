@@ -11,8 +11,12 @@ from __future__ import annotations
 import codecs
 import glob as globlib
 import hashlib
+import json
+import os
 import re
+import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,12 +26,12 @@ import duckdb
 from .errors import WebdedupError
 from .storage import (
     Store,
+    atomic_path,
     connect,
     file_sha256,
     quote_ident,
     scalar,
     sql_string,
-    write_relation,
     write_schema,
 )
 from .warc import WARC_FORMATS, WarcOptions, clear_rejections, discard_staging, stage_warc
@@ -77,9 +81,7 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
             raise WebdedupError(f"input glob {input_path!r} matches no file")
     elif path.is_dir():
         candidates = [
-            p
-            for p in path.rglob("*")
-            if p.is_file() and _suffix(p) in SUFFIX_FORMATS and not p.name.startswith(".")
+            p for p in path.rglob("*") if p.is_file() and _suffix(p) in SUFFIX_FORMATS and not p.name.startswith(".")
         ]
         if input_format != "auto":
             candidates = [p for p in candidates if SUFFIX_FORMATS[_suffix(p)] == input_format]
@@ -184,7 +186,12 @@ def day_of_file(path: Path) -> str | None:
 
 
 def _load(con: duckdb.DuckDBPyConnection, files: list[InputFile]) -> list[str]:
-    """Read and validate the files into the temp table `parsed`; returns the extra columns."""
+    """Define the view `parsed` over the input files and validate it; returns the extra columns.
+
+    Only a narrow table `keys` (doc_id, dates, file) is materialized for validation; page
+    bodies stream from the input straight into the output files, so memory and temporary
+    disk do not grow with the corpus' text.
+    """
     relations = [_scan(con, f) for f in files]
     extra = _validate_columns(files, relations)
     typed_parts = []
@@ -196,48 +203,47 @@ def _load(con: duckdb.DuckDBPyConnection, files: list[InputFile]) -> list[str]:
         cols += [(f"{quote_ident(c)}" if c in rel.columns else f"NULL AS {quote_ident(c)}") for c in extra]
         cols.append(f"{sql_string(f.path.name)} AS __source_file")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
-    con.execute("CREATE TEMP TABLE staged AS " + " UNION ALL BY NAME ".join(typed_parts))
     # Timestamps with an offset become their UTC day (the session time zone is UTC).
     con.execute(
-        """CREATE TEMP TABLE parsed AS SELECT *,
-             COALESCE(CAST(TRY_CAST(trim(crawled_at_raw) AS TIMESTAMPTZ) AS DATE),
-                      TRY_CAST(trim(crawled_at_raw) AS DATE)) AS crawled_at
-           FROM staged"""
+        "CREATE TEMP VIEW parsed AS SELECT *, "
+        "COALESCE(CAST(TRY_CAST(trim(crawled_at_raw) AS TIMESTAMPTZ) AS DATE), "
+        "TRY_CAST(trim(crawled_at_raw) AS DATE)) AS crawled_at FROM (" + " UNION ALL BY NAME ".join(typed_parts) + ")"
     )
+    con.execute("CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at_raw, crawled_at, __source_file FROM parsed")
     _validate_rows(con)
     return extra
 
 
 def _validate_rows(con: duckdb.DuckDBPyConnection) -> None:
-    bad_ids = _offenders(con, "SELECT __source_file FROM parsed WHERE doc_id IS NULL OR trim(doc_id) = ''")
+    bad_ids = _offenders(con, "SELECT __source_file FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
     if bad_ids:
-        count = scalar(con, "SELECT count(*) FROM parsed WHERE doc_id IS NULL OR trim(doc_id) = ''")
+        count = scalar(con, "SELECT count(*) FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
         raise WebdedupError(f"{count} row(s) have an empty doc_id (first in file {bad_ids[0][0]})")
     dupes = _offenders(
         con,
-        "SELECT doc_id, count(*) AS n, string_agg(DISTINCT __source_file, ', ') FROM parsed "
+        "SELECT doc_id, count(*) AS n, string_agg(DISTINCT __source_file, ', ') FROM keys "
         "GROUP BY doc_id HAVING count(*) > 1 ORDER BY doc_id",
     )
     if dupes:
-        total = scalar(con, "SELECT count(*) FROM (SELECT doc_id FROM parsed GROUP BY doc_id HAVING count(*) > 1)")
+        total = scalar(con, "SELECT count(*) FROM (SELECT doc_id FROM keys GROUP BY doc_id HAVING count(*) > 1)")
         listed = "; ".join(f"{d!r} x{n} in {src}" for d, n, src in dupes)
         raise WebdedupError(f"doc_id must be unique: {total} doc_id(s) appear more than once, first: {listed}")
     undated = _offenders(
         con,
-        "SELECT doc_id, __source_file FROM parsed "
+        "SELECT doc_id, __source_file FROM keys "
         "WHERE crawled_at_raw IS NULL OR trim(crawled_at_raw) = '' ORDER BY doc_id",
     )
     if undated:
-        total = scalar(con, "SELECT count(*) FROM parsed WHERE crawled_at_raw IS NULL OR trim(crawled_at_raw) = ''")
+        total = scalar(con, "SELECT count(*) FROM keys WHERE crawled_at_raw IS NULL OR trim(crawled_at_raw) = ''")
         raise WebdedupError(
             f"crawled_at is missing for {total} document(s), first doc_id(s): "
             f"{', '.join(repr(d) for d, _ in undated)} (in {undated[0][1]}); every document needs its crawl date"
         )
     unparsable = _offenders(
-        con, "SELECT doc_id, crawled_at_raw, __source_file FROM parsed WHERE crawled_at IS NULL ORDER BY doc_id"
+        con, "SELECT doc_id, crawled_at_raw, __source_file FROM keys WHERE crawled_at IS NULL ORDER BY doc_id"
     )
     if unparsable:
-        total = scalar(con, "SELECT count(*) FROM parsed WHERE crawled_at IS NULL")
+        total = scalar(con, "SELECT count(*) FROM keys WHERE crawled_at IS NULL")
         listed = ", ".join(f"{d!r} ({raw!r})" for d, raw, _ in unparsable)
         raise WebdedupError(
             f"crawled_at is not a date or timestamp for {total} document(s), first: {listed} "
@@ -301,10 +307,11 @@ def stage_documents(
     if not files:  # every file of the input is dated outside these days
         extra = []
         con.execute(
-            "CREATE TEMP TABLE parsed AS SELECT NULL::VARCHAR AS doc_id, NULL::VARCHAR AS source, "
+            "CREATE TEMP VIEW parsed AS SELECT NULL::VARCHAR AS doc_id, NULL::VARCHAR AS source, "
             "NULL::VARCHAR AS domain, NULL::DATE AS crawled_at, NULL::VARCHAR AS title, "
             "NULL::VARCHAR AS body WHERE false"
         )
+        con.execute("CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at FROM parsed")
     else:
         extra = _load(con, files)
     params["input_sha256"] = combined_sha256(sources) if sources else None
@@ -312,45 +319,76 @@ def stage_documents(
     select = _select_sql(extra)
     stats: dict[str, Any] = {}
     if days is None:
-        rows = write_relation(store.path("documents"), con.sql(f"SELECT {select} FROM parsed"), params)
-        stats = {"rows": rows}
+        with atomic_path(store.path("documents")) as temp:
+            _copy(con, f"SELECT {select} FROM parsed", temp, params)
+        stats = {"rows": scalar(con, "SELECT count(*) FROM keys")}
         store.write_stats("documents", None, {**stats, "seconds": round(time.perf_counter() - started, 4)})
     else:
         stats = _write_days(con, store, select, days, params)
         if coverage is not None:
             stats.update(_uncovered(con, coverage, uncovered_files))
-    stats["empty_bodies"] = scalar(con, "SELECT count(*) FROM parsed WHERE trim(COALESCE(body, '')) = ''")
     stats["seconds"] = round(time.perf_counter() - started, 4)
     con.close()
     discard_staging(store)
     return {**params, **stats}
 
 
+def _copy(con, query: str, target: Path, params: dict[str, Any], partition_by: str | None = None) -> None:
+    """DuckDB's parallel Parquet writer, with the stage parameters in the key-value metadata."""
+    metadata = sql_string(json.dumps(params, sort_keys=True, default=str))
+    options = f"FORMAT parquet, COMPRESSION zstd, KV_METADATA {{webdedup: {metadata}}}"
+    if partition_by:
+        options += f", PARTITION_BY ({partition_by}), OVERWRITE_OR_IGNORE"
+    con.execute("SET preserve_insertion_order = true")  # days keep the input's row order
+    con.execute(f"COPY ({query}) TO {sql_string(str(target))} ({options})")
+
+
 def _write_days(con, store: Store, select: str, days: list[str], params: dict[str, Any]) -> dict[str, Any]:
+    """All days of the range in one pass over the input (COPY ... PARTITION_BY), each day then
+    moved into place as documents/part-<day>.parquet; days without documents lose their file."""
+    started = time.perf_counter()
     first, last = days[0], days[-1]
-    con.execute(f"""CREATE TEMP TABLE in_range AS SELECT {select} FROM parsed
-                    WHERE crawled_at BETWEEN DATE {sql_string(first)} AND DATE {sql_string(last)}""")
-    present = dict(con.execute("SELECT CAST(crawled_at AS VARCHAR), count(*) FROM in_range GROUP BY 1").fetchall())
+    in_range = f"crawled_at BETWEEN DATE {sql_string(first)} AND DATE {sql_string(last)}"
+    present = dict(
+        con.execute(f"SELECT CAST(crawled_at AS VARCHAR), count(*) FROM keys WHERE {in_range} GROUP BY 1").fetchall()
+    )
+    staging = store.asset_dir("documents") / f".staging-{os.getpid()}-{uuid.uuid4().hex}"
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if present:
+            _copy(
+                con,
+                f"SELECT {select}, strftime(crawled_at, '%Y-%m-%d') AS __day FROM parsed WHERE {in_range}",
+                staging,
+                params,
+                partition_by="__day",
+            )
+        seconds = round((time.perf_counter() - started) / max(1, len(present)), 4)
+        for day in days:
+            if day not in present:
+                store.remove("documents", day)  # a day without documents (or whose input was deleted)
+                continue
+            written = sorted((staging / f"__day={day}").glob("*.parquet"))
+            if len(written) != 1:
+                raise WebdedupError(f"documents: expected one file for crawl day {day}, DuckDB wrote {len(written)}")
+            os.replace(written[0], store.path("documents", day))
+            store.write_stats("documents", day, {"rows": present[day], "seconds": seconds})
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    write_schema(store, "documents", con.sql(f"SELECT {select} FROM parsed LIMIT 0"), params)
     wanted = set(days)
-    total = 0
-    for day in days:
-        if day not in present:
-            store.remove("documents", day)  # a day without documents (or whose input was deleted)
-            continue
-        started = time.perf_counter()
-        relation = con.sql(f"SELECT * FROM in_range WHERE crawled_at = DATE {sql_string(day)}")
-        rows = write_relation(store.path("documents", day), relation, {**params, "partition": day})
-        store.write_stats("documents", day, {"rows": rows, "seconds": round(time.perf_counter() - started, 4)})
-        total += rows
-    write_schema(store, "documents", con.sql("SELECT * FROM in_range LIMIT 0"), params)
-    return {"rows": total, "days": len(days), "days_with_documents": len([d for d in present if d in wanted])}
+    return {
+        "rows": sum(n for d, n in present.items() if d in wanted),
+        "days": len(days),
+        "days_with_documents": len([d for d in present if d in wanted]),
+    }
 
 
 def _uncovered(con, coverage: tuple[str, str], uncovered_files: list[str]) -> dict[str, Any]:
     """Documents read whose day has no partition: counted and named, never silently dropped."""
     where = f"crawled_at < DATE {sql_string(coverage[0])} OR crawled_at > DATE {sql_string(coverage[1])}"
-    count = scalar(con, f"SELECT count(*) FROM parsed WHERE {where}")
-    sample = [d for (d,) in con.execute(f"SELECT doc_id FROM parsed WHERE {where} ORDER BY doc_id LIMIT 10").fetchall()]
+    count = scalar(con, f"SELECT count(*) FROM keys WHERE {where}")
+    sample = [d for (d,) in con.execute(f"SELECT doc_id FROM keys WHERE {where} ORDER BY doc_id LIMIT 10").fetchall()]
     return {
         "documents_outside_partitions": count,
         "doc_ids_outside_partitions": sample,

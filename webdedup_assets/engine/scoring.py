@@ -188,9 +188,7 @@ def stage_scored_pairs(
         for g2 in np.unique(right_group[in_g1]):
             block = in_g1[right_group[in_g1] == g2]
             set_b = group(int(g2), keep=g1)
-            exact[block] = _parallel_jaccard(
-                set_a, set_b, left[block] - bounds[g1], right[block] - bounds[g2], workers
-            )
+            exact[block] = _parallel_jaccard(set_a, set_b, left[block] - bounds[g1], right[block] - bounds[g2], workers)
     loaded.clear()
 
     def batches():
