@@ -13,7 +13,7 @@ from ..core.components import component_labels
 from ..core.ranking import policy_order_by
 from .documents import stored_extra_columns
 from .errors import WebdedupError
-from .storage import Store, connect, quote_ident, scalar, write_csv, write_parquet_copy, write_relation, write_table
+from .storage import Store, connect, publish_asset_file, quote_ident, scalar, write_csv, write_relation, write_table
 
 
 def stage_clusters(store: Store, output_dir: Path | None = None) -> dict[str, Any]:
@@ -117,9 +117,7 @@ def stage_deduped_documents(store: Store, representative_policy: str, output_dir
     }
     store.write_stats("deduped_documents", None, stats)
     if output_dir is not None:
-        write_parquet_copy(
-            output_dir / "deduped_documents.parquet", con.sql(f"SELECT * FROM {store.scan_sql('deduped_documents')}")
-        )
+        publish_asset_file(store, "deduped_documents", output_dir / "deduped_documents.parquet")
         write_csv(output_dir / "cluster_inspection.csv", cluster_inspection(con, store, extra))
     con.close()
     return {**params, **stats}

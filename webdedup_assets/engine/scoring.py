@@ -19,7 +19,7 @@ from ..core.fingerprint import shingle_sets
 from ..core.kernel import jaccard_blocks
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
-from .storage import Store, connect, scalar, write_batches, write_csv, write_parquet_copy, write_relation
+from .storage import Store, connect, publish_asset_file, scalar, write_batches, write_csv, write_relation
 
 PAIRS_PER_CHUNK = 200_000
 # Shingle sets of candidate members held at once while scoring (two groups of half each).
@@ -233,7 +233,7 @@ def stage_scored_pairs(
     }
     store.write_stats("scored_pairs", None, stats)
     if output_dir is not None:
-        write_parquet_copy(output_dir / "scored_pairs.parquet", con.sql(f"SELECT * FROM {scored}"))
+        publish_asset_file(store, "scored_pairs", output_dir / "scored_pairs.parquet")
     con.close()
     return {**params, **stats}
 

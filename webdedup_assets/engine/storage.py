@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterable
 from contextlib import contextmanager
@@ -176,6 +177,18 @@ def write_text(target: Path, text: str) -> None:
 def write_csv(target: Path, relation: duckdb.DuckDBPyRelation) -> None:
     with atomic_path(target) as temp:
         relation.write_csv(str(temp), header=True)
+
+
+def publish_asset_file(store: Store, asset: str, target: Path) -> None:
+    """Publish an unpartitioned asset's Parquet file as an output: a hard link when the output
+    folder is on the same file system (instant; the stored file is only ever replaced, never
+    modified in place, so the output keeps its content), else a byte copy."""
+    source = store.path(asset)
+    with atomic_path(target) as temp:
+        try:
+            os.link(source, temp)
+        except OSError:
+            shutil.copyfile(source, temp)
 
 
 def write_parquet_copy(target: Path, relation: duckdb.DuckDBPyRelation) -> None:
