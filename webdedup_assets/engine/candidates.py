@@ -129,11 +129,12 @@ def stage_candidate_pairs(
         write_csv(
             output_dir / "collision_buckets.csv",
             con.sql(f"""
+            WITH largest AS (SELECT * FROM buckets ORDER BY size DESC, band_index, band_hash LIMIT 10000)
             SELECT b.band_index, b.band_hash, b.size,
                    string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
-              FROM buckets b JOIN {bm} m ON m.band_index = b.band_index AND m.band_hash = b.band_hash
+              FROM largest b JOIN {bm} m ON m.band_index = b.band_index AND m.band_hash = b.band_hash
              GROUP BY b.band_index, b.band_hash, b.size
-             ORDER BY b.size DESC, b.band_index, b.band_hash LIMIT 10000"""),
+             ORDER BY b.size DESC, b.band_index, b.band_hash"""),
         )
     con.close()
     return {**params, **stats}
