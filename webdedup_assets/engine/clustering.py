@@ -97,10 +97,13 @@ def stage_deduped_documents(store: Store, representative_policy: str, output_dir
           FROM (SELECT {narrow} FROM {store.scan_sql("documents")}) d
           JOIN {store.scan_sql("clusters")} c USING (doc_id)
           JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")}) f USING (doc_id)""")
+    # Winners join their full rows with documents as the probe side and insertion order kept:
+    # the output is in documents order, deterministic, with no global sort over page bodies.
+    con.execute("SET preserve_insertion_order = true")
     relation = con.sql(f"""
         SELECT {doc_cols}, r.cluster_id, r.cluster_size, r.token_count
-          FROM ranked r JOIN {store.scan_sql("documents")} d USING (doc_id)
-         WHERE r.rank = 1 ORDER BY r.cluster_id""")
+          FROM {store.scan_sql("documents")} d
+          JOIN (SELECT * FROM ranked WHERE rank = 1) r USING (doc_id)""")
     params = {
         "stage": "deduped_documents",
         "fingerprint": upstream["fingerprint"],
