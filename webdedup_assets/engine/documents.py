@@ -336,7 +336,7 @@ def stage_documents(
 def _copy(con, query: str, target: Path, params: dict[str, Any], partition_by: str | None = None) -> None:
     """DuckDB's parallel Parquet writer, with the stage parameters in the key-value metadata."""
     metadata = sql_string(json.dumps(params, sort_keys=True, default=str))
-    options = f"FORMAT parquet, COMPRESSION zstd, KV_METADATA {{webdedup: {metadata}}}"
+    options = f"FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 32768, KV_METADATA {{webdedup: {metadata}}}"
     if partition_by:
         options += f", PARTITION_BY ({partition_by}), OVERWRITE_OR_IGNORE"
     con.execute("SET preserve_insertion_order = true")  # days keep the input's row order
