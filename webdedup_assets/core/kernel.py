@@ -93,17 +93,7 @@ def token_hashes(data, start, end, out):
                 length = 0
             continue
         # Multi-byte UTF-8 character of an already normalized text: a word character.
-        if byte >= 0xF0:
-            width = 4
-            cp = byte & 0x07
-        elif byte >= 0xE0:
-            width = 3
-            cp = byte & 0x0F
-        else:
-            width = 2
-            cp = byte & 0x1F
-        for k in range(1, width):
-            cp = (cp << 6) | (data[pos + k] & 0x3F)
+        cp, width = _decode(data, pos)
         cjk = _is_cjk(cp)
         if cjk and length > 0:  # a CJK character closes the word before it
             if filled > 0:
@@ -312,21 +302,7 @@ def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator,
         pos = offsets[i]
         end = offsets[i + 1]
         while pos < end:
-            byte = data[pos]
-            if byte < 0x80:
-                width = 1
-                cp = np.int64(byte)
-            elif byte >= 0xF0:
-                width = 4
-                cp = np.int64(byte & 0x07)
-            elif byte >= 0xE0:
-                width = 3
-                cp = np.int64(byte & 0x0F)
-            else:
-                width = 2
-                cp = np.int64(byte & 0x1F)
-            for k in range(1, width):
-                cp = (cp << 6) | (data[pos + k] & 0x3F)
+            cp, width = _decode(data, pos)
             k = kind[cp]
             if k == 5:  # capital sigma: final form by its neighbours (str.lower's rule)
                 final = prev_cased
@@ -338,11 +314,8 @@ def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator,
                             final = not (casing[cp2] & 2)
                             break
                         ahead += width2
-                if pending:
-                    if cursor > doc_start:
-                        out[cursor] = 32
-                        cursor += 1
-                    pending = False
+                cursor = _space_if_pending(out, cursor, doc_start, pending)
+                pending = False
                 cursor = _put_utf8(out, cursor, 0x3C2 if final else 0x3C3)
                 prev_cased = True
                 pos += width
@@ -350,11 +323,8 @@ def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator,
             if not casing[cp] & 1:
                 prev_cased = (casing[cp] & 4) != 0
             if k == 1:  # identity word character
-                if pending:
-                    if cursor > doc_start:
-                        out[cursor] = 32
-                        cursor += 1
-                    pending = False
+                cursor = _space_if_pending(out, cursor, doc_start, pending)
+                pending = False
                 for j in range(width):
                     out[cursor + j] = data[pos + j]
                 cursor += width
@@ -366,11 +336,8 @@ def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator,
                     if separator[mapped]:
                         pending = True
                         continue
-                    if pending:
-                        if cursor > doc_start:
-                            out[cursor] = 32
-                            cursor += 1
-                        pending = False
+                    cursor = _space_if_pending(out, cursor, doc_start, pending)
+                    pending = False
                     cursor = _put_utf8(out, cursor, mapped)
             elif k == 4:
                 flagged[i] = True
@@ -379,6 +346,15 @@ def normalize_batch(data, offsets, kind, map_offsets, map_codepoints, separator,
             pos += width
         out_offsets[i + 1] = cursor
     return out[:cursor].copy(), out_offsets, flagged
+
+
+@njit(inline="always")
+def _space_if_pending(out, cursor, doc_start, pending):
+    """Write the one space a run of separators leaves between words (none at a document's start)."""
+    if pending and cursor > doc_start:
+        out[cursor] = 32
+        return cursor + 1
+    return cursor
 
 
 @njit(inline="always")
@@ -436,9 +412,7 @@ def collapse_separators(data, offsets, separator):
             if separator[cp]:
                 pending = True
             else:
-                if pending and cursor > doc_start:
-                    out[cursor] = 32
-                    cursor += 1
+                cursor = _space_if_pending(out, cursor, doc_start, pending)
                 pending = False
                 for j in range(width):
                     out[cursor + j] = data[pos + j]
