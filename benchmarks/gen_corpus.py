@@ -30,6 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from webdedup_assets.engine.contract import CONTRACT_SCHEMA
+
 ASCII_LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyz"))
 LATIN_EXTRA = list("éèêëàâäçîïôöùûüñßøåæœ")
 CYRILLIC = [chr(c) for c in range(0x430, 0x450)]
@@ -37,16 +39,7 @@ GREEK = [chr(c) for c in range(0x3B1, 0x3CA)]
 CJK = [chr(c) for c in range(0x4E00, 0x4E00 + 3000)]
 KANA = [chr(c) for c in range(0x3041, 0x3097)]
 NAV_WORDS = "home about contact privacy terms login subscribe search menu news blog careers help cookies".split()
-SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("source", pa.string()),
-        ("domain", pa.string()),
-        ("crawled_at", pa.date32()),
-        ("title", pa.string()),
-        ("body", pa.string()),
-    ]
-)
+SCHEMA = CONTRACT_SCHEMA
 VARIANTS = ("exact", "edit", "boiler", "reorder")
 
 

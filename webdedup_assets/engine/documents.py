@@ -11,7 +11,6 @@ from __future__ import annotations
 import codecs
 import glob as globlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -23,11 +22,13 @@ from typing import Any
 
 import duckdb
 
+from .contract import REQUIRED_COLUMNS
 from .errors import WebdedupError
 from .storage import (
     Store,
     atomic_path,
     connect,
+    copy_query,
     file_sha256,
     quote_ident,
     scalar,
@@ -36,7 +37,6 @@ from .storage import (
 )
 from .warc import WARC_FORMATS, WarcOptions, clear_rejections, discard_staging, stage_warc
 
-REQUIRED_COLUMNS = ("doc_id", "source", "domain", "crawled_at", "title", "body")
 TEXT_COLUMNS = ("doc_id", "source", "domain", "title", "body")
 FORMATS = ("auto", "csv", "parquet", "warc", "commoncrawl")
 SUFFIX_FORMATS = {
@@ -106,12 +106,23 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
 
 def combined_sha256(files: list[InputFile]) -> str:
     """One checksum for the whole input (the file's own sha256 when there is one file)."""
-    if len(files) == 1:
-        return files[0].sha256
+    return _combine_checksums([(f.path.name, f.sha256) for f in files])
+
+
+def _combine_checksums(named: list[tuple[str, str]]) -> str:
+    """(file name, sha256) pairs in input order -> one checksum; a single file keeps its own."""
+    if len(named) == 1:
+        return named[0][1]
     digest = hashlib.sha256()
-    for f in files:
-        digest.update(f"{f.path.name}\t{f.sha256}\n".encode())
+    for name, sha256 in named:
+        digest.update(f"{name}\t{sha256}\n".encode())
     return digest.hexdigest()
+
+
+def crawl_day_sql(raw: str) -> str:
+    """SQL for the UTC crawl day of a crawled_at text: a timestamp (an offset is converted to UTC,
+    the session time zone) or a plain date; NULL when it is neither."""
+    return f"COALESCE(CAST(TRY_CAST({raw} AS TIMESTAMPTZ) AS DATE), TRY_CAST({raw} AS DATE))"
 
 
 def check_utf8(path: Path) -> None:
@@ -139,15 +150,21 @@ def check_utf8(path: Path) -> None:
             raise WebdedupError(f"{path}: invalid UTF-8: the file ends inside a multi-byte character") from None
 
 
+def _source_sql(f: InputFile, strict: bool = True) -> str:
+    """DuckDB table expression reading one input file (CSV columns all as text)."""
+    if f.format == "csv":
+        return (
+            f"read_csv({sql_string(str(f.path))}, header = true, all_varchar = true, "
+            f"max_line_size = {MAX_LINE_BYTES}{', strict_mode = true' if strict else ''})"
+        )
+    return f"read_parquet({sql_string(str(f.path))})"
+
+
 def _scan(con: duckdb.DuckDBPyConnection, f: InputFile) -> duckdb.DuckDBPyRelation:
     try:
         if f.format == "csv":
             check_utf8(f.path)
-            return con.sql(
-                f"SELECT * FROM read_csv({sql_string(str(f.path))}, header = true, all_varchar = true, "
-                f"max_line_size = {MAX_LINE_BYTES}, strict_mode = true)"
-            )
-        return con.sql(f"SELECT * FROM read_parquet({sql_string(str(f.path))})")
+        return con.sql(f"SELECT * FROM {_source_sql(f)}")
     except duckdb.Error as err:
         first_line = str(err).strip().splitlines()[0]
         raise WebdedupError(f"{f.path}: cannot read as {f.format}: {first_line}") from None
@@ -205,9 +222,8 @@ def _load(con: duckdb.DuckDBPyConnection, files: list[InputFile]) -> list[str]:
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
     # Timestamps with an offset become their UTC day (the session time zone is UTC).
     con.execute(
-        "CREATE TEMP VIEW parsed AS SELECT *, "
-        "COALESCE(CAST(TRY_CAST(trim(crawled_at_raw) AS TIMESTAMPTZ) AS DATE), "
-        "TRY_CAST(trim(crawled_at_raw) AS DATE)) AS crawled_at FROM (" + " UNION ALL BY NAME ".join(typed_parts) + ")"
+        f"CREATE TEMP VIEW parsed AS SELECT *, {crawl_day_sql('trim(crawled_at_raw)')} AS crawled_at "
+        "FROM (" + " UNION ALL BY NAME ".join(typed_parts) + ")"
     )
     con.execute("CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at_raw, crawled_at, __source_file FROM parsed")
     _validate_rows(con)
@@ -320,7 +336,7 @@ def stage_documents(
     stats: dict[str, Any] = {}
     if days is None:
         with atomic_path(store.path("documents")) as temp:
-            _copy(con, f"SELECT {select} FROM parsed", temp, params)
+            copy_query(con, f"SELECT {select} FROM parsed", temp, params)
         stats = {"rows": scalar(con, "SELECT count(*) FROM keys")}
         store.write_stats("documents", None, {**stats, "seconds": round(time.perf_counter() - started, 4)})
     else:
@@ -331,16 +347,6 @@ def stage_documents(
     con.close()
     discard_staging(store)
     return {**params, **stats}
-
-
-def _copy(con, query: str, target: Path, params: dict[str, Any], partition_by: str | None = None) -> None:
-    """DuckDB's parallel Parquet writer, with the stage parameters in the key-value metadata."""
-    metadata = sql_string(json.dumps(params, sort_keys=True, default=str))
-    options = f"FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 32768, KV_METADATA {{webdedup: {metadata}}}"
-    if partition_by:
-        options += f", PARTITION_BY ({partition_by}), OVERWRITE_OR_IGNORE"
-    con.execute("SET preserve_insertion_order = true")  # days keep the input's row order
-    con.execute(f"COPY ({query}) TO {sql_string(str(target))} ({options})")
 
 
 def _write_days(con, store: Store, select: str, days: list[str], params: dict[str, Any]) -> dict[str, Any]:
@@ -356,7 +362,7 @@ def _write_days(con, store: Store, select: str, days: list[str], params: dict[st
     staging.parent.mkdir(parents=True, exist_ok=True)
     try:
         if present:
-            _copy(
+            copy_query(
                 con,
                 f"SELECT {select}, strftime(crawled_at, '%Y-%m-%d') AS __day FROM parsed WHERE {in_range}",
                 staging,
@@ -416,17 +422,11 @@ def input_days(
     days: set[str] = set()
     con = connect()
     for f in files:
-        if f.format == "csv":
-            source = (
-                f"read_csv({sql_string(str(f.path))}, header = true, all_varchar = true, "
-                f"max_line_size = {MAX_LINE_BYTES})"
-            )
-        else:
-            source = f"read_parquet({sql_string(str(f.path))})"
-        raw = "trim(CAST(crawled_at AS VARCHAR))"
+        day = crawl_day_sql("trim(CAST(crawled_at AS VARCHAR))")
         try:
-            rows = con.execute(f"""SELECT DISTINCT CAST(COALESCE(CAST(TRY_CAST({raw} AS TIMESTAMPTZ) AS DATE),
-                                       TRY_CAST({raw} AS DATE)) AS VARCHAR) AS day FROM {source}""").fetchall()
+            rows = con.execute(
+                f"SELECT DISTINCT CAST({day} AS VARCHAR) AS day FROM {_source_sql(f, strict=False)}"
+            ).fetchall()
         except duckdb.Error:
             return []
         days.update(d for (d,) in rows if d is not None)
@@ -446,12 +446,7 @@ def stored_input(store: Store) -> tuple[list[dict[str, Any]], str | None]:
     files = [seen[k] for k in sorted(seen)]
     if not files:
         return [], None
-    if len(files) == 1:
-        return files, files[0]["sha256"]
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f"{Path(f['path']).name}\t{f['sha256']}\n".encode())
-    return files, digest.hexdigest()
+    return files, _combine_checksums([(Path(f["path"]).name, f["sha256"]) for f in files])
 
 
 def stored_extra_columns(store: Store) -> list[str]:

@@ -106,6 +106,16 @@ class Store:
         self.stats_path(asset, partition).unlink(missing_ok=True)
 
 
+def sum_figures(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Numeric figures of several stats (e.g. one per crawl day) added up; rates are left out."""
+    totals: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "docs_per_second":
+                totals[key] = totals.get(key, 0) + value
+    return totals
+
+
 def read_params(path: Path) -> dict[str, Any]:
     metadata = pq.read_schema(path).metadata or {}
     raw = metadata.get(METADATA_KEY)
@@ -167,6 +177,20 @@ def write_schema(
 ) -> None:
     schema = relation if isinstance(relation, pa.Schema) else relation.arrow().schema
     write_batches(store.schema_path(asset), schema, [], params)
+
+
+def copy_query(
+    con: duckdb.DuckDBPyConnection, query: str, target: Path, params: dict[str, Any], partition_by: str | None = None
+) -> None:
+    """DuckDB's parallel Parquet writer (COPY), rows in the query's order, with the stage
+    parameters in the key-value metadata like write_batches; partition_by writes a folder."""
+    metadata = sql_string(json.dumps(params, sort_keys=True, default=str))
+    key = METADATA_KEY.decode()
+    options = f"FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 32768, KV_METADATA {{{key}: {metadata}}}"
+    if partition_by:
+        options += f", PARTITION_BY ({partition_by}), OVERWRITE_OR_IGNORE"
+    con.execute("SET preserve_insertion_order = true")
+    con.execute(f"COPY ({query}) TO {sql_string(str(target))} ({options})")
 
 
 def write_text(target: Path, text: str) -> None:

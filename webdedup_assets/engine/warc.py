@@ -47,6 +47,7 @@ from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.encoding import detect_encoding
 from resiliparse.parse.html import HTMLTree
 
+from .contract import CONTRACT_SCHEMA
 from .errors import WebdedupError
 from .storage import Store, atomic_path, file_sha256, write_text
 
@@ -70,12 +71,7 @@ PROVENANCE_COLUMNS = (
 )
 DOCUMENT_SCHEMA = pa.schema(
     [
-        ("doc_id", pa.string()),
-        ("source", pa.string()),
-        ("domain", pa.string()),
-        ("crawled_at", pa.date32()),
-        ("title", pa.string()),
-        ("body", pa.string()),
+        *CONTRACT_SCHEMA,
         ("warc_record_id", pa.string()),
         ("capture_url", pa.string()),
         ("warc_filename", pa.string()),
