@@ -181,7 +181,8 @@ def test_deleting_a_days_input_and_rerunning_it_removes_its_documents(split):
     assert representatives(env.store())["cluster-billing-canonical"] == "billing-revision"
 
 
-def test_three_days_in_parallel_with_the_multiprocess_executor(tmp_path):
+def dagster_cli(tmp_path: Path) -> tuple[dict[str, str], str]:
+    """Environment and executable for `dagster` CLI runs over the fixture split by day."""
     folder = tmp_path / "crawl"
     split_fixture_by_day(folder)
     home = tmp_path / "dagster_home"
@@ -194,7 +195,11 @@ def test_three_days_in_parallel_with_the_multiprocess_executor(tmp_path):
         "WEBDEDUP_STORAGE_ROOT": str(tmp_path / "storage"),
         "WEBDEDUP_OUTPUT_DIR": str(tmp_path / "output"),
     }
-    dagster = str(Path(sys.executable).with_name("dagster"))
+    return env, str(Path(sys.executable).with_name("dagster"))
+
+
+def test_three_days_in_parallel_with_the_multiprocess_executor(tmp_path):
+    env, dagster = dagster_cli(tmp_path)
     days = ["2026-03-01", "2026-03-02", "2026-03-03"]
     # create the instance's storage once; the three runs then share it (as under `dagster dev`)
     subprocess.run([dagster, "instance", "migrate"], env=env, cwd=tmp_path, check=True, capture_output=True)
@@ -252,18 +257,7 @@ def test_the_sensor_requests_the_global_stages_after_a_daily_run():
 
 
 def test_cli_range_backfill_then_global_job(tmp_path):
-    folder = tmp_path / "crawl"
-    split_fixture_by_day(folder)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "WEBDEDUP_INPUT": str(folder),
-        "WEBDEDUP_STORAGE_ROOT": str(tmp_path / "storage"),
-        "WEBDEDUP_OUTPUT_DIR": str(tmp_path / "output"),
-    }
-    dagster = str(Path(sys.executable).with_name("dagster"))
+    env, dagster = dagster_cli(tmp_path)
     backfill = subprocess.run(
         [
             dagster,

@@ -43,6 +43,11 @@ def _source_files(store: Store, asset: str, partition: str | None):
     return store.require(asset)
 
 
+def fingerprint_params(shingle_size: int, num_perm: int, seed: int) -> dict[str, Any]:
+    """What defines a fingerprint; stored with every artifact built from one."""
+    return {"shingle_size": shingle_size, "num_perm": num_perm, "seed": seed, "version": FINGERPRINT_VERSION}
+
+
 def stage_fingerprinted(
     store: Store,
     shingle_size: int,
@@ -98,8 +103,11 @@ def stage_fingerprinted(
             totals["empty_documents"] += n_empty
             yield out
 
-    fingerprint = {"shingle_size": shingle_size, "num_perm": num_perm, "seed": seed, "version": FINGERPRINT_VERSION}
-    params = {"stage": "fingerprinted", "fingerprint": fingerprint, "partition": partition}
+    params = {
+        "stage": "fingerprinted",
+        "fingerprint": fingerprint_params(shingle_size, num_perm, seed),
+        "partition": partition,
+    }
     # No dictionary encoding: doc_ids are unique and signatures random (3x less write CPU).
     rows = write_batches(store.path("fingerprinted", partition), schema, batches(), params, use_dictionary=False)
     seconds = time.perf_counter() - started

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..core.minhash import candidate_probability
 from .documents import stored_input
-from .storage import Store, connect, write_csv, write_parquet_copy, write_text
+from .storage import Store, connect, sum_figures, write_csv, write_parquet_copy, write_text
 
 STAGES = (
     "documents",
@@ -32,12 +32,7 @@ def _merged_stats(store: Store, stage: str) -> dict[str, Any]:
     parts = store.stats(stage)
     if len(parts) == 1:
         return parts[0]
-    merged: dict[str, Any] = {"partitions": len(parts)}
-    for part in parts:
-        for key, value in part.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "docs_per_second":
-                merged[key] = round(merged.get(key, 0) + value, 4)
-    return merged
+    return {"partitions": len(parts), **{key: round(value, 4) for key, value in sum_figures(parts).items()}}
 
 
 def package_versions() -> dict[str, str]:

@@ -10,8 +10,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from .fingerprint import BAND_SCHEMA, fingerprint_schema, stage_band_memberships, stage_fingerprinted
-from .storage import Store, write_schema
+from .fingerprint import (
+    BAND_SCHEMA,
+    fingerprint_params,
+    fingerprint_schema,
+    stage_band_memberships,
+    stage_fingerprinted,
+)
+from .storage import Store, sum_figures, write_schema
 
 
 def _each_day(
@@ -26,25 +32,21 @@ def _each_day(
     started = time.perf_counter()
     present = set(store.partitions(upstream))
     built: list[str] = []
-    totals: dict[str, Any] = {"rows": 0}
+    infos: list[dict[str, Any]] = []
     for day in days:
         if day not in present:
             store.remove(asset, day)  # the day has no documents (any more): no rows
             continue
-        info = run(day)
+        infos.append(run(day))
         built.append(day)
-        for key, value in info.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "docs_per_second":
-                totals[key] = totals.get(key, 0) + value
+    totals: dict[str, Any] = {"rows": 0, **sum_figures(infos)}
     write_schema(store, asset, schema(), params())
     totals["seconds"] = round(time.perf_counter() - started, 4)
     return {**params(), **totals, "days": len(days), "days_built": built}
 
 
 def fingerprint_days(store: Store, days: list[str], shingle_size: int, num_perm: int, seed: int) -> dict[str, Any]:
-    from ..core.hashing import FINGERPRINT_VERSION
-
-    fingerprint = {"shingle_size": shingle_size, "num_perm": num_perm, "seed": seed, "version": FINGERPRINT_VERSION}
+    fingerprint = fingerprint_params(shingle_size, num_perm, seed)
     return _each_day(
         store,
         "documents",
