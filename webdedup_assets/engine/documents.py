@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .contract import REQUIRED_COLUMNS
 from .errors import WebdedupError
@@ -218,14 +220,16 @@ def _load(con: duckdb.DuckDBPyConnection, files: list[InputFile]) -> list[str]:
         cols = [f"CAST({quote_ident(c)} AS VARCHAR) AS {quote_ident(c)}" for c in TEXT_COLUMNS]
         cols.append("CAST(crawled_at AS VARCHAR) AS crawled_at_raw")
         cols += [(f"{quote_ident(c)}" if c in rel.columns else f"NULL AS {quote_ident(c)}") for c in extra]
-        cols.append(f"{sql_string(f.path.name)} AS __source_file")
+        cols.append(f"{sql_string(f.path.name)} AS __source_file, {index} AS __file_index")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
     # Timestamps with an offset become their UTC day (the session time zone is UTC).
     con.execute(
         f"CREATE TEMP VIEW parsed AS SELECT *, {crawl_day_sql('trim(crawled_at_raw)')} AS crawled_at "
         "FROM (" + " UNION ALL BY NAME ".join(typed_parts) + ")"
     )
-    con.execute("CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at_raw, crawled_at, __source_file FROM parsed")
+    con.execute(
+        "CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at_raw, crawled_at, __source_file, __file_index FROM parsed"
+    )
     _validate_rows(con)
     return extra
 
@@ -340,7 +344,7 @@ def stage_documents(
         stats = {"rows": scalar(con, "SELECT count(*) FROM keys")}
         store.write_stats("documents", None, {**stats, "seconds": round(time.perf_counter() - started, 4)})
     else:
-        stats = _write_days(con, store, select, days, params)
+        stats = _write_days(con, store, select, days, params, files)
         if coverage is not None:
             stats.update(_uncovered(con, coverage, uncovered_files))
     stats["seconds"] = round(time.perf_counter() - started, 4)
@@ -349,45 +353,133 @@ def stage_documents(
     return {**params, **stats}
 
 
-def _write_days(con, store: Store, select: str, days: list[str], params: dict[str, Any]) -> dict[str, Any]:
-    """All days of the range in one pass over the input (COPY ... PARTITION_BY), each day then
-    moved into place as documents/part-<day>.parquet; days without documents lose their file."""
+def _write_days(
+    con, store: Store, select: str, days: list[str], params: dict[str, Any], files: list[InputFile]
+) -> dict[str, Any]:
+    """Every day of the range as documents/part-<day>.parquet; days without documents lose their file.
+
+    A day held whole by one input file that already is exactly the stored form is adopted as a
+    byte copy (see _adoptable_days); all other days are written in one pass over the input
+    (COPY ... PARTITION_BY), each day then moved into place."""
     started = time.perf_counter()
     first, last = days[0], days[-1]
     in_range = f"crawled_at BETWEEN DATE {sql_string(first)} AND DATE {sql_string(last)}"
     present = dict(
         con.execute(f"SELECT CAST(crawled_at AS VARCHAR), count(*) FROM keys WHERE {in_range} GROUP BY 1").fetchall()
     )
+    wanted = set(days)
+    stored_schema = con.sql(f"SELECT {select} FROM parsed LIMIT 0").arrow().schema
+    adopted = _adoptable_days(con, files, stored_schema, wanted)
+    copied = sorted(d for d in present if d not in adopted)
     staging = store.asset_dir("documents") / f".staging-{os.getpid()}-{uuid.uuid4().hex}"
     staging.parent.mkdir(parents=True, exist_ok=True)
     try:
-        if present:
-            copy_query(
-                con,
-                f"SELECT {select}, strftime(crawled_at, '%Y-%m-%d') AS __day FROM parsed WHERE {in_range}",
-                staging,
-                params,
-                partition_by="__day",
-            )
+        if copied:
+            day_list = ", ".join(f"DATE {sql_string(d)}" for d in copied)
+            try:
+                copy_query(
+                    con,
+                    f"SELECT {select}, strftime(crawled_at, '%Y-%m-%d') AS __day FROM parsed "
+                    f"WHERE {in_range} AND crawled_at IN ({day_list})",
+                    staging,
+                    params,
+                    partition_by="__day",
+                )
+            except duckdb.Error as err:  # e.g. a Parquet string column that is not UTF-8
+                raise WebdedupError(f"documents: cannot read the input: {str(err).strip().splitlines()[0]}") from None
         seconds = round((time.perf_counter() - started) / max(1, len(present)), 4)
         for day in days:
             if day not in present:
                 store.remove("documents", day)  # a day without documents (or whose input was deleted)
                 continue
-            written = sorted((staging / f"__day={day}").glob("*.parquet"))
-            if len(written) != 1:
-                raise WebdedupError(f"documents: expected one file for crawl day {day}, DuckDB wrote {len(written)}")
-            os.replace(written[0], store.path("documents", day))
-            store.write_stats("documents", day, {"rows": present[day], "seconds": seconds})
+            if day in adopted:
+                store.adopt("documents", day, adopted[day].path, params)
+            else:
+                written = sorted((staging / f"__day={day}").glob("*.parquet"))
+                if len(written) != 1:
+                    raise WebdedupError(
+                        f"documents: expected one file for crawl day {day}, DuckDB wrote {len(written)}"
+                    )
+                store.place("documents", day, written[0])
+            store.write_stats("documents", day, {"rows": present[day], "seconds": seconds, "adopted": day in adopted})
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    write_schema(store, "documents", con.sql(f"SELECT {select} FROM parsed LIMIT 0"), params)
-    wanted = set(days)
+    write_schema(store, "documents", stored_schema, params)
     return {
         "rows": sum(n for d, n in present.items() if d in wanted),
         "days": len(days),
         "days_with_documents": len([d for d in present if d in wanted]),
+        "days_adopted": len([d for d in adopted if d in wanted]),
     }
+
+
+ADOPT_MAX_ROW_GROUP_ROWS = 1 << 17  # later stages stream row groups; a huge one would not be bounded
+
+
+def _adoptable_days(
+    con: duckdb.DuckDBPyConnection, files: list[InputFile], stored_schema: pa.Schema, wanted: set[str]
+) -> dict[str, InputFile]:
+    """Days whose stored file can be a byte copy of one input file: a Parquet file whose columns,
+    order and types are exactly the stored schema, all of whose documents (already validated
+    in `keys`) fall on that one day, which no other file contributes to, with no NULL body and
+    small row groups. Its text columns are checked to be valid UTF-8 here (the copy path gets
+    that check from DuckDB's reader). Copying such a file instead of re-encoding 2.5 GB of
+    text per million pages is what makes ingesting daily Parquet exports cheap."""
+    candidates = [i for i, f in enumerate(files) if f.format == "parquet" and _same_layout(f.path, stored_schema)]
+    if not candidates:
+        return {}
+    # (day, the one file holding it) for days held by exactly one file that holds no other day
+    single = con.execute(
+        "SELECT CAST(day AS VARCHAR), file FROM ("
+        "  SELECT crawled_at AS day, min(__file_index) AS file, count(DISTINCT __file_index) AS files"
+        "  FROM keys GROUP BY crawled_at) "
+        "WHERE files = 1 AND file IN (SELECT __file_index FROM keys GROUP BY 1 HAVING count(DISTINCT crawled_at) = 1)"
+    ).fetchall()
+    days: dict[str, InputFile] = {}
+    for day, index in single:
+        if index in candidates and day in wanted and _text_is_clean(files[index].path, stored_schema):
+            days[day] = files[index]
+    return days
+
+
+def _same_layout(path: Path, stored_schema: pa.Schema) -> bool:
+    try:
+        parquet = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException):
+        return False
+    metadata = parquet.metadata
+    if any(metadata.row_group(i).num_rows > ADOPT_MAX_ROW_GROUP_ROWS for i in range(metadata.num_row_groups)):
+        return False
+    return parquet.schema_arrow.remove_metadata().equals(stored_schema.remove_metadata())
+
+
+def _text_is_clean(path: Path, stored_schema: pa.Schema) -> bool:
+    """False when the body has a NULL (the copy path stores those as ""); an error naming the
+    doc_id when a text column is not valid UTF-8."""
+    text = [f.name for f in stored_schema if pa.types.is_string(f.type) and f.name != "doc_id"]
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=16_384, columns=["doc_id", *text], use_threads=False):
+        if batch.column("body").null_count:
+            return False
+        for name in text:
+            column = batch.column(name)
+            try:
+                column.validate(full=True)
+            except pa.ArrowInvalid:
+                row = _first_invalid_utf8(column)
+                raise WebdedupError(
+                    f"{path}: column {name} of doc_id {batch.column('doc_id')[row].as_py()!r} is not valid UTF-8"
+                ) from None
+    return True
+
+
+def _first_invalid_utf8(column: pa.Array) -> int:
+    for row, value in enumerate(column.cast(pa.binary()).to_pylist()):
+        try:
+            if value is not None:
+                value.decode("utf-8")
+        except UnicodeDecodeError:
+            return row
+    return 0
 
 
 def _uncovered(con, coverage: tuple[str, str], uncovered_files: list[str]) -> dict[str, Any]:

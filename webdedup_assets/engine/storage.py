@@ -103,7 +103,22 @@ class Store:
 
     def remove(self, asset: str, partition: str | None = None) -> None:
         self.path(asset, partition).unlink(missing_ok=True)
+        params_sidecar(self.path(asset, partition)).unlink(missing_ok=True)
         self.stats_path(asset, partition).unlink(missing_ok=True)
+
+    def place(self, asset: str, partition: str | None, written: Path) -> None:
+        """Move a file this stage wrote (parameters in its own metadata) into place."""
+        target = self.path(asset, partition)
+        params_sidecar(target).unlink(missing_ok=True)
+        os.replace(written, target)
+
+    def adopt(self, asset: str, partition: str | None, source: Path, params: dict[str, Any]) -> None:
+        """Store a byte copy of an input file that already is exactly this asset's data (see
+        engine.documents); its footer is the input's own, so the parameters go beside it."""
+        target = self.path(asset, partition)
+        with atomic_path(target) as temp:
+            shutil.copyfile(source, temp)  # copy_file_range/sendfile: in-kernel, no re-encoding
+            write_text(params_sidecar(target), json.dumps(params, sort_keys=True, default=str))
 
 
 def sum_figures(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -116,7 +131,15 @@ def sum_figures(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return totals
 
 
+def params_sidecar(path: Path) -> Path:
+    """Where the parameters of an adopted file (Store.adopt) are kept: <file>.params.json."""
+    return path.with_name(path.name + ".params.json")
+
+
 def read_params(path: Path) -> dict[str, Any]:
+    sidecar = params_sidecar(path)
+    if sidecar.exists():  # an adopted file: its own footer may carry anything
+        return json.loads(sidecar.read_text())
     metadata = pq.read_schema(path).metadata or {}
     raw = metadata.get(METADATA_KEY)
     return json.loads(raw) if raw else {}

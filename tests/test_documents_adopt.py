@@ -1,0 +1,173 @@
+"""Daily Parquet exports already in the stored form are adopted as byte copies, not re-encoded.
+
+Only a file that is exactly one crawl day, in the stored column order and types, with no NULL
+body and valid UTF-8 text, is copied; every other input goes through the validating copy, and
+both give the same documents and the same results.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from webdedup_assets.engine.contract import CONTRACT_SCHEMA
+from webdedup_assets.engine.documents import stage_documents, stored_input
+from webdedup_assets.engine.errors import WebdedupError
+from webdedup_assets.engine.storage import Store, params_sidecar, read_params
+
+from .conftest import FIXTURE, failure_messages, run_job
+
+
+def fixture_rows() -> list[dict]:
+    with open(FIXTURE, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def contract_table(rows: list[dict]) -> pa.Table:
+    columns = {name: [row[name] for row in rows] for name in CONTRACT_SCHEMA.names}
+    columns["crawled_at"] = [datetime.date.fromisoformat(d) for d in columns["crawled_at"]]
+    return pa.table(columns, schema=CONTRACT_SCHEMA)
+
+
+def write_daily_parquet(folder: Path) -> dict[str, Path]:
+    """The fixture as one contract Parquet file per crawl day (what a daily export looks like)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    by_day: dict[str, list[dict]] = {}
+    for row in fixture_rows():
+        by_day.setdefault(row["crawled_at"], []).append(row)
+    paths = {}
+    for day, rows in by_day.items():
+        paths[day] = folder / f"{day}.parquet"
+        pq.write_table(contract_table(rows), paths[day])
+    return paths
+
+
+def documents_of(store: Store) -> list[tuple]:
+    con = duckdb.connect()
+    return con.execute(f"SELECT * FROM {store.scan_sql('documents')} ORDER BY doc_id").fetchall()
+
+
+def test_a_daily_export_is_stored_as_a_byte_copy_with_its_parameters_beside_it(tmp_path):
+    paths = write_daily_parquet(tmp_path / "input")
+    days = sorted(paths)
+    store = Store(tmp_path / "store")
+    stats = stage_documents(store, str(tmp_path / "input"), days=days)
+    assert stats["days_adopted"] == len(days) == stats["days_with_documents"]
+    for day in days:
+        stored = store.path("documents", day)
+        assert stored.read_bytes() == paths[day].read_bytes()
+        assert read_params(stored)["stage"] == "documents"
+        assert json.loads(store.stats_path("documents", day).read_text())["adopted"] is True
+    files, checksum = stored_input(store)
+    assert sorted(Path(f["path"]).name for f in files) == sorted(p.name for p in paths.values())
+    assert checksum is not None
+    # the same rows as the validating copy of the same pages from CSV
+    csv_store = Store(tmp_path / "csv-store")
+    stage_documents(csv_store, str(FIXTURE), days=days)
+    assert documents_of(store) == documents_of(csv_store)
+    assert len(documents_of(store)) == 24
+
+
+def test_files_that_are_not_exactly_one_day_in_the_stored_form_are_copied_by_duckdb(tmp_path):
+    rows = fixture_rows()
+    days = sorted({r["crawled_at"] for r in rows})
+    folder = tmp_path / "input"
+    folder.mkdir()
+    shared = next(d for d in days if sum(r["crawled_at"] == d for r in rows) == 2)
+    pair = [r for r in rows if r["crawled_at"] == shared]
+    rest = [r for r in rows if r["crawled_at"] != shared]
+    # two files share one day; every other day sits in one file spanning them all: no day is
+    # held whole by a file of its own, so nothing is adopted
+    pq.write_table(contract_table(pair[:1]), folder / "a.parquet")
+    pq.write_table(contract_table(pair[1:]), folder / "b.parquet")
+    pq.write_table(contract_table(rest), folder / "c.parquet")
+    store = Store(tmp_path / "store")
+    stats = stage_documents(store, str(folder), days=days)
+    assert stats["days_adopted"] == 0
+    assert not list(store.asset_dir("documents").glob("*.params.json"))
+    assert len(documents_of(store)) == 24
+
+
+def test_a_null_body_or_another_column_order_is_not_adopted(tmp_path):
+    rows = [r for r in fixture_rows() if r["crawled_at"] == fixture_rows()[0]["crawled_at"]]
+    day = rows[0]["crawled_at"]
+    table = contract_table(rows)
+    with_null = table.set_column(5, "body", pa.array([None] + [r["body"] for r in rows[1:]], pa.string()))
+    (tmp_path / "nulls").mkdir()
+    pq.write_table(with_null, tmp_path / "nulls" / f"{day}.parquet")
+    store = Store(tmp_path / "s1")
+    assert stage_documents(store, str(tmp_path / "nulls"), days=[day])["days_adopted"] == 0
+    bodies = dict((r[0], r[5]) for r in documents_of(store))
+    assert bodies[rows[0]["doc_id"]] == ""  # stored as the empty string, as the contract says
+
+    (tmp_path / "order").mkdir()
+    pq.write_table(table.select(["body", *CONTRACT_SCHEMA.names[:5]]), tmp_path / "order" / f"{day}.parquet")
+    assert stage_documents(Store(tmp_path / "s2"), str(tmp_path / "order"), days=[day])["days_adopted"] == 0
+
+
+def parquet_with_bad_utf8(path: Path, day: datetime.date) -> None:
+    data = b"a fine page body" + b"bad \xff\xfe bytes"
+    offsets = np.array([0, 16, len(data)], dtype=np.int32)
+    body = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
+    table = pa.table(
+        {
+            "doc_id": ["good", "broken"],
+            "source": ["https://a.example/1", "https://a.example/2"],
+            "domain": ["a.example", "a.example"],
+            "crawled_at": [day, day],
+            "title": ["t", "t"],
+            "body": body,
+        },
+        schema=CONTRACT_SCHEMA,
+    )
+    pq.write_table(table, path)
+
+
+def test_invalid_utf8_in_a_parquet_body_is_refused_naming_the_doc_id(tmp_path):
+    day = datetime.date(2026, 3, 1)
+    (tmp_path / "in").mkdir()
+    bad = tmp_path / "in" / "2026-03-01.parquet"
+    parquet_with_bad_utf8(bad, day)
+    with pytest.raises(WebdedupError, match=r"2026-03-01.parquet: column body of doc_id 'broken' is not valid UTF-8"):
+        stage_documents(Store(tmp_path / "s1"), str(tmp_path / "in"), days=["2026-03-01"])
+    # the same file beside another one holding the same day: the DuckDB copy path refuses it too
+    pq.write_table(
+        contract_table([{**fixture_rows()[0], "crawled_at": "2026-03-01"}]), tmp_path / "in" / "other.parquet"
+    )
+    with pytest.raises(WebdedupError, match=r"cannot read the input: .*2026-03-01.parquet.*not valid UTF8"):
+        stage_documents(Store(tmp_path / "s2"), str(tmp_path / "in"), days=["2026-03-01"])
+
+
+def test_rewriting_an_adopted_day_through_the_copy_path_drops_its_sidecar(tmp_path):
+    paths = write_daily_parquet(tmp_path / "input")
+    day = sorted(paths)[0]
+    store = Store(tmp_path / "store")
+    stage_documents(store, str(tmp_path / "input"), days=[day])
+    stored = store.path("documents", day)
+    assert params_sidecar(stored).exists()
+    paths[day].unlink()  # the day is now re-exported as CSV
+    rows = [r for r in fixture_rows() if r["crawled_at"] == day]
+    with open(tmp_path / "input" / f"{day}.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert stage_documents(store, str(tmp_path / "input"), days=[day])["days_adopted"] == 0
+    assert not params_sidecar(stored).exists()
+    assert [Path(f["path"]).suffix for f in read_params(stored)["input_files"]] == [".csv"]
+
+
+def test_the_whole_pipeline_on_daily_parquet_gives_the_fixture_results(tmp_path):
+    write_daily_parquet(tmp_path / "input")
+    result, store = run_job(tmp_path / "parquet", tmp_path / "input")
+    assert result.success, failure_messages(result)
+    manifest = json.loads((tmp_path / "parquet" / "output" / "manifest.json").read_text())
+    counts = manifest["counts"]
+    assert (counts["candidate_pairs"], counts["representatives"]) == (18, 12)
