@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -95,3 +96,12 @@ def test_any_memory_budget_and_thread_count_gives_the_same_table(store, budget, 
     stats = store.stats("scored_pairs")[0]
     if budget == 2_000:
         assert stats["document_passes"] > 2  # many groups: still exact
+
+
+def test_members_that_fit_the_budget_are_one_group_else_halves():
+    from webdedup_assets.engine.scoring import _member_groups
+
+    counts = np.full(10, 100)  # 816 bytes each
+    assert _member_groups(counts, 8_160).tolist() == [0, 10]
+    assert _member_groups(counts, 8_159).tolist() == [0, 4, 8, 10]  # 4,079 bytes a group
+    assert _member_groups(np.zeros(0, dtype=np.int64), 1).tolist() == [0, 0]

@@ -22,7 +22,8 @@ from .parallel import ordered_map, prefetch, thread_count
 from .storage import Store, connect, publish_asset_file, scalar, write_batches, write_csv, write_relation
 
 PAIRS_PER_CHUNK = 200_000
-# Shingle sets of candidate members held at once while scoring (two groups of half each).
+# Shingle sets of candidate members held at once while scoring (all in one group when they
+# fit, else groups of half this, two at a time).
 SCORING_MEMORY_BYTES = 2 << 30
 
 SCORED_SCHEMA = pa.schema(
@@ -67,9 +68,13 @@ def _require_same_lineage(store: Store, asset: str, key: str, expected: dict) ->
 
 
 def _member_groups(shingle_counts: np.ndarray, budget_bytes: int) -> np.ndarray:
-    """Split member nodes (in doc_id order) into consecutive groups whose shingle sets take at
-    most budget_bytes / 2 each (two groups are in memory at once); returns the group bounds."""
+    """Split member nodes (in doc_id order) into consecutive groups; returns the group bounds.
+
+    When every member's shingle set fits the budget, one group (one pass over the documents).
+    Otherwise groups of at most budget_bytes / 2 each, since two groups are in memory at once."""
     cost = np.cumsum(shingle_counts.astype(np.int64) * 8 + 16)
+    if not len(cost) or cost[-1] <= budget_bytes:
+        return np.array([0, len(cost)], dtype=np.int64)
     half = max(1, budget_bytes // 2)
     bounds = [0]
     while bounds[-1] < len(cost):
@@ -79,29 +84,35 @@ def _member_groups(shingle_counts: np.ndarray, budget_bytes: int) -> np.ndarray:
     return np.array(bounds, dtype=np.int64)
 
 
-def _load_sets(con, store: Store, first: int, stop: int, shingle_size: int, threads: int):
+def _load_sets(con, store: Store, first: int, stop: int, shingle_size: int, threads: int, capacity: int):
     """Shingle sets of member nodes first..stop-1: one streamed pass over the documents (DuckDB
-    hash-joins them to the `members` table once), kernel on `threads` threads.
+    hash-joins them to the `members` table once), kernel on `threads` threads, each batch's
+    sets copied into one array of `capacity` slots (the members' shingle window counts, an
+    upper bound of their set sizes), so memory never holds the sets twice.
     Returns (flat, starts, ends) indexed by node - first."""
     starts = np.zeros(stop - first, dtype=np.int64)
     ends = np.zeros(stop - first, dtype=np.int64)
-    pieces: list[np.ndarray] = []
+    flat = np.empty(capacity, dtype=np.uint64)
     cursor = 0
     reader = con.sql(f"""
         SELECT m.node, d.body FROM {store.scan_sql("documents")} d JOIN members m USING (doc_id)
          WHERE m.node >= {first} AND m.node < {stop}""").arrow(batch_size=16_384)
 
     def compute(batch: pa.RecordBatch):
-        flat, offsets = shingle_sets(batch.column("body"), shingle_size)
-        return flat, offsets, batch.column("node").to_numpy() - first
+        sets, offsets = shingle_sets(batch.column("body"), shingle_size)
+        return sets, offsets, batch.column("node").to_numpy() - first
 
-    for flat, offsets, local in ordered_map(compute, prefetch(reader, depth=threads + 1), threads):
+    for sets, offsets, local in ordered_map(compute, prefetch(reader, depth=threads + 1), threads):
+        if cursor + len(sets) > capacity:
+            raise WebdedupError(
+                "scored_pairs: the documents give more shingles than fingerprinted counted; "
+                "re-materialize fingerprinted (the documents changed since)"
+            )
+        flat[cursor : cursor + len(sets)] = sets
         starts[local] = offsets[:-1] + cursor
         ends[local] = offsets[1:] + cursor
-        pieces.append(flat)
-        cursor += len(flat)
-    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint64)
-    return flat, starts, ends
+        cursor += len(sets)
+    return flat[:cursor], starts, ends
 
 
 def _parallel_jaccard(set_a, set_b, left: np.ndarray, right: np.ndarray, threads: int) -> np.ndarray:
@@ -176,7 +187,9 @@ def stage_scored_pairs(
         if g not in loaded:
             for other in [k for k in loaded if k != keep]:
                 del loaded[other]
-            loaded[g] = _load_sets(con, store, int(bounds[g]), int(bounds[g + 1]), shingle_size, workers)
+            first, stop = int(bounds[g]), int(bounds[g + 1])
+            capacity = int(shingle_counts[first:stop].sum())
+            loaded[g] = _load_sets(con, store, first, stop, shingle_size, workers, capacity)
             passes += 1
         return loaded[g]
 
