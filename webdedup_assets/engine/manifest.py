@@ -12,7 +12,7 @@ from typing import Any
 
 from ..core.minhash import candidate_probability
 from .documents import stored_input
-from .storage import Store, connect, sum_figures, write_csv, write_parquet_copy, write_text
+from .storage import Store, connect, publish_concatenated, sum_figures, write_csv, write_text
 
 STAGES = (
     "documents",
@@ -122,10 +122,7 @@ def stage_manifest(store: Store, output_dir: Path | None = None) -> dict[str, An
         con = connect(store)
         write_csv(output_dir / "domain_summary.csv", domain_summary(con, store))
         # Published once here (not per fingerprinted run) so that daily partitions appear as one file.
-        write_parquet_copy(
-            output_dir / "fingerprinted.parquet",
-            con.sql(f"SELECT * FROM {store.scan_sql('fingerprinted')} ORDER BY doc_id"),
-        )
+        publish_concatenated(store, "fingerprinted", output_dir / "fingerprinted.parquet", uncompressed=["signature"])
         con.close()
     return manifest
 

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -169,15 +170,20 @@ def write_batches(
     batches: Iterable[pa.RecordBatch],
     params: dict[str, Any],
     use_dictionary: bool | list[str] = True,
+    uncompressed: Iterable[str] = (),
 ) -> int:
     """Stream record batches into one Parquet file atomically; returns the row count.
 
     use_dictionary: False or the columns worth dictionary-encoding (pyarrow tries every column
-    by default, which costs CPU and size on unique or random values such as signatures)."""
+    by default, which costs CPU and size on unique or random values such as signatures).
+    uncompressed: columns stored without zstd (random values such as signatures do not
+    compress; trying costs a second per million documents)."""
     schema = _with_params(schema, params)
     rows = 0
+    skip = set(uncompressed)
+    compression = {name: ("none" if name in skip else "zstd") for name in schema.names} if skip else "zstd"
     with atomic_path(target) as temp:
-        with pq.ParquetWriter(temp, schema, compression="zstd", use_dictionary=use_dictionary) as writer:
+        with pq.ParquetWriter(temp, schema, compression=compression, use_dictionary=use_dictionary) as writer:
             for batch in batches:
                 if batch.num_rows:
                     writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
@@ -238,12 +244,36 @@ def publish_asset_file(store: Store, asset: str, target: Path) -> None:
             shutil.copyfile(source, temp)
 
 
-def write_parquet_copy(target: Path, relation: duckdb.DuckDBPyRelation) -> None:
-    with atomic_path(target) as temp:
-        relation.write_parquet(str(temp), compression="zstd")
+def publish_concatenated(store: Store, asset: str, target: Path, uncompressed: Iterable[str] = ()) -> int:
+    """Publish every file of an asset (e.g. one per crawl day) as one Parquet output, rows in
+    stored order: a link of the only file, else the files' batches streamed into one."""
+    files = [f for f in store.require(asset) if f != store.schema_path(asset)] or [store.schema_path(asset)]
+    if len(files) == 1:
+        with atomic_path(target) as temp:
+            try:
+                os.link(files[0], temp)
+            except OSError:
+                shutil.copyfile(files[0], temp)
+        return pq.ParquetFile(target).metadata.num_rows
+    params = read_params(store.schema_path(asset)) if store.schema_path(asset).exists() else read_params(files[0])
+    schema = pq.read_schema(files[0]).remove_metadata()
+
+    def batches():
+        for path in files:
+            yield from pq.ParquetFile(path).iter_batches(batch_size=65_536)
+
+    return write_batches(target, schema, batches(), params, use_dictionary=False, uncompressed=uncompressed)
 
 
 def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes; remembered for the process while the file's identity, size and
+    modification time stay the same (a `webdedup run` reads its input files twice)."""
+    info = os.stat(path)
+    return _sha256_of(str(Path(path).resolve()), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+@lru_cache(maxsize=4096)
+def _sha256_of(path: str, device: int, inode: int, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
