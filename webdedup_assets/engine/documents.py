@@ -16,6 +16,7 @@ import re
 import shutil
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 
 from .contract import REQUIRED_COLUMNS
 from .errors import WebdedupError
+from .parallel import thread_count
 from .storage import (
     Store,
     atomic_path,
@@ -435,11 +437,11 @@ def _adoptable_days(
         "  FROM keys GROUP BY crawled_at) "
         "WHERE files = 1 AND file IN (SELECT __file_index FROM keys GROUP BY 1 HAVING count(DISTINCT crawled_at) = 1)"
     ).fetchall()
-    days: dict[str, InputFile] = {}
-    for day, index in single:
-        if index in candidates and day in wanted and _text_is_clean(files[index].path, stored_schema):
-            days[day] = files[index]
-    return days
+    chosen = sorted((day, index) for day, index in single if index in candidates and day in wanted)
+    # each file decoded on its own thread (pyarrow releases the GIL): the cores share the check
+    with ThreadPoolExecutor(max_workers=thread_count()) as pool:
+        clean = list(pool.map(lambda item: _text_is_clean(files[item[1]].path, stored_schema), chosen))
+    return {day: files[index] for (day, index), ok in zip(chosen, clean) if ok}
 
 
 def _same_layout(path: Path, stored_schema: pa.Schema) -> bool:
