@@ -134,7 +134,7 @@ def cluster_inspection(con, store: Store, extra: list[str]):
         WITH members AS (
             SELECT cluster_id, string_agg(doc_id, ';' ORDER BY doc_id) AS member_doc_ids,
                    string_agg(DISTINCT domain, ';' ORDER BY domain) AS domains
-              FROM ranked GROUP BY cluster_id),
+              FROM ranked WHERE cluster_size > 1 GROUP BY cluster_id),
         scores AS (
             SELECT c.cluster_id, min(p.exact_jaccard) AS min_jaccard, max(p.exact_jaccard) AS max_jaccard
               FROM {store.scan_sql("duplicate_pairs")} p
