@@ -162,11 +162,11 @@ def stage_scored_pairs(
     con.execute("CREATE TEMP TABLE members AS SELECT * FROM member_ids")
     con.unregister("member_ids")
 
-    # Signatures and shingle counts of the members, in node order.
+    # Signatures and shingle counts of the members, placed by node (no sort needed).
     num_perm = fingerprint["num_perm"]
     found = con.sql(f"""
         SELECT m.node, f.shingle_count, f.signature FROM {store.scan_sql("fingerprinted")} f
-          JOIN members m USING (doc_id) ORDER BY m.node""").to_arrow_table()
+          JOIN members m USING (doc_id)""").to_arrow_table()
     signatures = np.zeros((len(members), num_perm), dtype=np.uint32)
     shingle_counts = np.zeros(len(members), dtype=np.int64)
     node = found.column("node").to_numpy()
