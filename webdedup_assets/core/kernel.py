@@ -13,7 +13,10 @@ and are cached on disk so a CLI run does not pay the JIT compilation every time.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
 
 from .hashing import FMIX_1, FMIX_2, PRIME_1, PRIME_2, SHINGLE_SEED, TOKEN_SEED
 
@@ -24,6 +27,8 @@ _PRIME_1 = _U64(PRIME_1)
 _PRIME_2 = _U64(PRIME_2)
 _FMIX_1 = _U64(FMIX_1)
 _FMIX_2 = _U64(FMIX_2)
+_LOW = _U64(0x0101010101010101)
+_HIGH = _U64(0x8080808080808080)
 
 
 @njit(inline="always")
@@ -57,9 +62,108 @@ def _is_cjk(cp):
     )
 
 
+@intrinsic
+def _load_u64(typingctx, data, pos):
+    """data[pos:pos+8] as one unaligned 64-bit load (the caller keeps pos+8 <= len(data))."""
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        pointer = builder.bitcast(builder.gep(array.data, [args[1]]), ir.IntType(64).as_pointer())
+        return builder.load(pointer, align=1)
+
+    return types.uint64(data, pos), codegen
+
+
+@njit(inline="always")
+def _load8(data, pos, end):
+    """The bytes data[pos:pos+8] as a little-endian word; bytes at or past end read as 0 (a separator)."""
+    if pos + 8 <= end:
+        return _load_u64(data, pos)
+    if pos + 8 <= data.shape[0]:
+        return _load_u64(data, pos) & ((_U64(1) << _U64(8 * (end - pos))) - _U64(1))
+    word = _U64(0)
+    for k in range(end - pos):
+        word |= _U64(data[pos + k]) << _U64(8 * k)
+    return word
+
+
+@njit(inline="always")
+def _alnum_mask(x):
+    """Bit 7 of each byte of x set where that byte is an ASCII letter or digit (SWAR: no carry
+    crosses a byte because the high bits are cleared first)."""
+    x7 = x & ~_HIGH
+    low = x7 | (_LOW * _U64(0x20))
+    digit = (x7 + _LOW * _U64(0x80 - 0x30)) & ~(x7 + _LOW * _U64(0x7F - 0x39))
+    alpha = (low + _LOW * _U64(0x80 - 0x61)) & ~(low + _LOW * _U64(0x7F - 0x7A))
+    return (digit | alpha) & ~x & _HIGH
+
+
+@njit(inline="always")
+def _feed(state, word, filled, value, n):
+    """Append n bytes (value's low bytes, the rest zero) to the token's partial word."""
+    word |= value << _U64(8 * filled)
+    filled += n
+    if filled >= 8:
+        state = _fold(state, word, _PRIME_2, 31)
+        filled -= 8
+        word = value >> _U64(8 * (n - filled)) if filled > 0 else _U64(0)
+    return state, word, filled
+
+
+@njit(inline="always")
+def _finish(state, word, filled, length):
+    if filled > 0:
+        state = _fold(state, word, _PRIME_2, 31)
+    return _fmix64(state ^ _U64(length))
+
+
+@njit(inline="always")
+def _utf8_word(cp):
+    """UTF-8 bytes of cp as a little-endian word, and their count."""
+    if cp < 0x80:
+        return _U64(cp), 1
+    if cp < 0x800:
+        return _U64((0xC0 | (cp >> 6)) | ((0x80 | (cp & 0x3F)) << 8)), 2
+    if cp < 0x10000:
+        return _U64((0xE0 | (cp >> 12)) | ((0x80 | ((cp >> 6) & 0x3F)) << 8) | ((0x80 | (cp & 0x3F)) << 16)), 3
+    return (
+        _U64(
+            (0xF0 | (cp >> 18))
+            | ((0x80 | ((cp >> 12) & 0x3F)) << 8)
+            | ((0x80 | ((cp >> 6) & 0x3F)) << 16)
+            | ((0x80 | (cp & 0x3F)) << 24)
+        ),
+        4,
+    )
+
+
+@njit(inline="always")
+def _cased_before(data, start, pos, casing):
+    """str.lower's final-sigma test, looking back from pos: is the nearest character before it
+    that is not case-ignorable cased? (normalize_batch tracks the same thing going forward.)"""
+    while pos > start:
+        pos -= 1
+        while pos > start and (data[pos] & 0xC0) == 0x80:
+            pos -= 1
+        cp, _ = _decode(data, pos)
+        if not casing[cp] & 1:
+            return (casing[cp] & 4) != 0
+    return False
+
+
 @njit(nogil=True, cache=True)
-def token_hashes(data, start, end, out):
-    """Hash every token of data[start:end] into out; returns the token count."""
+def token_hashes(data, start, end, normalized, tables, out):
+    """Hash every token of the document data[start:end] into out; returns the token count, or -1
+    when the document holds a character that is not context-free (kind 4, see
+    core.unicode_tables): the caller then normalizes it exactly and passes normalized=True.
+
+    This is normalize_text and tokenize fused: runs of ASCII are lowercased and split 8 bytes at
+    a time (SWAR); every other character goes through the core.unicode_tables kinds as in
+    normalize_batch, and its output bytes go straight into the token hash, so no normalized copy
+    is written. normalized=True: the text is already normalize_text's output, every non-ASCII
+    character is a word character. tables: (kind, map_offsets, map_codepoints, separator, casing).
+    """
+    kind, map_offsets, map_codepoints, separator, casing = tables
     count = 0
     state = _TOKEN_SEED
     word = _U64(0)
@@ -67,65 +171,94 @@ def token_hashes(data, start, end, out):
     length = 0  # bytes in the current token
     pos = start
     while pos < end:
-        byte = data[pos]
-        if byte < 0x80:
-            pos += 1
-            is_alpha_upper = 65 <= byte <= 90
-            if is_alpha_upper or (97 <= byte <= 122) or (48 <= byte <= 57):
-                if is_alpha_upper:
-                    byte |= 0x20
-                word |= _U64(byte) << _U64(8 * filled)
-                filled += 1
-                length += 1
-                if filled == 8:
-                    state = _fold(state, word, _PRIME_2, 31)
-                    word = _U64(0)
-                    filled = 0
-                continue
-            if length > 0:  # separator ends the token
-                if filled > 0:
-                    state = _fold(state, word, _PRIME_2, 31)
-                out[count] = _fmix64(state ^ _U64(length))
+        if data[pos] < 0x80:
+            if length == 0:  # between tokens: skip separators 8 bytes at a time
+                x = _load8(data, pos, end)
+                stop = _alnum_mask(x) | (x & _HIGH)
+                if stop == 0:
+                    pos += 8
+                    continue
+                pos += trailing_zeros(stop) >> 3
+                if data[pos] >= 0x80:
+                    continue
+            while True:  # the ASCII letters and digits from pos, lowercased (digits have 0x20 set)
+                x = _load8(data, pos, end)
+                alnum = _alnum_mask(x)
+                n = trailing_zeros(~alnum & _HIGH) >> 3
+                if n == 0:
+                    break
+                value = x | (alnum >> _U64(2))
+                if n < 8:
+                    value &= (_U64(1) << _U64(8 * n)) - _U64(1)
+                state, word, filled = _feed(state, word, filled, value, n)
+                length += n
+                pos += n
+                if n < 8:
+                    break
+            if pos < end and data[pos] >= 0x80:
+                continue  # a non-ASCII character may continue the word
+            if length > 0:
+                out[count] = _finish(state, word, filled, length)
                 count += 1
-                state = _TOKEN_SEED
-                word = _U64(0)
-                filled = 0
-                length = 0
+                state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+            pos += 1  # the separator
             continue
-        # Multi-byte UTF-8 character of an already normalized text: a word character.
         cp, width = _decode(data, pos)
-        cjk = _is_cjk(cp)
-        if cjk and length > 0:  # a CJK character closes the word before it
-            if filled > 0:
-                state = _fold(state, word, _PRIME_2, 31)
-            out[count] = _fmix64(state ^ _U64(length))
-            count += 1
-            state = _TOKEN_SEED
-            word = _U64(0)
-            filled = 0
-            length = 0
-        for k in range(width):
-            word |= _U64(data[pos + k]) << _U64(8 * filled)
-            filled += 1
-            length += 1
-            if filled == 8:
-                state = _fold(state, word, _PRIME_2, 31)
-                word = _U64(0)
-                filled = 0
-        pos += width
-        if cjk:  # ... and is a token of its own
-            if filled > 0:
-                state = _fold(state, word, _PRIME_2, 31)
-            out[count] = _fmix64(state ^ _U64(length))
-            count += 1
-            state = _TOKEN_SEED
-            word = _U64(0)
-            filled = 0
-            length = 0
+        k = 1 if normalized else kind[cp]
+        if k == 1:  # a word character as it is
+            value = _load8(data, pos, end) & ((_U64(1) << _U64(8 * width)) - _U64(1))
+            if _is_cjk(cp):  # a token of its own, closing the word before it
+                if length > 0:
+                    out[count] = _finish(state, word, filled, length)
+                    count += 1
+                    state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+                out[count] = _finish(_TOKEN_SEED, value, width, width)
+                count += 1
+            else:
+                state, word, filled = _feed(state, word, filled, value, width)
+                length += width
+        elif k == 0:  # separator: ends the word
+            if length > 0:
+                out[count] = _finish(state, word, filled, length)
+                count += 1
+                state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+        elif k == 2 or k == 5:  # mapped: classify each output character
+            first, last = map_offsets[cp], map_offsets[cp + 1]
+            final = False
+            if k == 5:  # capital sigma: final form by its neighbours (str.lower's rule)
+                final = _cased_before(data, start, pos, casing)
+                ahead = pos + width
+                while final and ahead < end:
+                    cp2, width2 = _decode(data, ahead)
+                    if not casing[cp2] & 1:
+                        final = not (casing[cp2] & 2)
+                        break
+                    ahead += width2
+                first, last = 0, 1
+            for m in range(first, last):
+                mapped = (0x3C2 if final else 0x3C3) if k == 5 else np.int64(map_codepoints[m])
+                if separator[mapped]:
+                    if length > 0:
+                        out[count] = _finish(state, word, filled, length)
+                        count += 1
+                        state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+                    continue
+                value, size = _utf8_word(mapped)
+                if _is_cjk(mapped):
+                    if length > 0:
+                        out[count] = _finish(state, word, filled, length)
+                        count += 1
+                        state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+                    out[count] = _finish(_TOKEN_SEED, value, size, size)
+                    count += 1
+                else:
+                    state, word, filled = _feed(state, word, filled, value, size)
+                    length += size
+        elif k == 4:  # depends on its neighbours: the caller normalizes the document exactly
+            return -1
+        pos += width  # kind 3 (nonspacing mark): dropped, the word goes on
     if length > 0:
-        if filled > 0:
-            state = _fold(state, word, _PRIME_2, 31)
-        out[count] = _fmix64(state ^ _U64(length))
+        out[count] = _finish(state, word, filled, length)
         count += 1
     return count
 
@@ -187,31 +320,38 @@ def minhash_row(shingles, windows, coeff_a, coeff_b, out):
 
 
 @njit(nogil=True, cache=True)
-def fingerprint_batch(data, offsets, shingle_size, coeff_a, coeff_b):
-    """Token counts, shingle window counts and (n, num_perm) uint32 MinHash signatures."""
+def fingerprint_batch(data, offsets, normalized, tables, shingle_size, coeff_a, coeff_b):
+    """Token counts, shingle window counts, (n, num_perm) uint32 MinHash signatures and the
+    flagged documents (see token_hashes; their row is left empty for the caller to fill)."""
     n_docs = offsets.shape[0] - 1
     num_perm = coeff_a.shape[0]
     token_counts = np.zeros(n_docs, dtype=np.int64)
     shingle_counts = np.zeros(n_docs, dtype=np.int64)
     signatures = np.full((n_docs, num_perm), 0xFFFFFFFF, dtype=np.uint32)
+    flagged = np.zeros(n_docs, dtype=np.bool_)
     longest = 0
     for i in range(n_docs):
         longest = max(longest, offsets[i + 1] - offsets[i])
+    # tokens <= bytes: no table entry maps a character to more characters than its UTF-8 bytes
     scratch = np.empty(longest + 1, dtype=np.uint64)
     shingles = np.empty(longest + 1, dtype=np.uint64)
     for i in range(n_docs):
-        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], scratch)
+        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
+        if n_tokens < 0:
+            flagged[i] = True
+            continue
         windows = shingle_hashes(scratch, n_tokens, shingle_size, shingles)
         token_counts[i] = n_tokens
         shingle_counts[i] = windows
         if windows > 0:
             minhash_row(shingles, windows, coeff_a, coeff_b, signatures[i])
-    return token_counts, shingle_counts, signatures
+    return token_counts, shingle_counts, signatures, flagged
 
 
 @njit(nogil=True, cache=True)
-def shingle_sets_batch(data, offsets, shingle_size):
-    """Sorted unique shingle hashes per document, flattened, with int64 offsets."""
+def shingle_sets_batch(data, offsets, normalized, tables, shingle_size):
+    """Sorted unique shingle hashes per document, flattened, with int64 offsets, and the flagged
+    documents (see token_hashes; their set is left empty for the caller to fill)."""
     n_docs = offsets.shape[0] - 1
     longest = 0
     for i in range(n_docs):
@@ -219,12 +359,16 @@ def shingle_sets_batch(data, offsets, shingle_size):
     scratch = np.empty(longest + 1, dtype=np.uint64)
     total = 0
     for i in range(n_docs):
-        total += offsets[i + 1] - offsets[i]  # windows <= bytes: an upper bound
+        total += offsets[i + 1] - offsets[i]  # windows <= tokens <= bytes: an upper bound
     flat = np.empty(total + 1, dtype=np.uint64)
     set_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    flagged = np.zeros(n_docs, dtype=np.bool_)
     cursor = 0
     for i in range(n_docs):
-        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], scratch)
+        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
+        if n_tokens < 0:
+            flagged[i] = True
+            n_tokens = 0
         windows = shingle_hashes(scratch, n_tokens, shingle_size, flat[cursor:])
         segment = np.sort(flat[cursor : cursor + windows])
         unique = 0
@@ -234,7 +378,7 @@ def shingle_sets_batch(data, offsets, shingle_size):
                 unique += 1
         cursor += unique
         set_offsets[i + 1] = cursor
-    return flat[:cursor].copy(), set_offsets
+    return flat[:cursor].copy(), set_offsets, flagged
 
 
 @njit(nogil=True, cache=True)
