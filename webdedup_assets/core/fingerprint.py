@@ -57,12 +57,6 @@ def string_buffers(texts: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
     return data_view, offsets
 
 
-def _token_tables() -> tuple[np.ndarray, ...]:
-    """The core.unicode_tables arrays the fused tokenizer reads (kind, map, separator, casing)."""
-    kind, map_offsets, map_codepoints, separator, _, casing = unicode_tables.tables()
-    return kind, map_offsets, map_codepoints, separator, casing
-
-
 def _as_large(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.large_string())
@@ -81,7 +75,7 @@ def fingerprint_texts(
         raise ValueError(f"shingle_size must be >= 1, got {shingle_size}")
     texts = _as_large(texts)
     data, offsets = string_buffers(texts)
-    tables = _token_tables()
+    tables = unicode_tables.token_tables()
     plain = np.zeros(len(texts), dtype=np.bool_)
     tokens, shingles, signatures, flagged = kernel.fingerprint_batch(
         data, offsets, plain, tables, shingle_size, coeff_a, coeff_b
@@ -102,7 +96,7 @@ def shingle_sets(texts: pa.Array | pa.ChunkedArray, shingle_size: int) -> tuple[
     fingerprint_texts: the batch is hashed again with them normalized exactly)."""
     texts = _as_large(texts)
     data, offsets = string_buffers(texts)
-    tables = _token_tables()
+    tables = unicode_tables.token_tables()
     normalized = np.zeros(len(texts), dtype=np.bool_)
     flat, set_offsets, flagged = kernel.shingle_sets_batch(data, offsets, normalized, tables, shingle_size)
     if flagged.any():

@@ -29,6 +29,8 @@ _FMIX_1 = _U64(FMIX_1)
 _FMIX_2 = _U64(FMIX_2)
 _LOW = _U64(0x0101010101010101)
 _HIGH = _U64(0x8080808080808080)
+_CASE = _U64(0x2020202020202020)  # OR-ed into ASCII letters and digits: lowercase (digits have it)
+_ONES = _U64(0xFFFFFFFFFFFFFFFF)
 
 
 @njit(inline="always")
@@ -79,6 +81,8 @@ def _load8(data, pos, end):
     """The bytes data[pos:pos+8] as a little-endian word; bytes at or past end read as 0 (a separator)."""
     if pos + 8 <= end:
         return _load_u64(data, pos)
+    if pos >= end:
+        return _U64(0)
     if pos + 8 <= data.shape[0]:
         return _load_u64(data, pos) & ((_U64(1) << _U64(8 * (end - pos))) - _U64(1))
     word = _U64(0)
@@ -151,19 +155,95 @@ def _cased_before(data, start, pos, casing):
     return False
 
 
+@njit(inline="always")
+def _movemask(flags):
+    """Bit 7 of each byte of flags -> bits 0-7 (byte i -> bit i): one multiply gathers them."""
+    return ((flags >> _U64(7)) * _U64(0x0102040810204080)) >> _U64(56)
+
+
+@njit(inline="always")
+def _ascii_word_hash(data, first, n, end):
+    """token_hash of the ASCII letters and digits data[first:first+n], lowercased (OR 0x20)."""
+    if n < 16:  # one or two words, no branch: both are folded, the length picks the state
+        once = _fold(
+            _TOKEN_SEED, (_load8(data, first, end) | _CASE) & (_ONES >> _U64(64 - 8 * min(n, 8))), _PRIME_2, 31
+        )
+        tail = (_load8(data, first + 8, end) | _CASE) & (_ONES >> _U64(64 - 8 * max(n - 8, 1)))
+        twice = _fold(once, tail, _PRIME_2, 31)
+        select = _U64(0) - _U64(n > 8)
+        return _fmix64((once ^ ((once ^ twice) & select)) ^ _U64(n))
+    state = _TOKEN_SEED
+    for k in range(0, n - 7, 8):
+        state = _fold(state, _load8(data, first + k, end) | _CASE, _PRIME_2, 31)
+    if n & 7:
+        tail = (_load8(data, first + (n & ~7), end) | _CASE) & (_ONES >> _U64(64 - 8 * (n & 7)))
+        state = _fold(state, tail, _PRIME_2, 31)
+    return _fmix64(state ^ _U64(n))
+
+
+@intrinsic
+def _classify64(typingctx, data, pos):
+    """(letters and digits, non-ASCII) as bit masks of the 64 bytes data[pos:pos+64], bit i for
+    byte i (the caller keeps pos+64 <= len(data)): vector compares and movemasks, 2 AVX2 loads."""
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        vector = ir.VectorType(ir.IntType(8), 32)
+        i64 = ir.IntType(64)
+
+        def splat(value):
+            return ir.Constant(vector, [value] * 32)
+
+        alnum_halves, high_halves = [], []
+        for half in range(2):
+            at = builder.add(args[1], ir.Constant(i64, 32 * half))
+            pointer = builder.bitcast(builder.gep(array.data, [at]), vector.as_pointer())
+            v = builder.load(pointer, align=1)
+            alpha = builder.icmp_unsigned("<=", builder.sub(builder.or_(v, splat(0x20)), splat(0x61)), splat(25))
+            digit = builder.icmp_unsigned("<=", builder.sub(v, splat(0x30)), splat(9))
+            high = builder.icmp_signed("<", v, splat(0))
+            for flags, out in ((builder.or_(alpha, digit), alnum_halves), (high, high_halves)):
+                bits = builder.bitcast(flags, ir.IntType(32))
+                out.append(builder.shl(builder.zext(bits, i64), ir.Constant(i64, 32 * half)))
+        alnum = builder.or_(*alnum_halves)
+        high = builder.or_(*high_halves)
+        return context.make_tuple(builder, signature.return_type, [alnum, high])
+
+    return types.UniTuple(types.uint64, 2)(data, pos), codegen
+
+
+@njit(inline="always")
+def _block_masks(data, pos, end):
+    """_classify64 of data[pos:pos+64] with the bytes at or past end cleared (separators)."""
+    if pos + 64 <= data.shape[0]:
+        words, other = _classify64(data, pos)
+    else:
+        words = _U64(0)
+        other = _U64(0)
+        for k in range(8):
+            x = _load8(data, pos + 8 * k, end)
+            words |= _movemask(_alnum_mask(x)) << _U64(8 * k)
+            other |= _movemask(x & _HIGH) << _U64(8 * k)
+    if end - pos < 64:
+        valid = (_U64(1) << _U64(end - pos)) - _U64(1)
+        words &= valid
+        other &= valid
+    return words, other
+
+
 @njit(nogil=True, cache=True)
 def token_hashes(data, start, end, normalized, tables, out):
     """Hash every token of the document data[start:end] into out; returns the token count, or -1
     when the document holds a character that is not context-free (kind 4, see
     core.unicode_tables): the caller then normalizes it exactly and passes normalized=True.
 
-    This is normalize_text and tokenize fused: runs of ASCII are lowercased and split 8 bytes at
-    a time (SWAR); every other character goes through the core.unicode_tables kinds as in
-    normalize_batch, and its output bytes go straight into the token hash, so no normalized copy
-    is written. normalized=True: the text is already normalize_text's output, every non-ASCII
-    character is a word character. tables: (kind, map_offsets, map_codepoints, separator, casing).
+    This is normalize_text and tokenize fused: ASCII words are found 64 bytes at a time and
+    hashed straight from the input; every other character goes through its class
+    (core.unicode_tables.token_tables, the kinds of normalize_batch) and its output bytes go
+    into the token hash, so no normalized copy is written. normalized=True: the text is already
+    normalize_text's output, every non-ASCII character is a word character.
     """
-    kind, map_offsets, map_codepoints, separator, casing = tables
+    classes, map_offsets, map_codepoints, separator, casing, map_words, map_sizes = tables
     count = 0
     state = _TOKEN_SEED
     word = _U64(0)
@@ -171,92 +251,135 @@ def token_hashes(data, start, end, normalized, tables, out):
     length = 0  # bytes in the current token
     pos = start
     while pos < end:
-        if data[pos] < 0x80:
-            if length == 0:  # between tokens: skip separators 8 bytes at a time
-                x = _load8(data, pos, end)
-                stop = _alnum_mask(x) | (x & _HIGH)
-                if stop == 0:
-                    pos += 8
-                    continue
-                pos += trailing_zeros(stop) >> 3
-                if data[pos] >= 0x80:
-                    continue
-            while True:  # the ASCII letters and digits from pos, lowercased (digits have 0x20 set)
-                x = _load8(data, pos, end)
-                alnum = _alnum_mask(x)
-                n = trailing_zeros(~alnum & _HIGH) >> 3
-                if n == 0:
-                    break
-                value = x | (alnum >> _U64(2))
-                if n < 8:
-                    value &= (_U64(1) << _U64(8 * n)) - _U64(1)
-                state, word, filled = _feed(state, word, filled, value, n)
-                length += n
-                pos += n
-                if n < 8:
-                    break
-            if pos < end and data[pos] >= 0x80:
-                continue  # a non-ASCII character may continue the word
-            if length > 0:
-                out[count] = _finish(state, word, filled, length)
-                count += 1
-                state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
-            pos += 1  # the separator
+        # Block path, no token pending: bit masks of the next 64 bytes, then every word that ends
+        # inside them before any non-ASCII byte, hashed from two unaligned loads; nothing waits
+        # on the previous word, so the words overlap in the CPU.
+        words, other = _block_masks(data, pos, end)
+        if other != 0:  # only what comes before the first non-ASCII byte
+            words &= (other & (_U64(0) - other)) - _U64(1)
+        starts = words & ~(words << _U64(1))
+        ends = ~words & (words << _U64(1))
+        if other != 0:
+            ends &= (other & (_U64(0) - other)) - _U64(1)
+        while starts != 0 and ends != 0:
+            first = np.int64(trailing_zeros(starts))
+            n = np.int64(trailing_zeros(ends)) - first
+            starts &= starts - _U64(1)
+            ends &= ends - _U64(1)
+            out[count] = _ascii_word_hash(data, pos + first, n, end)
+            count += 1
+        if starts != 0:  # a word goes on past these 64 bytes or into a non-ASCII character
+            skip = np.int64(trailing_zeros(starts))
+            if skip > 0:
+                pos += skip
+                continue
+            resume = pos + 1  # a long word: back to blocks right after it
+        elif other != 0:
+            pos += np.int64(trailing_zeros(other))
+            resume = pos
+        else:
+            pos += 64
             continue
-        cp, width = _decode(data, pos)
-        k = 1 if normalized else kind[cp]
-        if k == 1:  # a word character as it is
-            value = _load8(data, pos, end) & ((_U64(1) << _U64(8 * width)) - _U64(1))
-            if _is_cjk(cp):  # a token of its own, closing the word before it
+        # General path from pos, one ASCII run or other character at a time, until 64 ASCII
+        # bytes have passed since the last non-ASCII character with no token pending.
+        while pos < end:
+            if data[pos] < 0x80:
+                if length == 0:
+                    if pos >= resume:
+                        break
+                    x = _load8(data, pos, end)
+                    stop = _alnum_mask(x) | (x & _HIGH)
+                    if stop == 0:
+                        pos += 8
+                        continue
+                    pos += np.int64(trailing_zeros(stop) >> _U64(3))
+                    if data[pos] >= 0x80:
+                        continue
+                while True:  # the ASCII letters and digits from pos, lowercased (digits have 0x20 set)
+                    x = _load8(data, pos, end)
+                    alnum = _alnum_mask(x)
+                    n = np.int64(trailing_zeros(~alnum & _HIGH) >> _U64(3))
+                    if n == 0:
+                        break
+                    value = x | (alnum >> _U64(2))
+                    if n < 8:
+                        value &= (_U64(1) << _U64(8 * n)) - _U64(1)
+                    state, word, filled = _feed(state, word, filled, value, n)
+                    length += n
+                    pos += n
+                    if n < 8:
+                        break
+                if pos < end and data[pos] >= 0x80:
+                    continue  # a non-ASCII character may continue the word
                 if length > 0:
                     out[count] = _finish(state, word, filled, length)
                     count += 1
                     state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
-                out[count] = _finish(_TOKEN_SEED, value, width, width)
-                count += 1
+                pos += 1  # the separator
+                continue
+            cp, width = _decode(data, pos)
+            if normalized:
+                c = 6 if _is_cjk(cp) else 1
             else:
+                c = classes[cp]
+            if c == 1:  # a word character as it is
+                value = _load8(data, pos, end) & ((_U64(1) << _U64(8 * width)) - _U64(1))
                 state, word, filled = _feed(state, word, filled, value, width)
                 length += width
-        elif k == 0:  # separator: ends the word
-            if length > 0:
-                out[count] = _finish(state, word, filled, length)
-                count += 1
-                state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
-        elif k == 2 or k == 5:  # mapped: classify each output character
-            first, last = map_offsets[cp], map_offsets[cp + 1]
-            final = False
-            if k == 5:  # capital sigma: final form by its neighbours (str.lower's rule)
-                final = _cased_before(data, start, pos, casing)
-                ahead = pos + width
-                while final and ahead < end:
-                    cp2, width2 = _decode(data, ahead)
-                    if not casing[cp2] & 1:
-                        final = not (casing[cp2] & 2)
-                        break
-                    ahead += width2
-                first, last = 0, 1
-            for m in range(first, last):
-                mapped = (0x3C2 if final else 0x3C3) if k == 5 else np.int64(map_codepoints[m])
-                if separator[mapped]:
-                    if length > 0:
-                        out[count] = _finish(state, word, filled, length)
-                        count += 1
-                        state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
-                    continue
-                value, size = _utf8_word(mapped)
-                if _is_cjk(mapped):
-                    if length > 0:
-                        out[count] = _finish(state, word, filled, length)
-                        count += 1
-                        state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
-                    out[count] = _finish(_TOKEN_SEED, value, size, size)
+            elif c == 7:  # mapped to word characters: their UTF-8 bytes from the table
+                m = map_offsets[cp]
+                size = np.int64(map_sizes[m])
+                state, word, filled = _feed(state, word, filled, map_words[m], size)
+                length += size
+            elif c == 0:  # separator: ends the word
+                if length > 0:
+                    out[count] = _finish(state, word, filled, length)
                     count += 1
-                else:
-                    state, word, filled = _feed(state, word, filled, value, size)
-                    length += size
-        elif k == 4:  # depends on its neighbours: the caller normalizes the document exactly
-            return -1
-        pos += width  # kind 3 (nonspacing mark): dropped, the word goes on
+                    state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+            elif c == 6:  # CJK: a token of its own, closing the word before it
+                if length > 0:
+                    out[count] = _finish(state, word, filled, length)
+                    count += 1
+                    state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+                value = _load8(data, pos, end) & ((_U64(1) << _U64(8 * width)) - _U64(1))
+                out[count] = _finish(_TOKEN_SEED, value, width, width)
+                count += 1
+            elif c == 2 or c == 5:  # mapped: classify each output character
+                first, last = map_offsets[cp], map_offsets[cp + 1]
+                final = False
+                if c == 5:  # capital sigma: final form by its neighbours (str.lower's rule)
+                    final = _cased_before(data, start, pos, casing)
+                    ahead = pos + width
+                    while final and ahead < end:
+                        cp2, width2 = _decode(data, ahead)
+                        if not casing[cp2] & 1:
+                            final = not (casing[cp2] & 2)
+                            break
+                        ahead += width2
+                    first, last = 0, 1
+                for m in range(first, last):
+                    mapped = (0x3C2 if final else 0x3C3) if c == 5 else np.int64(map_codepoints[m])
+                    if separator[mapped]:
+                        if length > 0:
+                            out[count] = _finish(state, word, filled, length)
+                            count += 1
+                            state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+                        continue
+                    value, size = _utf8_word(mapped)
+                    if _is_cjk(mapped):
+                        if length > 0:
+                            out[count] = _finish(state, word, filled, length)
+                            count += 1
+                            state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+                        out[count] = _finish(_TOKEN_SEED, value, size, size)
+                        count += 1
+                    else:
+                        state, word, filled = _feed(state, word, filled, value, size)
+                        length += size
+            elif c == 4:  # depends on its neighbours: the caller normalizes the document exactly
+                return -1
+            pos += width  # class 3 (nonspacing mark): dropped, the word goes on
+            resume = pos + 64
     if length > 0:
         out[count] = _finish(state, word, filled, length)
         count += 1

@@ -206,3 +206,36 @@ def _build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     for codepoint, values in mapped.items():
         codepoints[offsets[codepoint] : offsets[codepoint] + len(values)] = values
     return kind, offsets, codepoints, separator, growth, casing
+
+
+# Token classes: the kinds above refined for the fused tokenizer (core.kernel.token_hashes), so
+# its per-character step is one table lookup for the common cases.
+CLASS_WORD = 1  # KIND_IDENTITY, not CJK: its bytes go into the current word
+CLASS_CJK = 6  # KIND_IDENTITY and CJK: a token of its own
+CLASS_PLAIN_MAP = 7  # KIND_MAP to word characters (no separator, no CJK), at most 8 UTF-8 bytes
+
+
+@lru_cache(maxsize=1)
+def token_tables() -> tuple[np.ndarray, ...]:
+    """(classes uint8[0x110000], map_offsets, map_codepoints, separator, casing, map_words uint64[],
+    map_sizes uint8[]): classes are the kinds with CLASS_CJK and CLASS_PLAIN_MAP split off; for a
+    plain map, map_words[map_offsets[c]] holds the UTF-8 bytes of M(c) little-endian and
+    map_sizes[map_offsets[c]] their count. Derived from tables() in a few milliseconds."""
+    from .normalize import CJK_RANGES, is_cjk
+
+    kind, offsets, codepoints, separator, _, casing = tables()
+    classes = kind.copy()
+    cjk = np.zeros(kind.shape[0], dtype=np.bool_)
+    for low, high in CJK_RANGES:
+        cjk[low : high + 1] = True
+    classes[(kind == KIND_IDENTITY) & cjk] = CLASS_CJK
+    words = np.zeros(codepoints.shape[0], dtype=np.uint64)
+    sizes = np.zeros(codepoints.shape[0], dtype=np.uint8)
+    for codepoint in np.flatnonzero(kind == KIND_MAP).tolist():
+        mapped = codepoints[offsets[codepoint] : offsets[codepoint + 1]].tolist()
+        encoded = "".join(map(chr, mapped)).encode("utf-8")
+        if len(encoded) <= 8 and not any(separator[m] or is_cjk(m) for m in mapped):
+            classes[codepoint] = CLASS_PLAIN_MAP
+            words[offsets[codepoint]] = int.from_bytes(encoded, "little")
+            sizes[offsets[codepoint]] = len(encoded)
+    return classes, offsets, codepoints, separator, casing, words, sizes
