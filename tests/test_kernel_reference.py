@@ -113,7 +113,7 @@ def test_random_multilingual_text_matches_reference(texts, shingle_size):
     check(texts, shingle_size)
 
 
-# The kernel normalizes while it tokenizes (kernel.token_hashes): ASCII runs 8 bytes at a time,
+# The kernel normalizes while it tokenizes (kernel.token_hashes): ASCII words 64 bytes at a time,
 # other characters by their core.unicode_tables kind; documents it flags go the exact way.
 FUSED = [
     "ΣΟΦΙΑ ΟΔΥΣΣΕΥΣ Σ σ.Σ ΑΣ. ΑΣ' ΑΣ\u0301 Α\u00adΣ ΑΣΑ 1Σ Σ1 ΑΣ日",  # final sigma by neighbours
@@ -157,3 +157,14 @@ def test_documents_at_the_end_of_the_data_buffer():
         text = ("Ab1 " * 6)[:n]
         check([text], 2)
         check(["é", text], 2)
+
+
+@pytest.mark.parametrize("num_perm", [1, 7, 8, 32, 37, 64, 72, 128])
+def test_every_permutation_block_size_matches_reference(num_perm):
+    # minhash_row runs blocks of 32 and 8 permutations as vectors, the rest one at a time.
+    coeff_a, coeff_b = MinHashParams(num_perm, 5).coefficients()
+    texts = [SAMPLES[8], SAMPLES[13], SAMPLES[22], " ".join(f"w{i}" for i in range(300))]
+    signatures = fingerprint_texts(pa.array(texts), 3, coeff_a, coeff_b)[2]
+    for text, row in zip(texts, signatures.tolist()):
+        shingles = reference.shingle_set(text, 3)
+        assert row == reference.minhash_signature(shingles, list(map(int, coeff_a)), list(map(int, coeff_b)))
