@@ -77,6 +77,31 @@ def _load_u64(typingctx, data, pos):
     return types.uint64(data, pos), codegen
 
 
+@intrinsic
+def _store_u64(typingctx, buffer, pos, value):
+    """buffer[pos:pos+8] = value's 8 bytes, little-endian, one unaligned store (pos+8 <= len)."""
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        pointer = builder.bitcast(builder.gep(array.data, [args[1]]), ir.IntType(64).as_pointer())
+        builder.store(args[2], pointer, align=1)
+        return context.get_dummy_value()
+
+    return types.void(buffer, pos, value), codegen
+
+
+@njit(inline="always")
+def _buffer_hash(buffer, n):
+    """token_hash of buffer[:n] (bytes past n are ignored)."""
+    state = _TOKEN_SEED
+    for k in range(0, n - 7, 8):
+        state = _fold(state, _load_u64(buffer, k), _PRIME_2, 31)
+    if n & 7:
+        tail = _load_u64(buffer, n & ~7) & (_ONES >> _U64(64 - 8 * (n & 7)))
+        state = _fold(state, tail, _PRIME_2, 31)
+    return _fmix64(state ^ _U64(n))
+
+
 @njit(inline="always")
 def _load8(data, pos, end):
     """The bytes data[pos:pos+8] as a little-endian word; bytes at or past end read as 0 (a separator)."""
@@ -101,25 +126,6 @@ def _alnum_mask(x):
     digit = (x7 + _LOW * _U64(0x80 - 0x30)) & ~(x7 + _LOW * _U64(0x7F - 0x39))
     alpha = (low + _LOW * _U64(0x80 - 0x61)) & ~(low + _LOW * _U64(0x7F - 0x7A))
     return (digit | alpha) & ~x & _HIGH
-
-
-@njit(inline="always")
-def _feed(state, word, filled, value, n):
-    """Append n bytes (value's low bytes, the rest zero) to the token's partial word."""
-    word |= value << _U64(8 * filled)
-    filled += n
-    if filled >= 8:
-        state = _fold(state, word, _PRIME_2, 31)
-        filled -= 8
-        word = value >> _U64(8 * (n - filled)) if filled > 0 else _U64(0)
-    return state, word, filled
-
-
-@njit(inline="always")
-def _finish(state, word, filled, length):
-    if filled > 0:
-        state = _fold(state, word, _PRIME_2, 31)
-    return _fmix64(state ^ _U64(length))
 
 
 @njit(inline="always")
@@ -184,8 +190,9 @@ def _ascii_word_hash(data, first, n, end):
 
 @intrinsic
 def _classify64(typingctx, data, pos):
-    """(letters and digits, non-ASCII) as bit masks of the 64 bytes data[pos:pos+64], bit i for
-    byte i (the caller keeps pos+64 <= len(data)): vector compares and movemasks, 2 AVX2 loads."""
+    """(letters and digits, non-ASCII, UTF-8 lead bytes) as bit masks of the 64 bytes
+    data[pos:pos+64], bit i for byte i (the caller keeps pos+64 <= len(data)): vector compares
+    and movemasks on two 32-byte loads."""
 
     def codegen(context, builder, signature, args):
         array = context.make_array(signature.args[0])(context, builder, args[0])
@@ -195,7 +202,7 @@ def _classify64(typingctx, data, pos):
         def splat(value):
             return ir.Constant(vector, [value] * 32)
 
-        alnum_halves, high_halves = [], []
+        alnum_halves, high_halves, lead_halves = [], [], []
         for half in range(2):
             at = builder.add(args[1], ir.Constant(i64, 32 * half))
             pointer = builder.bitcast(builder.gep(array.data, [at]), vector.as_pointer())
@@ -203,154 +210,134 @@ def _classify64(typingctx, data, pos):
             alpha = builder.icmp_unsigned("<=", builder.sub(builder.or_(v, splat(0x20)), splat(0x61)), splat(25))
             digit = builder.icmp_unsigned("<=", builder.sub(v, splat(0x30)), splat(9))
             high = builder.icmp_signed("<", v, splat(0))
-            for flags, out in ((builder.or_(alpha, digit), alnum_halves), (high, high_halves)):
+            lead = builder.icmp_unsigned(">=", v, splat(0xC0))
+            for flags, out in ((builder.or_(alpha, digit), alnum_halves), (high, high_halves), (lead, lead_halves)):
                 bits = builder.bitcast(flags, ir.IntType(32))
                 out.append(builder.shl(builder.zext(bits, i64), ir.Constant(i64, 32 * half)))
-        alnum = builder.or_(*alnum_halves)
-        high = builder.or_(*high_halves)
-        return context.make_tuple(builder, signature.return_type, [alnum, high])
+        masks = [builder.or_(*halves) for halves in (alnum_halves, high_halves, lead_halves)]
+        return context.make_tuple(builder, signature.return_type, masks)
 
-    return types.UniTuple(types.uint64, 2)(data, pos), codegen
+    return types.UniTuple(types.uint64, 3)(data, pos), codegen
 
 
 @njit(inline="always")
 def _block_masks(data, pos, end):
-    """_classify64 of data[pos:pos+64] with the bytes at or past end cleared (separators)."""
+    """_classify64 of data[pos:pos+64] with the bytes at or past end cleared."""
     if pos + 64 <= data.shape[0]:
-        words, other = _classify64(data, pos)
+        words, other, leads = _classify64(data, pos)
     else:
         words = _U64(0)
         other = _U64(0)
+        leads = _U64(0)
         for k in range(8):
             x = _load8(data, pos + 8 * k, end)
             words |= _movemask(_alnum_mask(x)) << _U64(8 * k)
             other |= _movemask(x & _HIGH) << _U64(8 * k)
+            leads |= _movemask(x & (x << _U64(1)) & _HIGH) << _U64(8 * k)
     if end - pos < 64:
         valid = (_U64(1) << _U64(end - pos)) - _U64(1)
         words &= valid
         other &= valid
-    return words, other
+        leads &= valid
+    return words, other, leads
 
 
 @njit(nogil=True, cache=True)
-def token_hashes(data, start, end, normalized, tables, out):
+def token_hashes(data, start, end, normalized, tables, out, spill):
     """Hash every token of the document data[start:end] into out; returns the token count, or -1
     when the document holds a character that is not context-free (kind 4, see
     core.unicode_tables): the caller then normalizes it exactly and passes normalized=True.
 
-    This is normalize_text and tokenize fused: ASCII words are found 64 bytes at a time and
-    hashed straight from the input; every other character goes through its class
-    (core.unicode_tables.token_tables, the kinds of normalize_batch) and its output bytes go
-    into the token hash, so no normalized copy is written. normalized=True: the text is already
-    normalize_text's output, every non-ASCII character is a word character.
+    This is normalize_text and tokenize fused, 64 bytes at a time from bit masks (letter or digit,
+    non-ASCII, UTF-8 lead byte), so finding the next word or character never waits on the one
+    before. A block of ASCII with no word pending: each word that ends in it is hashed straight
+    from the input. Otherwise the block is walked item by item (an ASCII run, a non-ASCII
+    character, a separator run): the pending word's normalized bytes are appended to spill with
+    8-byte stores, each non-ASCII character by its class (core.unicode_tables.token_tables, the
+    kinds of normalize_batch), and hashed when the word ends. No normalized copy is written.
+    normalized=True: the text is already normalize_text's output, every non-ASCII character is a
+    word character. spill needs 2 * (end - start) + 16 bytes (M(c) has at most 2 bytes per input
+    byte, see unicode_tables).
     """
-    classes, map_offsets, map_codepoints, separator, casing, map_words, map_sizes = tables
+    classes, map_offsets, map_codepoints, separator, casing, char_words, char_sizes = tables
     count = 0
-    state = _TOKEN_SEED
-    word = _U64(0)
-    filled = 0  # bytes in the current partial word
-    length = 0  # bytes in the current token
+    length = 0  # bytes of the pending word in spill
     pos = start
     while pos < end:
-        # Block path, no token pending: bit masks of the next 64 bytes, then every word that ends
-        # inside them before any non-ASCII byte, hashed from two unaligned loads; nothing waits
-        # on the previous word, so the words overlap in the CPU.
-        words, other = _block_masks(data, pos, end)
-        if other != 0:  # only what comes before the first non-ASCII byte
-            words &= (other & (_U64(0) - other)) - _U64(1)
-        starts = words & ~(words << _U64(1))
-        ends = ~words & (words << _U64(1))
-        if other != 0:
-            ends &= (other & (_U64(0) - other)) - _U64(1)
-        while starts != 0 and ends != 0:
-            first = np.int64(trailing_zeros(starts))
-            n = np.int64(trailing_zeros(ends)) - first
-            starts &= starts - _U64(1)
-            ends &= ends - _U64(1)
-            out[count] = _ascii_word_hash(data, pos + first, n, end)
-            count += 1
-        if starts != 0:  # a word goes on past these 64 bytes or into a non-ASCII character
+        words, other, leads = _block_masks(data, pos, end)
+        if other == 0 and length == 0:
+            starts = words & ~(words << _U64(1))
+            ends = ~words & (words << _U64(1))
+            while ends != 0:  # every start before the last end has its end
+                first = np.int64(trailing_zeros(starts))
+                n = np.int64(trailing_zeros(ends)) - first
+                starts &= starts - _U64(1)
+                ends &= ends - _U64(1)
+                out[count] = _ascii_word_hash(data, pos + first, n, end)
+                count += 1
+            if starts == 0:
+                pos += 64
+                continue
             skip = np.int64(trailing_zeros(starts))
-            if skip > 0:
+            if skip > 0:  # the last word goes on past these 64 bytes: start the next block at it
                 pos += skip
                 continue
-            resume = pos + 1  # a long word: back to blocks right after it
-        elif other != 0:
-            pos += np.int64(trailing_zeros(other))
-            resume = pos
-        else:
-            pos += 64
-            continue
-        # General path from pos, one ASCII run or other character at a time, until 64 ASCII
-        # bytes have passed since the last non-ASCII character with no token pending.
-        while pos < end:
-            if data[pos] < 0x80:
-                if length == 0:
-                    if pos >= resume:
-                        break
-                    x = _load8(data, pos, end)
-                    stop = _alnum_mask(x) | (x & _HIGH)
-                    if stop == 0:
-                        pos += 8
-                        continue
-                    pos += np.int64(trailing_zeros(stop) >> _U64(3))
-                    if data[pos] >= 0x80:
-                        continue
-                while True:  # the ASCII letters and digits from pos, lowercased (digits have 0x20 set)
-                    x = _load8(data, pos, end)
-                    alnum = _alnum_mask(x)
-                    n = np.int64(trailing_zeros(~alnum & _HIGH) >> _U64(3))
-                    if n == 0:
-                        break
-                    value = x | (alnum >> _U64(2))
-                    if n < 8:
-                        value &= (_U64(1) << _U64(8 * n)) - _U64(1)
-                    state, word, filled = _feed(state, word, filled, value, n)
-                    length += n
-                    pos += n
-                    if n < 8:
-                        break
-                if pos < end and data[pos] >= 0x80:
-                    continue  # a non-ASCII character may continue the word
-                if length > 0:
-                    out[count] = _finish(state, word, filled, length)
-                    count += 1
-                    state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
-                pos += 1  # the separator
+            # a word of 64 bytes or more: walk the block
+        valid = _ONES if end - pos >= 64 else (_U64(1) << _U64(end - pos)) - _U64(1)
+        separators = ~words & ~other & valid
+        items = (words & ~(words << _U64(1))) | leads | (separators & ~(separators << _U64(1)))
+        while items != 0:
+            i = np.int64(trailing_zeros(items))
+            items &= items - _U64(1)
+            bit = _U64(1) << _U64(i)
+            at = pos + i
+            if words & bit:  # ASCII letters and digits, lowercased (digits have 0x20 set)
+                n = np.int64(trailing_zeros(~(words >> _U64(i))))
+                for k in range(0, n, 8):
+                    _store_u64(spill, length + k, _load8(data, at + k, end) | _CASE)
+                length += n
                 continue
-            cp, width = _decode(data, pos)
+            if not leads & bit:  # ASCII separators: end the word
+                if length > 0:
+                    out[count] = _buffer_hash(spill, length)
+                    count += 1
+                    length = 0
+                continue
+            x = _load8(data, at, end)
+            cp, width = _decode_word(x)
             if normalized:
                 c = 6 if _is_cjk(cp) else 1
+                value = x
+                size = width if c == 1 else 0
             else:
                 c = classes[cp]
-            if c == 1:  # a word character as it is
-                value = _load8(data, pos, end) & ((_U64(1) << _U64(8 * width)) - _U64(1))
-                state, word, filled = _feed(state, word, filled, value, width)
-                length += width
-            elif c == 7:  # mapped to word characters: their UTF-8 bytes from the table
-                m = map_offsets[cp]
-                size = np.int64(map_sizes[m])
-                state, word, filled = _feed(state, word, filled, map_words[m], size)
-                length += size
-            elif c == 0:  # separator: ends the word
+                value = char_words[cp]
+                size = np.int64(char_sizes[cp])
+            # a word character (as it is, or mapped to word characters) adds its bytes from the
+            # table without a branch on its class; every other class adds none
+            _store_u64(spill, length, value)
+            length += size
+            if c == 1 or c == 7 or c == 3:  # class 3 (nonspacing mark): dropped, the word goes on
+                continue
+            if c == 0:  # separator: ends the word
                 if length > 0:
-                    out[count] = _finish(state, word, filled, length)
+                    out[count] = _buffer_hash(spill, length)
                     count += 1
-                    state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+                    length = 0
             elif c == 6:  # CJK: a token of its own, closing the word before it
                 if length > 0:
-                    out[count] = _finish(state, word, filled, length)
+                    out[count] = _buffer_hash(spill, length)
                     count += 1
-                    state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
-                value = _load8(data, pos, end) & ((_U64(1) << _U64(8 * width)) - _U64(1))
-                out[count] = _finish(_TOKEN_SEED, value, width, width)
+                    length = 0
+                value = x & (_ONES >> _U64(64 - 8 * width))
+                out[count] = _fmix64(_fold(_TOKEN_SEED, value, _PRIME_2, 31) ^ _U64(width))
                 count += 1
             elif c == 2 or c == 5:  # mapped: classify each output character
                 first, last = map_offsets[cp], map_offsets[cp + 1]
                 final = False
                 if c == 5:  # capital sigma: final form by its neighbours (str.lower's rule)
-                    final = _cased_before(data, start, pos, casing)
-                    ahead = pos + width
+                    final = _cased_before(data, start, at, casing)
+                    ahead = at + width
                     while final and ahead < end:
                         cp2, width2 = _decode(data, ahead)
                         if not casing[cp2] & 1:
@@ -362,27 +349,26 @@ def token_hashes(data, start, end, normalized, tables, out):
                     mapped = (0x3C2 if final else 0x3C3) if c == 5 else np.int64(map_codepoints[m])
                     if separator[mapped]:
                         if length > 0:
-                            out[count] = _finish(state, word, filled, length)
+                            out[count] = _buffer_hash(spill, length)
                             count += 1
-                            state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
+                            length = 0
                         continue
                     value, size = _utf8_word(mapped)
                     if _is_cjk(mapped):
                         if length > 0:
-                            out[count] = _finish(state, word, filled, length)
+                            out[count] = _buffer_hash(spill, length)
                             count += 1
-                            state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
-                        out[count] = _finish(_TOKEN_SEED, value, size, size)
+                            length = 0
+                        out[count] = _fmix64(_fold(_TOKEN_SEED, value, _PRIME_2, 31) ^ _U64(size))
                         count += 1
                     else:
-                        state, word, filled = _feed(state, word, filled, value, size)
+                        _store_u64(spill, length, value)
                         length += size
             elif c == 4:  # depends on its neighbours: the caller normalizes the document exactly
                 return -1
-            pos += width  # class 3 (nonspacing mark): dropped, the word goes on
-            resume = pos + 64
+        pos += 64
     if length > 0:
-        out[count] = _finish(state, word, filled, length)
+        out[count] = _buffer_hash(spill, length)
         count += 1
     return count
 
@@ -548,9 +534,10 @@ def fingerprint_batch(data, offsets, normalized, tables, shingle_size, coeff_a, 
     # tokens <= bytes: no table entry maps a character to more characters than its UTF-8 bytes
     scratch = np.empty(longest + 1, dtype=np.uint64)
     shingles = np.empty(longest + 1, dtype=np.uint64)
+    spill = np.empty(2 * longest + 16, dtype=np.uint8)
     split = split_coefficients(coeff_a, coeff_b)
     for i in range(n_docs):
-        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
+        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch, spill)
         if n_tokens < 0:
             flagged[i] = True
             continue
@@ -571,6 +558,7 @@ def shingle_sets_batch(data, offsets, normalized, tables, shingle_size):
     for i in range(n_docs):
         longest = max(longest, offsets[i + 1] - offsets[i])
     scratch = np.empty(longest + 1, dtype=np.uint64)
+    spill = np.empty(2 * longest + 16, dtype=np.uint8)
     total = 0
     for i in range(n_docs):
         total += offsets[i + 1] - offsets[i]  # windows <= tokens <= bytes: an upper bound
@@ -579,7 +567,7 @@ def shingle_sets_batch(data, offsets, normalized, tables, shingle_size):
     flagged = np.zeros(n_docs, dtype=np.bool_)
     cursor = 0
     for i in range(n_docs):
-        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
+        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch, spill)
         if n_tokens < 0:
             flagged[i] = True
             n_tokens = 0
@@ -713,6 +701,24 @@ def _space_if_pending(out, cursor, doc_start, pending):
         out[cursor] = 32
         return cursor + 1
     return cursor
+
+
+@njit(inline="always")
+def _decode_word(x):
+    """(codepoint, byte count) of the UTF-8 character starting x's lowest byte (not ASCII),
+    without a branch: every width is decoded and the lead byte selects one."""
+    b0 = np.int64(x & _U64(0xFF))
+    b1 = np.int64((x >> _U64(8)) & _U64(0x3F))
+    b2 = np.int64((x >> _U64(16)) & _U64(0x3F))
+    b3 = np.int64((x >> _U64(24)) & _U64(0x3F))
+    three = b0 >= 0xE0
+    four = b0 >= 0xF0
+    width = 2 + np.int64(three) + np.int64(four)
+    cp2 = ((b0 & 0x1F) << 6) | b1
+    cp3 = ((b0 & 0x0F) << 12) | (b1 << 6) | b2
+    cp4 = ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3
+    cp = cp4 if four else (cp3 if three else cp2)
+    return cp, width
 
 
 @njit(inline="always")

@@ -217,10 +217,12 @@ CLASS_PLAIN_MAP = 7  # KIND_MAP to word characters (no separator, no CJK), at mo
 
 @lru_cache(maxsize=1)
 def token_tables() -> tuple[np.ndarray, ...]:
-    """(classes uint8[0x110000], map_offsets, map_codepoints, separator, casing, map_words uint64[],
-    map_sizes uint8[]): classes are the kinds with CLASS_CJK and CLASS_PLAIN_MAP split off; for a
-    plain map, map_words[map_offsets[c]] holds the UTF-8 bytes of M(c) little-endian and
-    map_sizes[map_offsets[c]] their count. Derived from tables() in a few milliseconds."""
+    """(classes uint8[0x110000], map_offsets, map_codepoints, separator, casing, words uint64[0x110000],
+    sizes uint8[0x110000]): classes are the kinds with CLASS_CJK and CLASS_PLAIN_MAP split off; for
+    a word character (CLASS_WORD, CLASS_PLAIN_MAP) words[c] holds the UTF-8 bytes it adds to the
+    word (c itself, or M(c)) little-endian and sizes[c] their count, 0 for every other class, so
+    the kernel appends them without looking at the class. Derived from tables() in well under a
+    second."""
     from .normalize import CJK_RANGES, is_cjk
 
     kind, offsets, codepoints, separator, _, casing = tables()
@@ -229,13 +231,32 @@ def token_tables() -> tuple[np.ndarray, ...]:
     for low, high in CJK_RANGES:
         cjk[low : high + 1] = True
     classes[(kind == KIND_IDENTITY) & cjk] = CLASS_CJK
-    words = np.zeros(codepoints.shape[0], dtype=np.uint64)
-    sizes = np.zeros(codepoints.shape[0], dtype=np.uint8)
+    cp = np.arange(kind.shape[0], dtype=np.uint64)
+    utf8 = np.where(
+        cp < 0x80,
+        cp,
+        np.where(
+            cp < 0x800,
+            (0xC0 | cp >> 6) | (0x80 | cp & 0x3F) << 8,
+            np.where(
+                cp < 0x10000,
+                (0xE0 | cp >> 12) | (0x80 | cp >> 6 & 0x3F) << 8 | (0x80 | cp & 0x3F) << 16,
+                (0xF0 | cp >> 18)
+                | (0x80 | cp >> 12 & 0x3F) << 8
+                | (0x80 | cp >> 6 & 0x3F) << 16
+                | (0x80 | cp & 0x3F) << 24,
+            ),
+        ),
+    ).astype(np.uint64)
+    width = (1 + (cp >= 0x80) + (cp >= 0x800) + (cp >= 0x10000)).astype(np.uint8)
+    word = classes == CLASS_WORD
+    words = np.where(word, utf8, 0).astype(np.uint64)
+    sizes = np.where(word, width, 0).astype(np.uint8)
     for codepoint in np.flatnonzero(kind == KIND_MAP).tolist():
         mapped = codepoints[offsets[codepoint] : offsets[codepoint + 1]].tolist()
         encoded = "".join(map(chr, mapped)).encode("utf-8")
         if len(encoded) <= 8 and not any(separator[m] or is_cjk(m) for m in mapped):
             classes[codepoint] = CLASS_PLAIN_MAP
-            words[offsets[codepoint]] = int.from_bytes(encoded, "little")
-            sizes[offsets[codepoint]] = len(encoded)
+            words[codepoint] = int.from_bytes(encoded, "little")
+            sizes[codepoint] = len(encoded)
     return classes, offsets, codepoints, separator, casing, words, sizes
