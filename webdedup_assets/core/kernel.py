@@ -705,20 +705,18 @@ def _space_if_pending(out, cursor, doc_start, pending):
 
 @njit(inline="always")
 def _decode_word(x):
-    """(codepoint, byte count) of the UTF-8 character starting x's lowest byte (not ASCII),
-    without a branch: every width is decoded and the lead byte selects one."""
+    """(codepoint, byte count) of the UTF-8 character starting x's lowest byte (not ASCII). Two-
+    byte characters (Latin, Greek, Cyrillic...) first: a branch that is mostly predicted costs
+    less here than decoding every width and selecting (measured: 25 % of the tokenizer on c100k-na)."""
     b0 = np.int64(x & _U64(0xFF))
     b1 = np.int64((x >> _U64(8)) & _U64(0x3F))
+    if b0 < 0xE0:
+        return ((b0 & 0x1F) << 6) | b1, 2
     b2 = np.int64((x >> _U64(16)) & _U64(0x3F))
+    if b0 < 0xF0:
+        return ((b0 & 0x0F) << 12) | (b1 << 6) | b2, 3
     b3 = np.int64((x >> _U64(24)) & _U64(0x3F))
-    three = b0 >= 0xE0
-    four = b0 >= 0xF0
-    width = 2 + np.int64(three) + np.int64(four)
-    cp2 = ((b0 & 0x1F) << 6) | b1
-    cp3 = ((b0 & 0x0F) << 12) | (b1 << 6) | b2
-    cp4 = ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3
-    cp = cp4 if four else (cp3 if three else cp2)
-    return cp, width
+    return ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3, 4
 
 
 @njit(inline="always")
