@@ -172,10 +172,12 @@ def _movemask(flags):
 def _ascii_word_hash(data, first, n, end):
     """token_hash of the ASCII letters and digits data[first:first+n], lowercased (OR 0x20)."""
     if n < 16:  # one or two words, no branch: both are folded, the length picks the state
-        once = _fold(
-            _TOKEN_SEED, (_load8(data, first, end) | _CASE) & (_ONES >> _U64(64 - 8 * min(n, 8))), _PRIME_2, 31
-        )
-        tail = (_load8(data, first + 8, end) | _CASE) & (_ONES >> _U64(64 - 8 * max(n - 8, 1)))
+        if first + 16 <= data.shape[0]:  # bytes past the word are masked off: read them raw
+            head, tail = _load_u64(data, first), _load_u64(data, first + 8)
+        else:
+            head, tail = _load8(data, first, end), _load8(data, first + 8, end)
+        once = _fold(_TOKEN_SEED, (head | _CASE) & (_ONES >> _U64(64 - 8 * min(n, 8))), _PRIME_2, 31)
+        tail = (tail | _CASE) & (_ONES >> _U64(64 - 8 * max(n - 8, 1)))
         twice = _fold(once, tail, _PRIME_2, 31)
         select = _U64(0) - _U64(n > 8)
         return _fmix64((once ^ ((once ^ twice) & select)) ^ _U64(n))
