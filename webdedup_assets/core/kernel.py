@@ -77,31 +77,6 @@ def _load_u64(typingctx, data, pos):
     return types.uint64(data, pos), codegen
 
 
-@intrinsic
-def _store_u64(typingctx, buffer, pos, value):
-    """buffer[pos:pos+8] = value's 8 bytes, little-endian, one unaligned store (pos+8 <= len)."""
-
-    def codegen(context, builder, signature, args):
-        array = context.make_array(signature.args[0])(context, builder, args[0])
-        pointer = builder.bitcast(builder.gep(array.data, [args[1]]), ir.IntType(64).as_pointer())
-        builder.store(args[2], pointer, align=1)
-        return context.get_dummy_value()
-
-    return types.void(buffer, pos, value), codegen
-
-
-@njit(inline="always")
-def _buffer_hash(buffer, n):
-    """token_hash of buffer[:n] (bytes past n are ignored)."""
-    state = _TOKEN_SEED
-    for k in range(0, n - 7, 8):
-        state = _fold(state, _load_u64(buffer, k), _PRIME_2, 31)
-    if n & 7:
-        tail = _load_u64(buffer, n & ~7) & (_ONES >> _U64(64 - 8 * (n & 7)))
-        state = _fold(state, tail, _PRIME_2, 31)
-    return _fmix64(state ^ _U64(n))
-
-
 @njit(inline="always")
 def _load8(data, pos, end):
     """The bytes data[pos:pos+8] as a little-endian word; bytes at or past end read as 0 (a separator)."""
@@ -126,6 +101,25 @@ def _alnum_mask(x):
     digit = (x7 + _LOW * _U64(0x80 - 0x30)) & ~(x7 + _LOW * _U64(0x7F - 0x39))
     alpha = (low + _LOW * _U64(0x80 - 0x61)) & ~(low + _LOW * _U64(0x7F - 0x7A))
     return (digit | alpha) & ~x & _HIGH
+
+
+@njit(inline="always")
+def _append(state, word, filled, value, size):
+    """Add size (0-8) bytes, value's low bytes (the rest zero), to a word being hashed: state
+    (its full 8-byte words folded in), word (the partial one, filled bytes)."""
+    combined = word | (value << _U64(8 * filled))
+    total = filled + size
+    if total < 8:
+        return state, combined, total
+    carry = (value >> _U64(8 * (8 - filled) - 1)) >> _U64(1)  # the bytes that did not fit
+    return _fold(state, combined, _PRIME_2, 31), carry, total - 8
+
+
+@njit(inline="always")
+def _finish(state, word, filled, length):
+    if filled > 0:
+        state = _fold(state, word, _PRIME_2, 31)
+    return _fmix64(state ^ _U64(length))
 
 
 @njit(inline="always")
@@ -245,7 +239,7 @@ def _block_masks(data, pos, end):
 
 
 @njit(nogil=True, cache=True)
-def token_hashes(data, start, end, normalized, tables, out, spill):
+def token_hashes(data, start, end, normalized, tables, out):
     """Hash every token of the document data[start:end] into out; returns the token count, or -1
     when the document holds a character that is not context-free (kind 4, see
     core.unicode_tables): the caller then normalizes it exactly and passes normalized=True.
@@ -254,16 +248,16 @@ def token_hashes(data, start, end, normalized, tables, out, spill):
     non-ASCII, UTF-8 lead byte), so finding the next word or character never waits on the one
     before. A block of ASCII with no word pending: each word that ends in it is hashed straight
     from the input. Otherwise the block is walked item by item (an ASCII run, a non-ASCII
-    character, a separator run): the pending word's normalized bytes are appended to spill with
-    8-byte stores, each non-ASCII character by its class (core.unicode_tables.token_tables, the
-    kinds of normalize_batch), and hashed when the word ends. No normalized copy is written.
-    normalized=True: the text is already normalize_text's output, every non-ASCII character is a
-    word character. spill needs 2 * (end - start) + 16 bytes (M(c) has at most 2 bytes per input
-    byte, see unicode_tables).
+    character, a separator run) and the pending word's normalized bytes are folded into its hash
+    as they come (state, word, filled: see _append), each non-ASCII character by its class
+    (core.unicode_tables.token_tables, the kinds of normalize_batch). No normalized copy of the
+    text is written. normalized=True: the text is already normalize_text's output, every
+    non-ASCII character is a word character.
     """
     classes, map_offsets, map_codepoints, separator, casing, char_words, char_sizes = tables
     count = 0
-    length = 0  # bytes of the pending word in spill
+    state, word, filled = _TOKEN_SEED, _U64(0), 0  # the pending word: folded words, partial word
+    length = 0  # bytes of the pending word
     pos = start
     while pos < end:
         words, other, leads = _block_masks(data, pos, end)
@@ -296,41 +290,43 @@ def token_hashes(data, start, end, normalized, tables, out, spill):
             if words & bit:  # ASCII letters and digits, lowercased (digits have 0x20 set)
                 n = np.int64(trailing_zeros(~(words >> _U64(i))))
                 for k in range(0, n, 8):
-                    _store_u64(spill, length + k, _load8(data, at + k, end) | _CASE)
+                    size = min(8, n - k)
+                    value = (_load8(data, at + k, end) | _CASE) & (_ONES >> _U64(64 - 8 * size))
+                    state, word, filled = _append(state, word, filled, value, size)
                 length += n
                 continue
             if not leads & bit:  # ASCII separators: end the word
                 if length > 0:
-                    out[count] = _buffer_hash(spill, length)
+                    out[count] = _finish(state, word, filled, length)
                     count += 1
-                    length = 0
+                    state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
                 continue
             x = _load8(data, at, end)
             cp, width = _decode_word(x)
             if normalized:
                 c = 6 if _is_cjk(cp) else 1
-                value = x
                 size = width if c == 1 else 0
+                value = x & (_ONES >> _U64(64 - 8 * width)) if c == 1 else _U64(0)
             else:
                 c = classes[cp]
                 value = char_words[cp]
                 size = np.int64(char_sizes[cp])
             # a word character (as it is, or mapped to word characters) adds its bytes from the
             # table without a branch on its class; every other class adds none
-            _store_u64(spill, length, value)
+            state, word, filled = _append(state, word, filled, value, size)
             length += size
             if (0x8A >> c) & 1:  # classes 1, 3, 7 in one test (not three branches): the word goes on
                 continue
             if c == 0:  # separator: ends the word
                 if length > 0:
-                    out[count] = _buffer_hash(spill, length)
+                    out[count] = _finish(state, word, filled, length)
                     count += 1
-                    length = 0
+                    state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
             elif c == 6:  # CJK: a token of its own, closing the word before it
                 if length > 0:
-                    out[count] = _buffer_hash(spill, length)
+                    out[count] = _finish(state, word, filled, length)
                     count += 1
-                    length = 0
+                    state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
                 value = x & (_ONES >> _U64(64 - 8 * width))
                 out[count] = _fmix64(_fold(_TOKEN_SEED, value, _PRIME_2, 31) ^ _U64(width))
                 count += 1
@@ -351,26 +347,26 @@ def token_hashes(data, start, end, normalized, tables, out, spill):
                     mapped = (0x3C2 if final else 0x3C3) if c == 5 else np.int64(map_codepoints[m])
                     if separator[mapped]:
                         if length > 0:
-                            out[count] = _buffer_hash(spill, length)
+                            out[count] = _finish(state, word, filled, length)
                             count += 1
-                            length = 0
+                            state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
                         continue
                     value, size = _utf8_word(mapped)
                     if _is_cjk(mapped):
                         if length > 0:
-                            out[count] = _buffer_hash(spill, length)
+                            out[count] = _finish(state, word, filled, length)
                             count += 1
-                            length = 0
+                            state, word, filled, length = _TOKEN_SEED, _U64(0), 0, 0
                         out[count] = _fmix64(_fold(_TOKEN_SEED, value, _PRIME_2, 31) ^ _U64(size))
                         count += 1
                     else:
-                        _store_u64(spill, length, value)
+                        state, word, filled = _append(state, word, filled, value, size)
                         length += size
             elif c == 4:  # depends on its neighbours: the caller normalizes the document exactly
                 return -1
         pos += 64
     if length > 0:
-        out[count] = _buffer_hash(spill, length)
+        out[count] = _finish(state, word, filled, length)
         count += 1
     return count
 
@@ -536,10 +532,9 @@ def fingerprint_batch(data, offsets, normalized, tables, shingle_size, coeff_a, 
     # tokens <= bytes: no table entry maps a character to more characters than its UTF-8 bytes
     scratch = np.empty(longest + 1, dtype=np.uint64)
     shingles = np.empty(longest + 1, dtype=np.uint64)
-    spill = np.empty(2 * longest + 16, dtype=np.uint8)
     split = split_coefficients(coeff_a, coeff_b)
     for i in range(n_docs):
-        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch, spill)
+        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
         if n_tokens < 0:
             flagged[i] = True
             continue
@@ -560,7 +555,6 @@ def shingle_sets_batch(data, offsets, normalized, tables, shingle_size):
     for i in range(n_docs):
         longest = max(longest, offsets[i + 1] - offsets[i])
     scratch = np.empty(longest + 1, dtype=np.uint64)
-    spill = np.empty(2 * longest + 16, dtype=np.uint8)
     total = 0
     for i in range(n_docs):
         total += offsets[i + 1] - offsets[i]  # windows <= tokens <= bytes: an upper bound
@@ -569,7 +563,7 @@ def shingle_sets_batch(data, offsets, normalized, tables, shingle_size):
     flagged = np.zeros(n_docs, dtype=np.bool_)
     cursor = 0
     for i in range(n_docs):
-        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch, spill)
+        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
         if n_tokens < 0:
             flagged[i] = True
             n_tokens = 0
