@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webdedup_assets.core import reference
+from webdedup_assets.core import reference, unicode_tables
 from webdedup_assets.core.fingerprint import fingerprint_texts, shingle_sets
 from webdedup_assets.core.hashing import band_hash, to_int64
 from webdedup_assets.core.minhash import MinHashParams, band_keys
@@ -111,3 +111,60 @@ MIXED = st.text(alphabet=st.sampled_from(list("ab é日本語ｶ ßİ\u0301.😀
 @given(st.lists(MIXED, min_size=1, max_size=6), st.integers(1, 5))
 def test_random_multilingual_text_matches_reference(texts, shingle_size):
     check(texts, shingle_size)
+
+
+# The kernel normalizes while it tokenizes (kernel.token_hashes): ASCII words 64 bytes at a time,
+# other characters by their core.unicode_tables kind; documents it flags go the exact way.
+FUSED = [
+    "ΣΟΦΙΑ ΟΔΥΣΣΕΥΣ Σ σ.Σ ΑΣ. ΑΣ' ΑΣ\u0301 Α\u00adΣ ΑΣΑ 1Σ Σ1 ΑΣ日",  # final sigma by neighbours
+    "がぎぐ ぱぴ カ\u3099 ハ\u309a ｶﾞ ﾊﾟ",  # kana voicing marks: precomposed and combining
+    "caféteria naïve e\u0301te\u0301 ÆØÅ Straße ΐ ǅungla",  # maps and drops inside ASCII words
+    "abcdefg\u00e9hijklmnop\u00e9qrstuvwxyz0123456789\u00e9",  # non-ASCII across 8-byte words
+    "İstanbul \u1100\u1161\u11a8 தமிழ் ொ",  # context characters: the document is flagged
+    "豈更車 \uf900\ufa0a mixed漢字and英語 한국어문장",  # compatibility ideographs map to CJK
+    "x" * 7 + "é" + "y" * 9 + "\u00a0" + "z" * 16 + "©",
+    "END\u00e9",
+    "\u0301\u0301 leading marks \u0301",
+]
+
+
+@pytest.mark.parametrize("shingle_size", [1, 5])
+def test_fused_normalization_matches_reference(shingle_size):
+    check(FUSED, shingle_size)
+    for text in FUSED:
+        check([text, "plain ascii words here"], shingle_size)
+
+
+def test_ascii_table_entries_are_what_the_swar_path_assumes():
+    # The 8-byte ASCII path lowercases letters and splits on every other ASCII byte without
+    # looking at the tables; the tables must say the same. And no character maps to more
+    # characters than its UTF-8 bytes, so tokens <= bytes bounds the kernels' scratch arrays.
+    kind, map_offsets, map_codepoints, separator, _, _ = unicode_tables.tables()
+    for c in range(128):
+        if chr(c).isalnum():
+            mapped = map_codepoints[map_offsets[c] : map_offsets[c + 1]].tolist()
+            assert (kind[c], mapped) in ((unicode_tables.KIND_IDENTITY, []), (unicode_tables.KIND_MAP, [c | 0x20]))
+        else:
+            assert kind[c] == unicode_tables.KIND_SEPARATOR and separator[c]
+    codepoints = np.arange(kind.shape[0])
+    utf8_bytes = 1 + (codepoints >= 0x80) + (codepoints >= 0x800) + (codepoints >= 0x10000)
+    assert (np.diff(map_offsets) <= utf8_bytes).all()
+
+
+def test_documents_at_the_end_of_the_data_buffer():
+    # The last document's tail is read past its end only within the buffer; every length 0..20.
+    for n in range(21):
+        text = ("Ab1 " * 6)[:n]
+        check([text], 2)
+        check(["é", text], 2)
+
+
+@pytest.mark.parametrize("num_perm", [1, 7, 8, 32, 37, 64, 72, 128])
+def test_every_permutation_block_size_matches_reference(num_perm):
+    # minhash_row runs blocks of 32 and 8 permutations as vectors, the rest one at a time.
+    coeff_a, coeff_b = MinHashParams(num_perm, 5).coefficients()
+    texts = [SAMPLES[8], SAMPLES[13], SAMPLES[22], " ".join(f"w{i}" for i in range(300))]
+    signatures = fingerprint_texts(pa.array(texts), 3, coeff_a, coeff_b)[2]
+    for text, row in zip(texts, signatures.tolist()):
+        shingles = reference.shingle_set(text, 3)
+        assert row == reference.minhash_signature(shingles, list(map(int, coeff_a)), list(map(int, coeff_b)))

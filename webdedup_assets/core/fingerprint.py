@@ -33,9 +33,7 @@ def prepare_texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
     normalized by the compiled table-driven normalizer (core.unicode_tables), which gives
     exactly normalize_text's output; the documents it flags (characters whose normalization
     depends on their neighbours) go through normalize_exact, the same steps as normalize_text."""
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.large_string())
-    texts = texts.cast(pa.large_string()).fill_null("")
+    texts = _as_large(texts)
     ascii_mask = pc.string_is_ascii(texts)
     if pc.all(ascii_mask).as_py() in (True, None):
         return texts
@@ -59,17 +57,51 @@ def string_buffers(texts: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
     return data_view, offsets
 
 
+def _as_large(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.large_string())
+    return texts.cast(pa.large_string()).fill_null("")
+
+
 def fingerprint_texts(
     texts: pa.Array | pa.ChunkedArray, shingle_size: int, coeff_a: np.ndarray, coeff_b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(token_counts, shingle_counts, signatures[n, num_perm] uint32) for a batch of texts."""
+    """(token_counts, shingle_counts, signatures[n, num_perm] uint32) for a batch of texts.
+
+    The kernel normalizes while it tokenizes (kernel.token_hashes); the rare documents it flags
+    (characters whose normalization depends on their neighbours) are normalized by
+    normalize_exact and fingerprinted again as normalized text."""
     if shingle_size < 1:
         raise ValueError(f"shingle_size must be >= 1, got {shingle_size}")
-    data, offsets = string_buffers(prepare_texts(texts))
-    return kernel.fingerprint_batch(data, offsets, shingle_size, coeff_a, coeff_b)
+    texts = _as_large(texts)
+    data, offsets = string_buffers(texts)
+    tables = unicode_tables.token_tables()
+    plain = np.zeros(len(texts), dtype=np.bool_)
+    tokens, shingles, signatures, flagged = kernel.fingerprint_batch(
+        data, offsets, plain, tables, shingle_size, coeff_a, coeff_b
+    )
+    if flagged.any():
+        rows = np.flatnonzero(flagged)
+        exact = normalize_exact(texts.take(pa.array(rows)).to_pylist())
+        data, offsets = string_buffers(exact)
+        done = np.ones(len(rows), dtype=np.bool_)
+        tokens[rows], shingles[rows], signatures[rows], _ = kernel.fingerprint_batch(
+            data, offsets, done, tables, shingle_size, coeff_a, coeff_b
+        )
+    return tokens, shingles, signatures
 
 
 def shingle_sets(texts: pa.Array | pa.ChunkedArray, shingle_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique shingle hashes per text, flattened, with offsets."""
-    data, offsets = string_buffers(prepare_texts(texts))
-    return kernel.shingle_sets_batch(data, offsets, shingle_size)
+    """Sorted unique shingle hashes per text, flattened, with offsets (flagged documents as in
+    fingerprint_texts: the batch is hashed again with them normalized exactly)."""
+    texts = _as_large(texts)
+    data, offsets = string_buffers(texts)
+    tables = unicode_tables.token_tables()
+    normalized = np.zeros(len(texts), dtype=np.bool_)
+    flat, set_offsets, flagged = kernel.shingle_sets_batch(data, offsets, normalized, tables, shingle_size)
+    if flagged.any():
+        mask = pa.array(flagged)
+        texts = pc.replace_with_mask(texts, mask, normalize_exact(texts.filter(mask).to_pylist()))
+        data, offsets = string_buffers(texts)
+        flat, set_offsets, _ = kernel.shingle_sets_batch(data, offsets, flagged, tables, shingle_size)
+    return flat, set_offsets

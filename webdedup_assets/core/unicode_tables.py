@@ -206,3 +206,57 @@ def _build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     for codepoint, values in mapped.items():
         codepoints[offsets[codepoint] : offsets[codepoint] + len(values)] = values
     return kind, offsets, codepoints, separator, growth, casing
+
+
+# Token classes: the kinds above refined for the fused tokenizer (core.kernel.token_hashes), so
+# its per-character step is one table lookup for the common cases.
+CLASS_WORD = 1  # KIND_IDENTITY, not CJK: its bytes go into the current word
+CLASS_CJK = 6  # KIND_IDENTITY and CJK: a token of its own
+CLASS_PLAIN_MAP = 7  # KIND_MAP to word characters (no separator, no CJK), at most 8 UTF-8 bytes
+
+
+@lru_cache(maxsize=1)
+def token_tables() -> tuple[np.ndarray, ...]:
+    """(classes uint8[0x110000], map_offsets, map_codepoints, separator, casing, words uint64[0x110000],
+    sizes uint8[0x110000]): classes are the kinds with CLASS_CJK and CLASS_PLAIN_MAP split off; for
+    a word character (CLASS_WORD, CLASS_PLAIN_MAP) words[c] holds the UTF-8 bytes it adds to the
+    word (c itself, or M(c)) little-endian and sizes[c] their count, 0 for every other class, so
+    the kernel appends them without looking at the class. Derived from tables() in well under a
+    second."""
+    from .normalize import CJK_RANGES, is_cjk
+
+    kind, offsets, codepoints, separator, _, casing = tables()
+    classes = kind.copy()
+    cjk = np.zeros(kind.shape[0], dtype=np.bool_)
+    for low, high in CJK_RANGES:
+        cjk[low : high + 1] = True
+    classes[(kind == KIND_IDENTITY) & cjk] = CLASS_CJK
+    cp = np.arange(kind.shape[0], dtype=np.uint64)
+    utf8 = np.where(
+        cp < 0x80,
+        cp,
+        np.where(
+            cp < 0x800,
+            (0xC0 | cp >> 6) | (0x80 | cp & 0x3F) << 8,
+            np.where(
+                cp < 0x10000,
+                (0xE0 | cp >> 12) | (0x80 | cp >> 6 & 0x3F) << 8 | (0x80 | cp & 0x3F) << 16,
+                (0xF0 | cp >> 18)
+                | (0x80 | cp >> 12 & 0x3F) << 8
+                | (0x80 | cp >> 6 & 0x3F) << 16
+                | (0x80 | cp & 0x3F) << 24,
+            ),
+        ),
+    ).astype(np.uint64)
+    width = (1 + (cp >= 0x80) + (cp >= 0x800) + (cp >= 0x10000)).astype(np.uint8)
+    word = classes == CLASS_WORD
+    words = np.where(word, utf8, 0).astype(np.uint64)
+    sizes = np.where(word, width, 0).astype(np.uint8)
+    for codepoint in np.flatnonzero(kind == KIND_MAP).tolist():
+        mapped = codepoints[offsets[codepoint] : offsets[codepoint + 1]].tolist()
+        encoded = "".join(map(chr, mapped)).encode("utf-8")
+        if len(encoded) <= 8 and not any(separator[m] or is_cjk(m) for m in mapped):
+            classes[codepoint] = CLASS_PLAIN_MAP
+            words[codepoint] = int.from_bytes(encoded, "little")
+            sizes[codepoint] = len(encoded)
+    return classes, offsets, codepoints, separator, casing, words, sizes

@@ -132,28 +132,43 @@ def stage_band_memberships(store: Store, bands: int, rows: int, partition: str |
         raise WebdedupError(f"band_memberships: {err} (from the fingerprinted asset)") from None
     totals = {"documents_banded": 0, "documents_without_shingles": 0}
 
-    def batches():
+    def read():
         for path in _source_files(store, "fingerprinted", partition):
             if pq.read_schema(path).field("signature").type.list_size != fingerprint["num_perm"]:
                 raise WebdedupError(f"{path} holds signatures of another num_perm; re-materialize fingerprinted")
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS * 4):
-                keep = pc.greater(batch.column("shingle_count"), 0)
-                totals["documents_without_shingles"] += batch.num_rows - pc.sum(keep).as_py() if batch.num_rows else 0
-                batch = batch.filter(keep)
-                count = batch.num_rows
-                if not count:
-                    continue
-                totals["documents_banded"] += count
-                signatures = batch.column("signature").flatten().to_numpy().reshape(count, -1)
-                keys = band_keys(signatures, bands, rows)
-                yield pa.record_batch(
-                    [
-                        batch.column("doc_id").take(pa.array(np.repeat(np.arange(count), bands))),
-                        pa.array(np.tile(np.arange(bands, dtype=np.int16), count)),
-                        pa.array(keys.reshape(-1)),
-                    ],
-                    schema=BAND_SCHEMA,
-                )
+            yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, use_threads=False)
+
+    def keyed():
+        for batch in prefetch(read(), depth=4):
+            keep = pc.greater(batch.column("shingle_count"), 0)
+            totals["documents_without_shingles"] += batch.num_rows - pc.sum(keep).as_py() if batch.num_rows else 0
+            batch = batch.filter(keep)
+            count = batch.num_rows
+            if not count:
+                continue
+            totals["documents_banded"] += count
+            signatures = batch.column("signature").flatten().to_numpy().reshape(count, -1)
+            keys = band_keys(signatures, bands, rows)
+            yield pa.record_batch(
+                [
+                    batch.column("doc_id").take(pa.array(np.repeat(np.arange(count), bands))),
+                    pa.array(np.tile(np.arange(bands, dtype=np.int16), count)),
+                    pa.array(keys.reshape(-1)),
+                ],
+                schema=BAND_SCHEMA,
+            )
+
+    def batches():
+        # A reader thread decodes small batches while this one computes band keys; they are
+        # written 4 at a time, so row groups stay as large as before (BATCH_ROWS * 4 documents).
+        group = []
+        for out in keyed():
+            group.append(out)
+            if len(group) == 4:
+                yield pa.Table.from_batches(group).combine_chunks().to_batches()[0]
+                group = []
+        if group:
+            yield pa.Table.from_batches(group).combine_chunks().to_batches()[0]
 
     banding = {"bands": bands, "rows": rows}
     params = {"stage": "band_memberships", "fingerprint": fingerprint, "banding": banding, "partition": partition}
