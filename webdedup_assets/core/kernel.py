@@ -20,6 +20,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
 from .hashing import FMIX_1, FMIX_2, PRIME_1, PRIME_2, SHINGLE_SEED, TOKEN_SEED
+from .sets import sort_unique
 
 _U64 = np.uint64
 _TOKEN_SEED = _U64(TOKEN_SEED)
@@ -561,6 +562,8 @@ def shingle_sets_batch(data, offsets, normalized, tables, shingle_size):
     flat = np.empty(total + 1, dtype=np.uint64)
     set_offsets = np.zeros(n_docs + 1, dtype=np.int64)
     flagged = np.zeros(n_docs, dtype=np.bool_)
+    sort_scratch = np.empty(longest + 1, dtype=np.uint64)  # windows <= bytes
+    bucket_counts = np.empty(2 * longest + 4, dtype=np.int64)
     cursor = 0
     for i in range(n_docs):
         n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
@@ -568,13 +571,7 @@ def shingle_sets_batch(data, offsets, normalized, tables, shingle_size):
             flagged[i] = True
             n_tokens = 0
         windows = shingle_hashes(scratch, n_tokens, shingle_size, flat[cursor:])
-        segment = np.sort(flat[cursor : cursor + windows])
-        unique = 0
-        for w in range(windows):
-            if w == 0 or segment[w] != segment[w - 1]:
-                flat[cursor + unique] = segment[w]
-                unique += 1
-        cursor += unique
+        cursor += sort_unique(flat, cursor, cursor + windows, sort_scratch, bucket_counts)
         set_offsets[i + 1] = cursor
     return flat[:cursor].copy(), set_offsets, flagged
 
