@@ -168,3 +168,18 @@ def test_every_permutation_block_size_matches_reference(num_perm):
     for text, row in zip(texts, signatures.tolist()):
         shingles = reference.shingle_set(text, 3)
         assert row == reference.minhash_signature(shingles, list(map(int, coeff_a)), list(map(int, coeff_b)))
+
+
+# Documents longer than the kernel's 64-byte blocks: words that straddle blocks, ASCII words of
+# 15/16/64+ bytes (the two-load path and its fallbacks), non-ASCII characters at every offset.
+LONG_PIECES = st.sampled_from(
+    ["a", "Bc", "x" * 15, "Y" * 16, "z" * 17, "q" * 70, "é", "Straße", "ΣΟΦΙΑ", "日本", "한", "ｶﾞ", "ǅ"]
+    + [" ", "  ", ".", "\u0301", "😀"]
+)
+LONG_DOCUMENTS = st.lists(LONG_PIECES, min_size=20, max_size=120).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(LONG_DOCUMENTS, min_size=1, max_size=4), st.integers(1, 5))
+def test_random_long_documents_match_reference(texts, shingle_size):
+    check(texts, shingle_size)

@@ -32,7 +32,10 @@ def prepare_texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
     """ASCII documents pass through raw (the kernel lowercases and splits them). The others are
     normalized by the compiled table-driven normalizer (core.unicode_tables), which gives
     exactly normalize_text's output; the documents it flags (characters whose normalization
-    depends on their neighbours) go through normalize_exact, the same steps as normalize_text."""
+    depends on their neighbours) go through normalize_exact, the same steps as normalize_text.
+    Fingerprinting does not need this any more (kernel.token_hashes reads the same tables while
+    it tokenizes); it stays as the check of those tables against normalize_text, and for
+    looking at a normalized batch."""
     texts = _as_large(texts)
     ascii_mask = pc.string_is_ascii(texts)
     if pc.all(ascii_mask).as_py() in (True, None):

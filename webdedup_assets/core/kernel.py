@@ -1,16 +1,25 @@
 """Compiled fingerprint kernels (numba) over the UTF-8 bytes of a batch of documents.
 
-Input is an Arrow-style string column: `data` (uint8 bytes) and `offsets` (int64, n+1).
-Each document is either raw ASCII text (lowercased and split on non-alphanumeric bytes
-here) or the output of core.normalize.normalize_text (already lowercase, single spaces).
-Both give exactly the tokens of core.normalize.text_tokens, and the hashes of
-core.hashing; tests/test_kernel.py checks this bit for bit against core.reference.
+Input is an Arrow-style string column: `data` (uint8 bytes) and `offsets` (int64, n+1) of raw
+documents. token_hashes normalizes while it tokenizes (core.unicode_tables.token_tables), so
+it gives exactly the tokens of core.normalize.text_tokens and the hashes of core.hashing;
+documents with characters whose normalization depends on their neighbours are flagged and
+fingerprinted again from normalize_text's output (core.fingerprint). tests/test_kernel_reference.py
+and tests/test_core_fingerprint.py check this bit for bit against core.reference.
+
+Hot loops are written for AVX2-class x86 without AVX-512: a few llvmlite intrinsics give
+unaligned 8-byte loads, 64-byte compare masks and the MinHash vector step. Words are read
+little-endian, as core.hashing defines them, so the kernels refuse a big-endian machine.
 
 All kernels release the GIL (nogil) so the engine can run batches on several threads,
 and are cached on disk so a CLI run does not pay the JIT compilation every time.
+normalize_batch, filter_codepoints and collapse_separators are the table-driven and exact
+normalizers (core.fingerprint.prepare_texts, normalize_exact).
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 from llvmlite import ir
@@ -21,6 +30,9 @@ from numba.extending import intrinsic
 
 from .hashing import FMIX_1, FMIX_2, PRIME_1, PRIME_2, SHINGLE_SEED, TOKEN_SEED
 from .sets import sort_unique
+
+if sys.byteorder != "little":  # _load_u64 reads token bytes as little-endian words
+    raise ImportError("webdedup_assets.core.kernel needs a little-endian machine")
 
 _U64 = np.uint64
 _TOKEN_SEED = _U64(TOKEN_SEED)
