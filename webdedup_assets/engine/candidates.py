@@ -12,9 +12,12 @@ from .storage import Store, connect, scalar, write_csv, write_relation
 BUCKET_POLICIES = ("fail", "star")
 
 
-def _bucket_sql(bm: str) -> str:
+def _bucket_sql(bm: str, with_hub: bool = True) -> str:
+    """Buckets of two or more documents; the hub (first doc_id, for the star policy) costs a
+    string aggregate over every band row, so it is left out when no policy needs it."""
+    hub = ", min(doc_id) AS hub" if with_hub else ""
     return (
-        f"SELECT band_index, band_hash, count(*) AS size, min(doc_id) AS hub FROM {bm} "
+        f"SELECT band_index, band_hash, count(*) AS size{hub} FROM {bm} "
         f"GROUP BY band_index, band_hash HAVING count(*) > 1"
     )
 
@@ -45,8 +48,8 @@ def stage_candidate_pairs(
     con = connect(store)
     bm = store.scan_sql("band_memberships")
     docs = store.scan_sql("documents")
-    con.execute(f"CREATE TEMP TABLE buckets AS {_bucket_sql(bm)}")
     hot_limit = hot_bucket_size if bucket_policy == "star" else None
+    con.execute(f"CREATE TEMP TABLE buckets AS {_bucket_sql(bm, with_hub=hot_limit is not None)}")
     all_pairs_slots, max_bucket, buckets, star_slots = con.execute(
         "SELECT COALESCE(sum(size * (size - 1) // 2), 0), COALESCE(max(size), 0), count(*), "
         f"COALESCE(sum(CASE WHEN size > {hot_limit or 'NULL'} THEN size - 1 END), 0) FROM buckets"
@@ -76,9 +79,12 @@ def stage_candidate_pairs(
               ON m.band_index = h.band_index AND m.band_hash = h.band_hash
              WHERE h.size > {hot_limit} AND m.doc_id > h.hub"""
     con.execute(f"""CREATE TEMP TABLE pairs AS
-        WITH links AS (
+        WITH shared AS (  -- band rows in buckets of two or more: the self-join skips the rest
+            SELECT m.doc_id, m.band_index, m.band_hash FROM {bm} m
+              SEMI JOIN buckets k ON m.band_index = k.band_index AND m.band_hash = k.band_hash),
+        links AS (
             SELECT a.doc_id AS left_doc_id, b.doc_id AS right_doc_id
-              FROM {bm} a JOIN {bm} b
+              FROM shared a JOIN shared b
                 ON a.band_index = b.band_index AND a.band_hash = b.band_hash AND a.doc_id < b.doc_id
              WHERE true {small_filter}
             {star_edges})
