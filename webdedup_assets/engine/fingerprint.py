@@ -108,8 +108,16 @@ def stage_fingerprinted(
         "fingerprint": fingerprint_params(shingle_size, num_perm, seed),
         "partition": partition,
     }
-    # No dictionary encoding: doc_ids are unique and signatures random (3x less write CPU).
-    rows = write_batches(store.path("fingerprinted", partition), schema, batches(), params, use_dictionary=False)
+    # No dictionary encoding (doc_ids are unique, signatures random: 3x less write CPU), and
+    # signatures uncompressed: zstd saves 12 % of them and costs every reader a decompression.
+    rows = write_batches(
+        store.path("fingerprinted", partition),
+        schema,
+        batches(),
+        params,
+        use_dictionary=False,
+        uncompressed=["signature"],
+    )
     seconds = time.perf_counter() - started
     stats = {
         "rows": rows,
