@@ -516,6 +516,10 @@ def input_days(
     days: set[str] = set()
     con = connect()
     for f in files:
+        from_footer = _days_from_statistics(f) if f.format == "parquet" else None
+        if from_footer is not None:
+            days.update(from_footer)
+            continue
         day = crawl_day_sql("trim(CAST(crawled_at AS VARCHAR))")
         try:
             rows = con.execute(
@@ -526,6 +530,36 @@ def input_days(
         days.update(d for (d,) in rows if d is not None)
     con.close()
     return sorted(days)
+
+
+def _days_from_statistics(f: InputFile) -> set[str] | None:
+    """The crawl days of a Parquet file whose crawled_at is a date, read from its footer: each
+    row group's min and max, when they are one day. None when that is not enough to tell
+    (no statistics, a row group spanning days, another type): the caller reads the column."""
+    try:
+        parquet = pq.ParquetFile(f.path)
+        if "crawled_at" not in parquet.schema_arrow.names:
+            return None
+        if not pa.types.is_date32(parquet.schema_arrow.field("crawled_at").type):
+            return None
+        column = parquet.schema_arrow.get_field_index("crawled_at")
+        days: set[str] = set()
+        metadata = parquet.metadata
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            stats = group.column(column).statistics
+            if group.num_rows == 0:
+                continue
+            if stats is not None and stats.null_count == group.num_rows:
+                continue  # only undated rows: the documents stage names them
+            if stats is None or not stats.has_min_max:
+                return None
+            if stats.min != stats.max:
+                return None
+            days.add(stats.min.isoformat())
+        return days
+    except (OSError, pa.ArrowException, ValueError):
+        return None
 
 
 def stored_input(store: Store) -> tuple[list[dict[str, Any]], str | None]:
