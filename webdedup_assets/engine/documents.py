@@ -427,7 +427,7 @@ def _adoptable_days(
     small row groups. Its text columns are checked to be valid UTF-8 here (the copy path gets
     that check from DuckDB's reader). Copying such a file instead of re-encoding 2.5 GB of
     text per million pages is what makes ingesting daily Parquet exports cheap."""
-    candidates = [i for i, f in enumerate(files) if f.format == "parquet" and _same_layout(f.path, stored_schema)]
+    candidates = {i for i, f in enumerate(files) if f.format == "parquet" and _same_layout(f.path, stored_schema)}
     if not candidates:
         return {}
     # (day, the one file holding it) for days held by exactly one file that holds no other day

@@ -233,10 +233,13 @@ def write_csv(target: Path, relation: duckdb.DuckDBPyRelation) -> None:
 
 
 def publish_asset_file(store: Store, asset: str, target: Path) -> None:
-    """Publish an unpartitioned asset's Parquet file as an output: a hard link when the output
-    folder is on the same file system (instant; the stored file is only ever replaced, never
-    modified in place, so the output keeps its content), else a byte copy."""
-    source = store.path(asset)
+    """Publish an unpartitioned asset's Parquet file as an output (see _link_or_copy)."""
+    _link_or_copy(store.path(asset), target)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link when the output folder is on the same file system (instant; stored files are
+    only ever replaced, never modified in place, so the output keeps its content), else a byte copy."""
     with atomic_path(target) as temp:
         try:
             os.link(source, temp)
@@ -249,13 +252,9 @@ def publish_concatenated(store: Store, asset: str, target: Path, uncompressed: I
     stored order: a link of the only file, else the files' batches streamed into one."""
     files = [f for f in store.require(asset) if f != store.schema_path(asset)] or [store.schema_path(asset)]
     if len(files) == 1:
-        with atomic_path(target) as temp:
-            try:
-                os.link(files[0], temp)
-            except OSError:
-                shutil.copyfile(files[0], temp)
+        _link_or_copy(files[0], target)
         return pq.ParquetFile(target).metadata.num_rows
-    params = read_params(store.schema_path(asset)) if store.schema_path(asset).exists() else read_params(files[0])
+    params = store.params(asset)
     schema = pq.read_schema(files[0]).remove_metadata()
 
     def batches():
