@@ -588,30 +588,6 @@ def shingle_sets_batch(data, offsets, normalized, tables, shingle_size):
     return flat[:cursor].copy(), set_offsets, flagged
 
 
-@njit(nogil=True, cache=True)
-def jaccard_pairs(flat, set_offsets, left, right):
-    """Exact Jaccard of sorted unique sets for each (left[i], right[i]) index pair."""
-    result = np.zeros(left.shape[0], dtype=np.float64)
-    for i in range(left.shape[0]):
-        a0, a1 = set_offsets[left[i]], set_offsets[left[i] + 1]
-        b0, b1 = set_offsets[right[i]], set_offsets[right[i] + 1]
-        union = (a1 - a0) + (b1 - b0)
-        if union == 0:
-            continue
-        common = 0
-        while a0 < a1 and b0 < b1:
-            if flat[a0] == flat[b0]:
-                common += 1
-                a0 += 1
-                b0 += 1
-            elif flat[a0] < flat[b0]:
-                a0 += 1
-            else:
-                b0 += 1
-        result[i] = common / (union - common)
-    return result
-
-
 @njit(inline="always")
 def _put_utf8(out, cursor, cp):
     if cp < 0x80:
