@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.minhash import candidate_probability
+from .engine.errors import WebdedupError
 
 PROGRESS_LOGGER = "webdedup.progress"
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
@@ -204,24 +205,71 @@ def _split_config(config: dict[str, Any], ops: list[str]) -> dict[str, Any]:
 
 
 def execute(input_path: str, config: dict[str, Any], input_format: str = "auto") -> list:
-    """Materialize every crawl day of the input in one run, then the global stages in a second.
+    """Deduplicate exactly this input: one run over every crawl day it holds, then the global stages.
 
+    Holds the writer locks of the output folder and the storage root for the whole run (a
+    second writer is refused, naming this one), removes what dead runs left there, completes
+    a publish a killed run left half done, and clears the crawl days the storage holds that
+    this input does not (a line on stderr says so): the results never mix two corpora.
     The daily assets are partitioned by exactly the days present in the input, so a corpus
     spread over years is one run, not one run per day, and no page is left out for its date.
     Returns the events of both runs (stops after the first if it failed).
+    Raises WebdedupError (e.g. LockBusy) before anything is changed.
     """
+    from .engine.publish import recover
+    from .engine.state import writer_lock
+
+    resources = config["resources"]["storage"]["config"]
+    storage_root = Path(resources["storage_root"]).expanduser().resolve()
+    output_dir = Path(resources["output_dir"]).expanduser().resolve()
+    purpose = f"webdedup run {input_path}"
+    with writer_lock(output_dir, purpose=purpose) as output_lock, writer_lock(storage_root, purpose=purpose) as lock:
+        for report in (output_lock, lock):
+            for stale in report.stale:
+                _notice(
+                    f"took over the writer lock of {report.path} left by pid {stale.get('pid')} "
+                    f"(started {stale.get('started')}), which is no longer running"
+                )
+        _tidy(storage_root, output_dir)
+        if recover(output_dir):
+            _notice(f"completed the publishing of {output_dir} that an interrupted run had begun")
+        return _execute_locked(input_path, config, input_format, storage_root)
+
+
+def _notice(message: str) -> None:
+    print(f"webdedup: {message}", file=sys.stderr)
+
+
+def _tidy(storage_root: Path, output_dir: Path) -> None:
+    """Temporary files and staging folders of dead runs (the exclusive locks are held)."""
+    from .engine.state import remove_leftovers
+
+    removed = remove_leftovers(storage_root) + remove_leftovers(output_dir)
+    if removed:
+        _notice(f"removed {len(removed)} temporary file(s) left by interrupted runs (first: {removed[0]})")
+
+
+def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, storage_root: Path) -> list:
     import dagster as dg
 
     from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, build_defs
     from .defs.config import DocumentsConfig
     from .engine.documents import input_days
+    from .engine.state import clear_days, held_days
     from .engine.storage import Store
     from .engine.warc import discard_staging
 
     documents = DocumentsConfig(**config["ops"]["documents"]["config"])  # WARC input is converted once, here
-    storage = Store(Path(config["resources"]["storage"]["config"]["storage_root"]))
+    storage = Store(storage_root)
     discard_staging(storage)  # a conversion left by an interrupted run is not reused
     days = input_days(input_path, input_format, store=storage, warc_options=documents.warc_options())
+    stale = [day for day in held_days(storage) if day not in set(days)]
+    if stale:
+        clear_days(storage, stale)
+        _notice(
+            f"cleared {len(stale)} crawl day(s) held in {storage_root} that this input does not hold "
+            f"({stale[0]} .. {stale[-1]}); the results cover exactly {input_path}"
+        )
     if not days:  # empty or unreadable input: one day so that documents validates and reports it
         days = [datetime.now(UTC).date().isoformat()]
     defs = build_defs(days)
@@ -264,6 +312,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"webdedup: {args.input} -> {output_dir}", file=sys.stderr)
     try:
         events = execute(config["ops"]["documents"]["config"]["input_path"], config, args.input_format)
+    except WebdedupError as err:  # e.g. another run holds the folder
+        print(f"webdedup: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
     except dg.DagsterInvalidConfigError as err:
         print(f"webdedup: error: invalid parameters: {err.errors[0].message if err.errors else err}", file=sys.stderr)
         return EXIT_ERROR

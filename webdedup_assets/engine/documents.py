@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from .contract import REQUIRED_COLUMNS
 from .errors import WebdedupError
 from .parallel import thread_count
+from .state import record_documents, require_same_input
 from .storage import (
     Store,
     atomic_path,
@@ -287,7 +288,6 @@ def stage_documents(
     days: list[str] | None = None,
     coverage: tuple[str, str] | None = None,
     warc_options: WarcOptions | None = None,
-    output_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Validate the input and write the documents asset.
 
@@ -303,6 +303,7 @@ def stage_documents(
     files = all_files
     uncovered_files: list[str] = []
     if days is not None:
+        require_same_input(store, input_path, input_format, days)
         first, last = days[0], days[-1]
         files = [
             f for f in all_files if (day_of_file(f.path) or first) >= first and (day_of_file(f.path) or last) <= last
@@ -315,9 +316,9 @@ def stage_documents(
             ]
     sources, described, warc_summary = files, [f.describe() for f in files], None
     if any(f.format in WARC_FORMATS for f in files):  # WARC -> staged Parquet, validated like any input
-        files, described, warc_summary = stage_warc(store, files, warc_options, output_dir)
+        files, described, warc_summary = stage_warc(store, files, warc_options, None)
     else:
-        clear_rejections(store, output_dir)
+        clear_rejections(store, None)
     con = connect(store)
     params = {
         "stage": "documents",
@@ -347,6 +348,7 @@ def stage_documents(
         store.write_stats("documents", None, {**stats, "seconds": round(time.perf_counter() - started, 4)})
     else:
         stats = _write_days(con, store, select, days, params, files)
+        record_documents(store, input_path, input_format, _day_entries(days, stats.pop("day_rows"), sources))
         if coverage is not None:
             stats.update(_uncovered(con, coverage, uncovered_files))
     stats["seconds"] = round(time.perf_counter() - started, 4)
@@ -408,11 +410,27 @@ def _write_days(
         shutil.rmtree(staging, ignore_errors=True)
     write_schema(store, "documents", stored_schema, params)
     return {
+        "day_rows": {d: present[d] for d in days if d in present},
         "rows": sum(n for d, n in present.items() if d in wanted),
         "days": len(days),
         "days_with_documents": len([d for d in present if d in wanted]),
         "days_adopted": len([d for d in adopted if d in wanted]),
     }
+
+
+def _day_entries(
+    days: list[str], day_rows: dict[str, int], sources: list[InputFile]
+) -> dict[str, dict[str, Any] | None]:
+    """The corpus-state entry of each day of the run: its rows and the input files that can hold
+    it (a file whose name carries another day cannot); None for a day without documents."""
+    entries: dict[str, dict[str, Any] | None] = {}
+    for day in days:
+        if day not in day_rows:
+            entries[day] = None
+            continue
+        files = [{"path": str(f.path), "sha256": f.sha256} for f in sources if (day_of_file(f.path) or day) == day]
+        entries[day] = {"rows": day_rows[day], "input_files": files}
+    return entries
 
 
 ADOPT_MAX_ROW_GROUP_ROWS = 1 << 17  # later stages stream row groups; a huge one would not be bounded

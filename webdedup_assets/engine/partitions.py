@@ -17,6 +17,7 @@ from .fingerprint import (
     stage_band_memberships,
     stage_fingerprinted,
 )
+from .state import record_stage
 from .storage import Store, sum_figures, write_schema
 
 
@@ -41,6 +42,7 @@ def _each_day(
         built.append(day)
     totals: dict[str, Any] = {"rows": 0, **sum_figures(infos)}
     write_schema(store, asset, schema(), params())
+    record_stage(store, asset, {day: info["rows"] for day, info in zip(built, infos)}, params())
     totals["seconds"] = round(time.perf_counter() - started, 4)
     return {**params(), **totals, "days": len(days), "days_built": built}
 

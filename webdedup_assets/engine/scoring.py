@@ -7,7 +7,6 @@ bounded group of documents at a time (see stage_scored_pairs), never the whole c
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ from ..core.fingerprint import shingle_sets
 from ..core.kernel import jaccard_blocks
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
-from .storage import Store, connect, publish_asset_file, scalar, write_batches, write_csv, write_relation
+from .storage import Store, connect, scalar, write_batches, write_relation
 
 PAIRS_PER_CHUNK = 200_000
 # Shingle sets of candidate members held at once while scoring (all in one group when they
@@ -132,7 +131,6 @@ def _parallel_jaccard(set_a, set_b, left: np.ndarray, right: np.ndarray, threads
 def stage_scored_pairs(
     store: Store,
     threshold: float,
-    output_dir: Path | None = None,
     threads: int | None = None,
     memory_budget_bytes: int = SCORING_MEMORY_BYTES,
 ) -> dict[str, Any]:
@@ -245,13 +243,11 @@ def stage_scored_pairs(
         "seconds": round(time.perf_counter() - started, 4),
     }
     store.write_stats("scored_pairs", None, stats)
-    if output_dir is not None:
-        publish_asset_file(store, "scored_pairs", output_dir / "scored_pairs.parquet")
     con.close()
     return {**params, **stats}
 
 
-def stage_duplicate_pairs(store: Store, threshold: float, output_dir: Path | None = None) -> dict[str, Any]:
+def stage_duplicate_pairs(store: Store, threshold: float) -> dict[str, Any]:
     """Scored pairs whose exact Jaccard reaches this stage's threshold (re-runnable alone)."""
     started = time.perf_counter()
     check_threshold(threshold)
@@ -284,7 +280,5 @@ def stage_duplicate_pairs(store: Store, threshold: float, output_dir: Path | Non
         "seconds": round(time.perf_counter() - started, 4),
     }
     store.write_stats("duplicate_pairs", None, stats)
-    if output_dir is not None:
-        write_csv(output_dir / "duplicate_pairs.csv", con.sql(f"SELECT * FROM {dup}"))
     con.close()
     return {**params, **stats}
