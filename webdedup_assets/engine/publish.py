@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,9 @@ def publish(store: Store, output_dir: Path, manifest: dict[str, Any]) -> dict[st
     staging = output_dir / f".publish-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     staging.mkdir()
     try:
+        started = time.perf_counter()
         _build(store, staging)
+        manifest.setdefault("timings_seconds", {})["publish"] = round(time.perf_counter() - started, 4)
         outputs = {p.name: p.stat().st_size for p in sorted(staging.iterdir())}
         outputs[MANIFEST] = None  # listed in itself without a size
         text = json.dumps({**manifest, "outputs": outputs}, indent=2, default=str)
