@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -657,8 +657,60 @@ def read_targets(path: Path) -> tuple[list[tuple[int, str, int, int]], list[tupl
             except (TypeError, ValueError):
                 problems.append((line, f"bad target row {line}: {row}"))
                 continue
+            problem = target_name_problem(name)
+            if problem:
+                problems.append((line, f"bad target row {line}: warc_filename {name!r} {problem}"))
+                continue
             targets.append((line, name, offset, length))
     return targets, problems
+
+
+URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def target_name_problem(name: str, _decoded: bool = False) -> str | None:
+    """Why a target's warc_filename is unsafe to join to the base (None if it is a plain relative path).
+
+    A warc_filename must be a relative path of non-empty segments that stays inside the base: no
+    scheme, no absolute path, no `.`/`..` segment, no backslash, NUL, control character, `?`/`#`
+    or whitespace, and no percent-encoding (checked again after decoding, so `%2e%2e` is named as
+    the traversal it is). Checked before any I/O.
+    """
+    if not name:
+        return "is empty"
+    if "\x00" in name:
+        return "contains a NUL byte"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "contains a control character"
+    if "\\" in name:
+        return "contains a backslash (a Windows path separator; use '/')"
+    scheme = URL_SCHEME.match(name)
+    if scheme:
+        return f"has a URL scheme or drive ({scheme.group(0)!r}): give a path relative to the base"
+    if name.startswith("/"):
+        return "is an absolute path: give a path relative to the base"
+    if "%" in name and not _decoded:
+        decoded = name
+        for _ in range(4):  # undo nested encodings (%252e -> %2e -> .)
+            decoded, before = unquote(decoded), decoded
+            if decoded == before:
+                break
+        problem = target_name_problem(decoded, True) if decoded != name else None
+        if problem:
+            return f"is percent-encoded and decodes to {decoded!r}, which {problem}"
+        return "contains '%': percent-encoding is not accepted in a warc_filename"
+    if any(c.isspace() for c in name):
+        return "contains whitespace"
+    if "?" in name or "#" in name:
+        return "contains '?' or '#' (a URL query or fragment)"
+    segments = name.split("/")
+    if any(s == ".." for s in segments):
+        return "has a '..' segment: it would leave the base"
+    if any(s == "." for s in segments):
+        return "has a '.' segment"
+    if any(s == "" for s in segments):
+        return "has an empty path segment ('//' or a trailing '/')"
+    return None
 
 
 class FetchError(Exception):
@@ -667,22 +719,53 @@ class FetchError(Exception):
         self.kind = kind
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed: a 3xx becomes an HTTPError, turned into a fetch_failed naming the Location."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001
+        return None
+
+
+_OPENER = urllib.request.build_opener(_RefuseRedirects)
+
+
+def _mirror_range(base: str, name: str, offset: int, length: int) -> bytes:
+    """Bytes of name under a local mirror folder; the resolved path must stay inside the folder.
+
+    A missing file says no more than an HTTP 404 would (nothing about files elsewhere).
+    """
+    root = Path(base[7:] if base.startswith("file://") else base).expanduser().resolve()
+    missing = FetchError("fetch_failed", f"mirror file {name} does not exist (HTTP 404 equivalent)")
+    try:
+        real = (root / name).resolve(strict=True)
+    except (OSError, RuntimeError):  # missing, or a symlink loop
+        raise missing from None
+    if not real.is_relative_to(root):
+        raise FetchError("bad_target", f"warc_filename {name!r} resolves outside the mirror folder (a symlink)")
+    if not real.is_file():
+        raise missing
+    with open(real, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read(length)
+    if len(data) != length:
+        raise FetchError("fetch_failed", f"mirror file {name} holds only {len(data)} of {length} bytes at {offset}")
+    return data
+
+
 def fetch_range(base: str, name: str, offset: int, length: int, options: WarcOptions) -> bytes:
-    """Bytes [offset, offset+length) of a WARC under base (http(s) URL or local mirror folder)."""
+    """Bytes [offset, offset+length) of a WARC under base (http(s) URL or local mirror folder).
+
+    The name must be a safe relative path (else `bad_target`, before any I/O); HTTP redirects are
+    not followed (a 3xx is a `fetch_failed` naming the refused Location).
+    """
+    problem = target_name_problem(name)
+    if problem:
+        raise FetchError("bad_target", f"warc_filename {name!r} {problem}")
     if length > options.max_record_bytes:
         raise FetchError("over_size_cap", f"warc_length {length} exceeds the cap of {options.max_record_bytes}")
     if not base.startswith(("http://", "https://")):
-        root = Path(base[7:] if base.startswith("file://") else base).expanduser()
-        path = root / name
-        if not path.is_file():
-            raise FetchError("fetch_failed", f"mirror file {path} does not exist")
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read(length)
-        if len(data) != length:
-            raise FetchError("fetch_failed", f"mirror file {path} holds only {len(data)} of {length} bytes at {offset}")
-        return data
-    url = base.rstrip("/") + "/" + name.lstrip("/")
+        return _mirror_range(base, name, offset, length)
+    url = base.rstrip("/") + "/" + name
     request = urllib.request.Request(
         url, headers={"Range": f"bytes={offset}-{offset + length - 1}", "User-Agent": "webdedup (issue 5)"}
     )
@@ -691,7 +774,7 @@ def fetch_range(base: str, name: str, offset: int, length: int, options: WarcOpt
         if attempt:
             time.sleep(options.cc_retry_backoff_seconds * (2 ** (attempt - 1)))
         try:
-            with urllib.request.urlopen(request, timeout=options.cc_timeout_seconds) as response:
+            with _OPENER.open(request, timeout=options.cc_timeout_seconds) as response:
                 if response.status != 206:
                     raise FetchError(
                         "fetch_failed", f"HTTP {response.status} instead of 206: the server ignored the Range"
@@ -701,6 +784,13 @@ def fetch_range(base: str, name: str, offset: int, length: int, options: WarcOpt
                 raise FetchError("fetch_failed", f"range returned {len(data)} bytes, expected {length}")
             return data
         except urllib.error.HTTPError as err:
+            location = err.headers.get("Location") if err.headers else None
+            err.close()
+            if 300 <= err.code < 400:
+                raise FetchError(
+                    "fetch_failed",
+                    f"HTTP {err.code} redirect to {location!r} refused for {url} (redirects are not followed)",
+                ) from None
             last = f"HTTP {err.code} for {url}"
             if err.code < 500 and err.code != 429:
                 raise FetchError("fetch_failed", last) from None
