@@ -17,6 +17,7 @@ error kinds (truncated_gzip, bad_content_length, over_size_cap, not_html, fetch_
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import http.client
 import json
@@ -54,9 +55,16 @@ from .storage import Store, atomic_path, file_sha256, write_text
 TERMS_URL = "https://commoncrawl.org/terms-of-use"
 WARC_FORMATS = ("warc", "commoncrawl")
 PROGRESS = logging.getLogger("webdedup.progress")
-CONVERTER_VERSION = 1  # bump when the documents or rejections a conversion yields change
+CONVERTER_VERSION = 2  # bump when the documents or rejections a conversion yields change
 DEFAULT_CC_BASE_URL = "https://data.commoncrawl.org/"
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_HTML_DEPTH = 2000
+# Main-content extraction costs about (elements x nesting depth): a page may nest max_html_depth
+# levels while it has at most this many elements; a larger page may nest proportionally less
+# (never less than MIN_DEPTH_BOUND), so the work of one record stays bounded.
+ELEMENTS_AT_FULL_DEPTH = 25_000
+MIN_DEPTH_BOUND = 64
+INFLATE_LIMIT_FACTOR = 16  # a gzip member is inflated at most this many times the record cap
 SKIP_KINDS = ("warcinfo", "request", "metadata", "revisit", "resource", "conversion", "continuation", "unknown")
 PROVENANCE_COLUMNS = (
     "warc_record_id",
@@ -130,6 +138,7 @@ class WarcOptions:
     cc_retry_backoff_seconds: float = 1.0
     cc_concurrency: int = 4
     workers: int = 1  # processes converting local WARC files; 0: one per CPU; never more than files
+    max_html_depth: int = DEFAULT_MAX_HTML_DEPTH  # deeper HTML is rejected (html_too_deep) before extraction
 
 
 @dataclass
@@ -140,6 +149,7 @@ class FileReport:
     documents: int = 0
     skipped: Counter = field(default_factory=Counter)
     rejected: Counter = field(default_factory=Counter)
+    leniency: Counter = field(default_factory=Counter)  # quirks read leniently, by kind (see LENIENCY)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -147,6 +157,7 @@ class FileReport:
             "documents": self.documents,
             "skipped": dict(sorted(self.skipped.items())),
             "rejected": dict(sorted(self.rejected.items())),
+            "leniency": dict(sorted(self.leniency.items())),
         }
 
 
@@ -155,8 +166,9 @@ class Collector:
 
     BATCH = 2000
 
-    def __init__(self, writer: pq.ParquetWriter) -> None:
+    def __init__(self, writer: pq.ParquetWriter, options: WarcOptions | None = None) -> None:
         self.writer = writer
+        self.options = options or WarcOptions()
         self.rows: list[dict[str, Any]] = []
         self.rejected: list[dict[str, Any]] = []
         self.reports: dict[str, FileReport] = {}
@@ -289,14 +301,159 @@ def looks_like_html(payload: bytes) -> bool:
     return b"<" in head
 
 
-def extract(html: str) -> tuple[str, str]:
-    """(title, main text) of an HTML page; falls back to all visible text if no main content."""
+class HtmlTooDeep(Exception):
+    """The page nests deeper than the bound: extracting its text could take minutes."""
+
+
+@functools.lru_cache(maxsize=8)
+def _deeper_than(depth: int) -> str:
+    """A CSS selector matching an element with at least `depth` element ancestors."""
+    return " > ".join(["*"] * (depth + 1))
+
+
+def depth_bound(elements: int, max_depth: int) -> int:
+    """The nesting depth a page of this many elements may reach (see ELEMENTS_AT_FULL_DEPTH)."""
+    budget = max_depth * ELEMENTS_AT_FULL_DEPTH
+    return min(max_depth, max(MIN_DEPTH_BOUND, budget // max(1, elements)))
+
+
+def check_depth(tree: HTMLTree, max_depth: int) -> None:
+    """Raise HtmlTooDeep if an element of the parsed tree is nested deeper than the bound.
+
+    Parsing (lexbor) is linear in the input; the check is done in C by two selector queries, the
+    second only when the page has more elements than the bound (a page of n elements cannot nest
+    deeper than n), at a cost of at most elements x bound steps.
+    """
+    elements = len(tree.document.query_selector_all("*"))
+    bound = depth_bound(elements, max_depth)
+    if elements <= bound:
+        return
+    if tree.document.query_selector(_deeper_than(bound)) is not None:
+        why = (
+            f"max_html_depth {max_depth}"
+            if bound == max_depth
+            else f"the bound for a page of {elements} elements; max_html_depth {max_depth} holds up to "
+            f"{ELEMENTS_AT_FULL_DEPTH} elements"
+        )
+        raise HtmlTooDeep(f"HTML nested more than {bound} elements deep ({why}): text extraction refused")
+
+
+def extract(html: str, max_depth: int = DEFAULT_MAX_HTML_DEPTH) -> tuple[str, str]:
+    """(title, main text) of an HTML page; falls back to all visible text if no main content.
+
+    Raises HtmlTooDeep for a page nested deeper than max_depth (see check_depth).
+    """
     tree = HTMLTree.parse(html)
+    check_depth(tree, max_depth)
     title = (tree.title or "").strip()
     body = extract_plain_text(tree, main_content=True).strip()
     if not body:
         body = extract_plain_text(tree).strip()
     return title, body
+
+
+# --------------------------------------------------------------------------- payload decoding
+
+
+class PayloadError(Exception):
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+CHUNK_SIZE_LINE = re.compile(rb"[ \t]*([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?\r?\n")
+
+
+def dechunk(data: bytes) -> tuple[bytes | None, str | None]:
+    """Undo HTTP chunked transfer coding: (body, None), (None, None) if data does not start as
+    chunked at all, or (partial body, "truncated") when the data ends before the last chunk.
+
+    Raises PayloadError(bad_http) for a stream that starts chunked and breaks in the middle.
+    """
+    parts: list[bytes] = []
+    pos, size = 0, len(data)
+    while True:
+        match = CHUNK_SIZE_LINE.match(data, pos, min(size, pos + 1024))
+        if not match:
+            if not parts:
+                return None, None
+            if pos >= size:
+                return b"".join(parts), "truncated"
+            raise PayloadError("bad_http", f"invalid chunk size line at byte {pos} of the chunked payload")
+        length = int(match.group(1), 16)
+        pos = match.end()
+        if length == 0:
+            return b"".join(parts), None  # trailers, if any, are ignored
+        parts.append(data[pos : pos + length])
+        pos += length
+        if pos >= size:
+            return b"".join(parts), "truncated"
+        if data.startswith(b"\r\n", pos):
+            pos += 2
+        elif data.startswith(b"\n", pos):
+            pos += 1
+        else:
+            raise PayloadError("bad_http", f"chunk of {length} bytes not followed by a line end at byte {pos}")
+
+
+def decode_content(data: bytes, coding: str, cap: int) -> tuple[bytes, bool]:
+    """Inflate a gzip/deflate Content-Encoding into at most cap bytes: (body, complete).
+
+    `deflate` is tried zlib-wrapped (as HTTP says) and raw (as many servers send it). Raises
+    zlib.error if the data is not in that coding, PayloadError(over_size_cap) past the cap.
+    """
+    last: zlib.error | None = None
+    for wbits in (47,) if coding in ("gzip", "x-gzip") else (15, -15):
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out = inflater.decompress(data, cap + 1)
+        except zlib.error as err:
+            last = err
+            continue
+        if len(out) > cap:
+            raise PayloadError(
+                "over_size_cap", f"payload decoded from Content-Encoding {coding} exceeds the cap of {cap} bytes"
+            )
+        return out, inflater.eof
+    raise last or zlib.error("no data")
+
+
+def decode_payload(raw: bytes, http_headers, cap: int, lenient: Counter) -> bytes:
+    """The entity body of an HTTP response as stored: transfer coding, then content codings undone.
+
+    Archives often store what the crawler saw after decoding while keeping the headers: a
+    `Transfer-Encoding: chunked` payload that is not chunked, or a `Content-Encoding: gzip` payload
+    that is plain HTML. Those are read as they are (as browsers and warcio do) and counted in
+    `lenient`; a payload that is truly broken raises PayloadError.
+    """
+    body = raw
+    transfer = (http_headers.get("Transfer-Encoding") or "").lower()
+    if "chunked" in transfer:
+        decoded, problem = dechunk(raw)
+        if decoded is None:
+            lenient["chunked_header_payload_not_chunked"] += 1
+        else:
+            body = decoded
+            if problem:
+                lenient["chunked_payload_truncated"] += 1
+    codings = [c.strip() for c in (http_headers.get("Content-Encoding") or "").lower().split(",")]
+    for coding in reversed([c for c in codings if c not in ("", "identity")]):
+        if coding not in ("gzip", "x-gzip", "deflate"):
+            if looks_like_html(body):
+                lenient["content_encoding_unsupported_but_plain"] += 1
+                break
+            raise PayloadError("bad_content_encoding", f"Content-Encoding {coding!r} is not supported")
+        try:
+            body, complete = decode_content(body, coding, cap)
+        except zlib.error as err:
+            if looks_like_html(body):  # stored decoded under the original header
+                lenient["content_encoding_already_decoded"] += 1
+                break
+            raise PayloadError("bad_content_encoding", f"payload is not valid {coding} data: {err}") from None
+        lenient[f"content_encoding_{coding.removeprefix('x-')}"] += 1
+        if not complete:
+            lenient["content_encoding_truncated"] += 1
+    return body
 
 
 # --------------------------------------------------------------------------- framing
@@ -313,8 +470,14 @@ class Framed:
     reason: str | None = None
 
 
-def _inflate_member(buf, pos: int, cap: int) -> tuple[int, bytes | None, int, str | None]:
-    """Inflate the gzip member at pos: (end, data or None if over cap, inflated size, error)."""
+def _inflate_member(
+    buf, pos: int, cap: int, limit_factor: int = INFLATE_LIMIT_FACTOR
+) -> tuple[int, bytes | None, int, str | None]:
+    """Inflate the gzip member at pos: (end, data or None if over cap, inflated size, error).
+
+    Past the cap the output is dropped but inflating goes on to find the member's end, up to
+    INFLATE_LIMIT_FACTOR x cap bytes; a gzip bomb beyond that is given up: end -1 (unknown).
+    """
     inflater = zlib.decompressobj(31)
     parts: list[bytes] = []
     total = 0
@@ -335,6 +498,8 @@ def _inflate_member(buf, pos: int, cap: int) -> tuple[int, bytes | None, int, st
             total += len(out)
             if total <= cap:
                 parts.append(out)
+            elif total > cap * limit_factor:
+                return -1, None, total, None
             else:
                 parts = []
     except zlib.error as err:
@@ -350,24 +515,25 @@ def _next_member(buf, start: int, cap: int) -> int:
     size = len(buf)
     candidate = buf.find(b"\x1f\x8b\x08", start)
     while candidate >= 0:
-        if _inflate_member(buf, candidate, cap)[3] is None:
+        if _inflate_member(buf, candidate, cap, 1)[3] is None:  # inflates cleanly (or past the cap)
             return candidate
         candidate = buf.find(b"\x1f\x8b\x08", candidate + 1)
     return size
 
 
-def _over_cap_reason(buf, pos: int, total: int, cap: int) -> str:
+def _over_cap_reason(buf, pos: int, total: int, cap: int, known: bool) -> str:
     """Why a member is over the cap: one big record, or many records in one member (whole-file gzip)."""
     head = zlib.decompressobj(31).decompress(buf[pos : pos + 65536], 65536)
     header_end = head.find(b"\r\n\r\n")
-    match = CONTENT_LENGTH.search(head[:header_end]) if WARC_START.match(head[:10]) and header_end > 0 else None
-    if match and header_end + 4 + int(match.group(1)) + 4 < total:
+    match = CONTENT_LENGTH.search(head[:header_end]) if WARC_START.match(head[:12]) and header_end > 0 else None
+    size = f"{total} bytes" if known else f"more than {cap * INFLATE_LIMIT_FACTOR} bytes (inflating given up there)"
+    if match and header_end + 4 + int(match.group(1)) + 4 < min(total, cap):
         return (
-            f"gzip member of {total} bytes holds more than one WARC record (the first is "
+            f"gzip member of {size} holds more than one WARC record (the first is "
             f"{int(match.group(1))} bytes): a whole-file gzip over the cap of {cap}; recompress it one "
             f"record per member (e.g. `warcio recompress`) or raise max_record_bytes"
         )
-    return f"record of {total} bytes exceeds the cap of {cap}"
+    return f"record of {size} exceeds the cap of {cap}"
 
 
 def frame_gzip(buf, cap: int) -> Iterator[Framed]:
@@ -398,7 +564,11 @@ def frame_gzip(buf, cap: int) -> Iterator[Framed]:
             pos = end
             continue
         if data is None:
-            yield Framed(pos, end - pos, kind="over_size_cap", reason=_over_cap_reason(buf, pos, total, cap))
+            known = end >= 0
+            if not known:  # a gzip bomb: where the member ends is unknown; resume at the next one
+                end = _next_member(buf, pos + 1, cap)
+            reason = _over_cap_reason(buf, pos, total, cap, known)
+            yield Framed(pos, end - pos, kind="over_size_cap", reason=reason)
         else:
             records = list(frame_plain(data, cap))
             for r in records:  # provenance is the member, the range a reader can fetch and inflate
@@ -552,9 +722,10 @@ def handle_record(collector: Collector, name: str, offset: int, length: int, rec
     if not record.is_http:
         reject("non_http", f"response record of content type {headers.get('Content-Type')!r} is not HTTP", True)
         return
+    lenient: Counter = Counter()
     try:
-        record.parse_http(auto_decode="all")
-        payload = record.reader.read()
+        record.parse_http(auto_decode="none")
+        raw = record.reader.read()
     except (OSError, ValueError) as err:
         reject("bad_http", f"unparsable HTTP response: {err}")
         return
@@ -570,6 +741,13 @@ def handle_record(collector: Collector, name: str, offset: int, length: int, rec
     if mime and mime not in HTML_TYPES:
         reject("non_html", f"Content-Type {content_type!r} is not HTML", skipped=True)
         return
+    try:
+        payload = decode_payload(raw, record.http_headers, collector.options.max_record_bytes, lenient)
+    except PayloadError as err:
+        reject(err.kind, str(err))
+        return
+    finally:
+        collector.report(name).leniency.update(lenient)
     if not looks_like_html(payload):
         reject("not_html", f"payload of {len(payload)} bytes is not HTML text (Content-Type {content_type!r})")
         return
@@ -579,7 +757,10 @@ def handle_record(collector: Collector, name: str, offset: int, length: int, rec
         return
     text, _codec_used, _source = decode_html(payload, record.http_charset)
     try:
-        title, body = extract(text)
+        title, body = extract(text, collector.options.max_html_depth)
+    except HtmlTooDeep as err:
+        reject("html_too_deep", str(err))
+        return
     except Exception as err:  # the HTML parser raises its own exception types
         reject("bad_html", f"HTML extraction failed: {err}")
         return
@@ -809,7 +990,8 @@ def check_member(data: bytes, options: WarcOptions) -> bytes:
     if error:
         raise FetchError("truncated_gzip" if error.startswith("truncated") else "corrupt_gzip", error)
     if inflated is None:
-        raise FetchError("over_size_cap", f"record of {total} bytes exceeds the cap of {options.max_record_bytes}")
+        size = f"{total} bytes" if end >= 0 else f"more than {options.max_record_bytes * INFLATE_LIMIT_FACTOR} bytes"
+        raise FetchError("over_size_cap", f"record of {size} exceeds the cap of {options.max_record_bytes}")
     if end != len(data):
         raise FetchError("bad_range", f"gzip member ends at {end} of {len(data)} bytes (wrong warc_length?)")
     return inflated
@@ -865,7 +1047,7 @@ def convert_file(path: str, name: str, options: WarcOptions, part: str) -> FileR
     """Convert one WARC file into a Parquet part of documents (runs in a worker process)."""
     with atomic_path(Path(part)) as temp:
         with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
-            collector = Collector(writer)
+            collector = Collector(writer, options)
             read_warc_file(collector, Path(path), name, options)
             collector.flush()
     return FileResult(
@@ -943,7 +1125,7 @@ def convert_warc_input(
     if commoncrawl_targets is not None:
         with atomic_path(target) as temp:
             with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
-                collector = Collector(writer)
+                collector = Collector(writer, options)
                 targets = read_commoncrawl(collector, commoncrawl_targets, options)
                 collector.flush()
         described.append(
@@ -977,9 +1159,11 @@ def convert_warc_input(
     )
     skipped: Counter = Counter()
     rejected: Counter = Counter()
+    leniency: Counter = Counter()
     for report in reports:
         skipped.update(report.skipped)
         rejected.update(report.rejected)
+        leniency.update(report.leniency)
     return {
         "files": described,
         "summary": {
@@ -988,6 +1172,7 @@ def convert_warc_input(
             "skipped": dict(sorted(skipped.items())),
             "rejected": dict(sorted(rejected.items())),
             "not_documents": sum(skipped.values()) + sum(rejected.values()),
+            "leniency": dict(sorted(leniency.items())),
             "revisits": len(revisits),
             "revisits_pointing_into_input": resolved,
             "seconds": round(time.perf_counter() - started, 4),
