@@ -105,7 +105,7 @@ REJECTED_SCHEMA = pa.schema(
     ]
 )
 HTML_TYPES = ("text/html", "application/xhtml+xml")
-WARC_START = re.compile(rb"WARC/1\.[01]\r?\n")
+WARC_START = re.compile(rb"WARC/(1\.[01]|0\.1[78])\r?\n")  # 0.17/0.18: drafts used by ClueWeb09 and others
 CONTENT_LENGTH = re.compile(rb"(?im)^content-length[ \t]*:[ \t]*(\d+)[ \t]*\r?$")
 META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{1,40})""", re.IGNORECASE)
 MAX_HEADER_BYTES = 64 * 1024
@@ -468,6 +468,8 @@ class Framed:
     data: bytes | None = None
     kind: str | None = None
     reason: str | None = None
+    block_at: int = -1  # where the record block starts in data (a good record)
+    lenient: tuple[str, ...] = ()  # quirks this record was read despite (counted per file)
 
 
 def _inflate_member(
@@ -579,8 +581,24 @@ def frame_gzip(buf, cap: int) -> Iterator[Framed]:
         pos = end
 
 
+def _record_end(buf, at: int, lf_only: bool) -> int | None:
+    """Length of the record end (CRLFCRLF; LF LF in an LF-only record) at `at`, None if absent."""
+    if buf[at : at + 4] == b"\r\n\r\n":
+        return 4
+    if lf_only and buf[at : at + 2] == b"\n\n":
+        return 2
+    return None
+
+
 def frame_plain(buf, cap: int) -> Iterator[Framed]:
-    """Walk an uncompressed WARC record by record, checking each Content-Length."""
+    """Walk an uncompressed WARC record by record, checking each Content-Length.
+
+    Leniency for old archives: `WARC/0.17` and `WARC/0.18` version lines, and WARC headers whose
+    lines end in LF only (ClueWeb09). Such a header is rewritten with CRLF for the parser. In an
+    LF-only record a Content-Length that overshoots (counted before CRs were stripped) is
+    corrected to where the next record starts, if that is within the declared length and the
+    block keeps at least half of it; otherwise, as always, the record is `bad_content_length`.
+    """
     pos = 0
     size = len(buf)
     while pos < size:
@@ -588,20 +606,27 @@ def frame_plain(buf, cap: int) -> Iterator[Framed]:
             pos += 1
         if pos >= size:
             break
-        if not WARC_START.match(buf[pos : pos + 10]):
+        start = WARC_START.match(buf[pos : pos + 12])
+        if not start:
             nxt = _next_warc_line(buf, pos)
             yield Framed(pos, nxt - pos, kind="not_warc", reason=f"{nxt - pos} bytes that do not start a WARC record")
             pos = nxt
             continue
-        head_end = buf.find(b"\r\n\r\n", pos, pos + MAX_HEADER_BYTES)
+        lenient = [] if start.group(1).startswith(b"1.") else [f"warc_version_{start.group(1).decode()}"]
+        crlf_end = buf.find(b"\r\n\r\n", pos, pos + MAX_HEADER_BYTES)
+        lf_end = buf.find(b"\n\n", pos, pos + MAX_HEADER_BYTES)
+        lf_only = lf_end >= 0 and (crlf_end < 0 or lf_end < crlf_end)
+        head_end = lf_end if lf_only else crlf_end
         if head_end < 0:
             nxt = _next_warc_line(buf, pos + 1)
-            lf_only = buf.find(b"\n\n", pos, pos + MAX_HEADER_BYTES) >= 0
-            reason = "WARC header lines end in LF, not CRLF" if lf_only else "WARC header does not end within 64 KiB"
-            yield Framed(pos, nxt - pos, kind="bad_header", reason=reason)
+            yield Framed(pos, nxt - pos, kind="bad_header", reason="WARC header does not end within 64 KiB")
             pos = nxt
             continue
         header = bytes(buf[pos:head_end])
+        block_start = head_end + (2 if lf_only else 4)
+        if lf_only:
+            header = b"\r\n".join(line.rstrip(b"\r") for line in header.split(b"\n"))
+            lenient.append("warc_header_lf_only")
         match = CONTENT_LENGTH.search(header)
         if not match:
             nxt = _next_warc_line(buf, pos + 1)
@@ -609,9 +634,23 @@ def frame_plain(buf, cap: int) -> Iterator[Framed]:
             pos = nxt
             continue
         declared = int(match.group(1))
-        block_start = head_end + 4
         block_end = block_start + declared
-        if block_end > size or buf[block_end : block_end + 4] != b"\r\n\r\n":
+        end_len = _record_end(buf, block_end, lf_only) if block_end <= size else None
+        if end_len is None and lf_only and block_end >= size and size - block_start == declared:
+            end_len = 0  # an LF-only record that ends with its block (no record end at all)
+        if end_len is None and lf_only:
+            nxt = _next_warc_line(buf, block_start)
+            block = bytes(buf[block_start:nxt])
+            for _ in range(2):  # the record end before the next record
+                block = block.removesuffix(b"\n").removesuffix(b"\r")
+            if nxt <= block_end + 4 and len(block) >= declared // 2:
+                lenient.append("content_length_corrected")
+                header = header[: match.start(1)] + str(len(block)).encode() + header[match.end(1) :]
+                data = header + b"\r\n\r\n" + block + b"\r\n\r\n"
+                yield Framed(pos, nxt - pos, data=data, block_at=len(header) + 4, lenient=tuple(lenient))
+                pos = nxt
+                continue
+        if end_len is None:
             nxt = _next_warc_line(buf, block_start)
             actual = max(0, (nxt if nxt < size else size) - block_start)
             yield Framed(
@@ -624,7 +663,7 @@ def frame_plain(buf, cap: int) -> Iterator[Framed]:
             )
             pos = nxt
             continue
-        length = block_end + 4 - pos
+        length = block_end + end_len - pos
         if declared > cap:
             yield Framed(
                 pos,
@@ -633,9 +672,13 @@ def frame_plain(buf, cap: int) -> Iterator[Framed]:
                 kind="over_size_cap",
                 reason=f"record of {declared} bytes exceeds the cap of {cap}",
             )
+        elif lf_only:
+            data = header + b"\r\n\r\n" + bytes(buf[block_start:block_end]) + b"\r\n\r\n"
+            yield Framed(pos, length, data=data, block_at=len(header) + 4, lenient=tuple(lenient))
         else:
-            yield Framed(pos, length, data=bytes(buf[pos : block_end + 4]))
-        pos = block_end + 4
+            data = bytes(buf[pos : block_end + 4])
+            yield Framed(pos, length, data=data, block_at=block_start - pos, lenient=tuple(lenient))
+        pos = block_end + end_len
 
 
 def _next_warc_line(buf, start: int) -> int:
@@ -643,11 +686,11 @@ def _next_warc_line(buf, start: int) -> int:
     size = len(buf)
     p = start
     while True:
-        hit = buf.find(b"WARC/1.", p)
+        hit = buf.find(b"WARC/", p)
         if hit < 0:
             return size
         if hit == 0 or buf[hit - 1 : hit] == b"\n":
-            if WARC_START.match(buf[hit : hit + 10]):
+            if WARC_START.match(buf[hit : hit + 12]):
                 return hit
         p = hit + 1
 
@@ -682,8 +725,10 @@ def handle_framed(collector: Collector, name: str, framed: Framed) -> None:
     except OSError as err:
         collector.reject(name, framed.offset, framed.length, "bad_record", f"unparsable WARC record: {err}")
         return
+    collector.report(name).leniency.update(framed.lenient)
     try:
-        handle_record(collector, name, framed.offset, framed.length, record)
+        block_head = framed.data[framed.block_at : framed.block_at + 512] if framed.block_at >= 0 else b""
+        handle_record(collector, name, framed.offset, framed.length, record, block_head)
     except Exception as err:  # one odd record must not stop the run; it is listed instead
         head = framed.data[:MAX_HEADER_BYTES]
         collector.reject(
@@ -697,7 +742,12 @@ def handle_framed(collector: Collector, name: str, framed: Framed) -> None:
         )
 
 
-def handle_record(collector: Collector, name: str, offset: int, length: int, record: WarcRecord) -> None:
+CHARSET_PARAM = re.compile(r"""charset\s*=\s*["']?([^"';\s]+)""", re.IGNORECASE)
+
+
+def handle_record(
+    collector: Collector, name: str, offset: int, length: int, record: WarcRecord, block_head: bytes = b""
+) -> None:
     headers = record.headers
     record_id = record.record_id or headers.get("WARC-Record-ID")
     url = headers.get("WARC-Target-URI")
@@ -719,30 +769,49 @@ def handle_record(collector: Collector, name: str, offset: int, length: int, rec
         kind = rtype if rtype in SKIP_KINDS else "unknown"
         reject(kind, f"{rtype} record", skipped=True)
         return
-    if not record.is_http:
-        reject("non_http", f"response record of content type {headers.get('Content-Type')!r} is not HTTP", True)
+    warc_type = (headers.get("Content-Type") or "").strip()
+    # HTTP/0.9 style: a response block that is the page itself, no status line or HTTP headers
+    http09 = not block_head.lstrip()[:5].upper().startswith(b"HTTP/") and (
+        warc_type.split(";")[0].strip().lower() in HTML_TYPES or (record.is_http and looks_like_html(block_head))
+    )
+    if not record.is_http and not http09:
+        reject("non_http", f"response record of content type {warc_type!r} is not HTTP", True)
         return
     lenient: Counter = Counter()
-    try:
-        record.parse_http(auto_decode="none")
-        raw = record.reader.read()
-    except (OSError, ValueError) as err:
-        reject("bad_http", f"unparsable HTTP response: {err}")
-        return
-    status = record.http_headers.status_code
-    content_type = (record.http_headers.get("Content-Type") or "").strip()
-    mime = (record.http_content_type or "").lower()
     digest = headers.get("WARC-Payload-Digest")
-    if digest:
-        collector.response_digests.add(digest)
-    if status is None or not 200 <= status < 300:
-        reject("http_status", f"HTTP status {status}: not a page", skipped=True)
-        return
-    if mime and mime not in HTML_TYPES:
-        reject("non_html", f"Content-Type {content_type!r} is not HTML", skipped=True)
-        return
+    if http09:
+        lenient["http09_no_http_headers"] += 1
+        raw = record.reader.read()
+        status, http_headers, http_charset = None, {}, None
+        content_type = warc_type if warc_type.split(";")[0].strip().lower() in HTML_TYPES else ""
+        charset = CHARSET_PARAM.search(content_type)
+        http_charset = charset.group(1) if charset else None
+        if digest:
+            collector.response_digests.add(digest)
+    else:
+        first_line = block_head.split(b"\n", 1)[0]
+        if b"\n" in block_head and not first_line.endswith(b"\r"):
+            lenient["http_header_lf_only"] += 1
+        try:
+            record.parse_http(auto_decode="none", quirks_mode=True)
+            raw = record.reader.read()
+        except (OSError, ValueError) as err:
+            reject("bad_http", f"unparsable HTTP response: {err}")
+            return
+        status = record.http_headers.status_code
+        http_headers, http_charset = record.http_headers, record.http_charset
+        content_type = (record.http_headers.get("Content-Type") or "").strip()
+        mime = (record.http_content_type or "").lower()
+        if digest:
+            collector.response_digests.add(digest)
+        if status is None or not 200 <= status < 300:
+            reject("http_status", f"HTTP status {status}: not a page", skipped=True)
+            return
+        if mime and mime not in HTML_TYPES:
+            reject("non_html", f"Content-Type {content_type!r} is not HTML", skipped=True)
+            return
     try:
-        payload = decode_payload(raw, record.http_headers, collector.options.max_record_bytes, lenient)
+        payload = decode_payload(raw, http_headers, collector.options.max_record_bytes, lenient)
     except PayloadError as err:
         reject(err.kind, str(err))
         return
@@ -755,7 +824,7 @@ def handle_record(collector: Collector, name: str, offset: int, length: int, rec
     if date is None:
         reject("bad_record", f"WARC-Date missing or unparsable: {headers.get('WARC-Date')!r}")
         return
-    text, _codec_used, _source = decode_html(payload, record.http_charset)
+    text, _codec_used, _source = decode_html(payload, http_charset)
     try:
         title, body = extract(text, collector.options.max_html_depth)
     except HtmlTooDeep as err:
