@@ -614,7 +614,7 @@ def frame_plain(buf, cap: int) -> Iterator[Framed]:
             continue
         lenient = [] if start.group(1).startswith(b"1.") else [f"warc_version_{start.group(1).decode()}"]
         crlf_end = buf.find(b"\r\n\r\n", pos, pos + MAX_HEADER_BYTES)
-        lf_end = buf.find(b"\n\n", pos, pos + MAX_HEADER_BYTES)
+        lf_end = buf.find(b"\n\n", pos, crlf_end if crlf_end >= 0 else pos + MAX_HEADER_BYTES)
         lf_only = lf_end >= 0 and (crlf_end < 0 or lf_end < crlf_end)
         head_end = lf_end if lf_only else crlf_end
         if head_end < 0:
