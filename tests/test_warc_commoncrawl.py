@@ -286,3 +286,17 @@ def test_redirect_to_another_port_is_refused(crawl):
     assert "redirects are not followed" in row["reason"]
     assert other.requests == []  # the other origin never saw a request (nor the Range header)
     assert crawl["handler"].requests == ["/redirect/" + WARC_PATH]  # not retried
+
+
+def test_fetched_gzip_bomb_is_given_up_at_a_bound():
+    from test_warc_fixtures import gzip_member, record_bytes
+
+    from webdedup_assets.engine.warc import FetchError, check_member
+
+    bomb = Rec("response", "http://bomb.example/", b"<html><p>" + b"a" * 40_000_000)
+    data = gzip_member(record_bytes(bomb, False))
+    assert len(data) < 1_000_000  # the range itself is under the cap
+    with pytest.raises(FetchError) as err:
+        check_member(data, WarcOptions(max_record_bytes=1_000_000))
+    assert err.value.kind == "over_size_cap"
+    assert str(err.value) == "record of more than 16000000 bytes exceeds the cap of 1000000"
