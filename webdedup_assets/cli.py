@@ -240,6 +240,18 @@ def execute(input_path: str, config: dict[str, Any], input_format: str = "auto")
     return events + list(result.all_events)
 
 
+def _blocking_check_failed(event) -> bool:
+    error = event.step_failure_data.error
+    return error is not None and error.cls_name == "DagsterAssetCheckFailedError"
+
+
+def _print_failed_checks(failed: list[tuple[str, dict[str, Any], str | None]]) -> None:
+    """One line per failed check: its whole message (first offending doc_ids included), else its figures."""
+    for label, details, description in failed:
+        message = description or json.dumps(details, default=str)
+        print(f"webdedup: check failed: {label}: {message}", file=sys.stderr)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import dagster as dg
 
@@ -269,6 +281,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     succeeded = False
     for event in events:
         if event.event_type_value == "STEP_FAILURE":
+            if _blocking_check_failed(event):  # its own message is printed below, not Dagster's summary
+                break
             print(f"webdedup: error in {event.step_key}: {_failure_message(event)}", file=sys.stderr)
             return EXIT_ERROR
         if event.event_type_value == "ASSET_CHECK_EVALUATION":
@@ -276,9 +290,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             if not data.passed:
                 label = f"{data.asset_key.to_user_string()}:{data.check_name}"
                 details = {k: v.value for k, v in data.metadata.items()}
-                (skipped_checks if data.severity.value == "WARN" else failed_checks).append((label, details))
+                target = skipped_checks if data.severity.value == "WARN" else failed_checks
+                target.append((label, details, data.description))
         if event.event_type_value == "ASSET_MATERIALIZATION" and event.asset_key.to_user_string() == "manifest":
             succeeded = True
+    if failed_checks and not succeeded:  # a blocking check stopped the run
+        _print_failed_checks(failed_checks)
+        return EXIT_CHECK_FAILED
     if not succeeded:
         print("webdedup: error: the run did not complete", file=sys.stderr)
         return EXIT_ERROR
@@ -299,8 +317,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if skipped_checks and not args.quiet:
         print(f"  {len(skipped_checks)} count check(s) skipped: {skipped_checks[0][1].get('skipped')}", file=sys.stderr)
     if failed_checks:
-        for label, details in failed_checks:
-            print(f"webdedup: check failed: {label}: {json.dumps(details, default=str)}", file=sys.stderr)
+        _print_failed_checks(failed_checks)
         return EXIT_CHECK_FAILED
     return EXIT_OK
 
