@@ -174,3 +174,28 @@ def test_dagster_run_config_with_two_thresholds_is_refused(tmp_path):
     )
     assert not result.success
     assert "threshold 0.8 differs from scored_pairs' threshold 0.9; there is one threshold" in _init_failure(result)
+
+
+def test_readme_parameter_table_matches_the_model():
+    readme = (FIXTURE.parents[1] / "README.md").read_text()
+    table = readme[readme.index("### Parameters and defaults") :]
+    table = table[: table.index("**One threshold.**")]
+    rows = {line.split("|")[2].strip().strip("`"): line for line in table.splitlines() if line.startswith("| `")}
+    for asset, group in params.STAGE_OF_ASSET.items():
+        for name, field in params.STAGE_GROUPS[group].model_fields.items():
+            line = rows[name]
+            cells = [c.strip() for c in line.split("|")[1:-1]]
+            default = field.default
+            shown = f"`{default}`" if isinstance(default, str) else str(default).lower()
+            assert cells[0] == f"`{asset}`", name
+            assert cells[2].startswith(shown), (name, cells[2])
+            assert cells[3].startswith(params.allowed(field)), (name, cells[3])
+            assert cells[4].startswith(f"`{flag(name)}`"), (name, cells[4])
+
+
+def test_warc_options_defaults_match_the_model():
+    """engine/warc.py still declares its own defaults (for callers without config): kept equal."""
+    from webdedup_assets.defs.config import DocumentsConfig
+    from webdedup_assets.engine.warc import WarcOptions
+
+    assert DocumentsConfig().warc_options() == WarcOptions()
