@@ -36,7 +36,7 @@ class ParamError(ValueError):
         return self.template.format(**{f"p{i}": display(n) for i, n in enumerate(self.names)}, **self.values)
 
 
-class _Params(BaseModel):
+class ParamGroup(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     @classmethod
@@ -48,7 +48,7 @@ class _Params(BaseModel):
             raise param_error(cls, err) from None
 
 
-class InputParams(_Params):
+class InputParams(ParamGroup):
     """How the input is read: its format, and the WARC and Common Crawl options."""
 
     input_format: Literal["auto", "csv", "parquet", "warc", "commoncrawl"] = Field(
@@ -79,7 +79,7 @@ class InputParams(_Params):
     )
 
 
-class FingerprintParams(_Params):
+class FingerprintParams(ParamGroup):
     """Shingles and MinHash signatures."""
 
     shingle_size: int = Field(default=5, ge=1, description="Tokens per shingle.")
@@ -87,14 +87,14 @@ class FingerprintParams(_Params):
     seed: int = Field(default=1, ge=0, description="Seed of the MinHash permutations.")
 
 
-class BandingParams(_Params):
+class BandingParams(ParamGroup):
     """LSH banding of the signatures: bands x rows must equal num_perm."""
 
     bands: int = Field(default=20, ge=1, description="LSH bands; bands x rows must equal num_perm.")
     rows: int = Field(default=6, ge=1, description="MinHash values per band.")
 
 
-class CandidateParams(_Params):
+class CandidateParams(ParamGroup):
     """The global band join and its budget."""
 
     max_pair_slots: int = Field(
@@ -107,13 +107,13 @@ class CandidateParams(_Params):
     hot_bucket_size: int = Field(default=1000, ge=2, description="Bucket size above which the star policy applies.")
 
 
-class ScoringParams(_Params):
+class ScoringParams(ParamGroup):
     """The one threshold: scored_pairs' is_duplicate and duplicate_pairs both use it."""
 
     threshold: float = Field(default=0.8, gt=0, le=1, description="Exact shingle Jaccard a duplicate pair needs.")
 
 
-class RepresentativeParams(_Params):
+class RepresentativeParams(ParamGroup):
     """Which member of a cluster is kept."""
 
     representative_policy: Literal["newest", "oldest", "longest"] = Field(
@@ -135,7 +135,7 @@ def check_banding(fingerprint: FingerprintParams, banding: BandingParams) -> Non
         )
 
 
-class RunParams(_Params):
+class RunParams(ParamGroup):
     """Every parameter of a run, cross-checked (bands x rows = num_perm)."""
 
     input: InputParams = InputParams()
@@ -166,7 +166,7 @@ class RunParams(_Params):
 
 # Which parameter group each asset reads (the Dagster op config). duplicate_pairs reads the
 # threshold scored_pairs stored, so that the two can never disagree.
-STAGE_GROUPS: dict[str, type[_Params]] = {
+STAGE_GROUPS: dict[str, type[ParamGroup]] = {
     "input": InputParams,
     "fingerprint": FingerprintParams,
     "banding": BandingParams,

@@ -20,15 +20,16 @@ from typing import Any, ClassVar
 
 import dagster as dg
 from pydantic import Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
 
 from ..params import (
     STAGE_GROUPS,
     STAGE_OF_ASSET,
     InputParams,
     ParamError,
+    ParamGroup,
     RunParams,
     ScoringParams,
-    _Params,
     param_error,
 )
 
@@ -46,7 +47,7 @@ class InvalidConfig(dg.Failure):
 class StageConfig(dg.Config):
     """A Dagster Config generated from a parameter group; `params()` gives the frozen model."""
 
-    params_model: ClassVar[type[_Params]] = _Params  # set per generated class
+    params_model: ClassVar[type[ParamGroup]] = ParamGroup  # set per generated class
     asset_name: ClassVar[str] = ""
 
     def __init__(self, **data: Any) -> None:
@@ -61,11 +62,11 @@ class StageConfig(dg.Config):
 
 
 def _config_class(
-    name: str, model: type[_Params], doc: str, base: type[StageConfig] = StageConfig, **extra: Any
+    name: str, model: type[ParamGroup], doc: str, base: type[StageConfig] = StageConfig, **extra: Any
 ) -> type[StageConfig]:
     """A Config class with the model's fields (annotation, default, range, description) plus `extra`."""
-    fields: dict[str, Any] = {k: (f.annotation, copy.copy(f)) for k, f in model.model_fields.items()}
-    fields.update(extra)
+    fields: dict[str, Any] = dict(extra)
+    fields.update({k: (f.annotation, copy.copy(f)) for k, f in model.model_fields.items()})
     cls = create_model(name, __base__=base, __module__=__name__, __doc__=doc, **fields)
     cls.params_model = model
     return cls
@@ -112,7 +113,6 @@ RepresentativeConfig = _config_class(
     "RepresentativeConfig", STAGE_GROUPS["representative"], "Which member of a cluster is kept."
 )
 
-_threshold = ScoringParams.model_fields["threshold"]
 DuplicateConfig = create_model(
     "DuplicateConfig",
     __base__=StageConfig,
@@ -120,10 +120,9 @@ DuplicateConfig = create_model(
     __doc__="duplicate_pairs uses the threshold scored_pairs was built with.",
     threshold=(
         float | None,
-        Field(
+        FieldInfo.merge_field_infos(  # the model's range, but optional
+            ScoringParams.model_fields["threshold"],
             default=None,
-            gt=0,
-            le=1,
             description="Leave unset: the threshold scored_pairs was built with is used (one threshold). "
             "If set it must equal scored_pairs' threshold.",
         ),
@@ -162,7 +161,7 @@ def validate_run_config(run_config: Mapping[str, Any], selected: set[str] | None
     """
     configured = {a: c for a in CONFIG_OF_ASSET if (c := _op_config(run_config, a)) is not None}
     present = set(configured) | (set(selected or ()) & set(CONFIG_OF_ASSET))
-    groups: dict[str, _Params] = {}
+    groups: dict[str, ParamGroup] = {}
     for asset in sorted(present, key=list(CONFIG_OF_ASSET).index):
         values = configured.get(asset, {})
         if asset == "duplicate_pairs":
