@@ -128,3 +128,37 @@ def test_check_failure_description_lists_figures_and_first_offenders():
     assert describe_failure(details) == (
         "threshold: 0.8; pairs below threshold: 2; first pairs below threshold: ('a', 'b', 0.5), ('a', 'c', 0.7)"
     )
+
+
+def test_invariants_name_their_first_offenders(tmp_path):
+    from webdedup_assets.engine import Store, invariants
+    from webdedup_assets.engine.storage import write_table
+
+    store = Store(tmp_path)
+    write_table(store.path("documents"), pa.table({"doc_id": ["a", "b", "c", "d"]}), {})
+    write_table(
+        store.path("duplicate_pairs"),
+        pa.table({"left_doc_id": ["a", "c", "b"], "right_doc_id": ["b", "b", "d"], "exact_jaccard": [0.9, 0.5, 0.7]}),
+        {"duplicates": {"threshold": 0.8}},
+    )
+    passed, details = invariants.duplicates_meet_threshold(store)
+    assert not passed
+    assert details["first_pairs_below_threshold"] == [["b", "d", 0.7], ["c", "b", 0.5]]
+    assert details["first_pairs_not_ordered"] == [["c", "b"]]
+    write_table(
+        store.path("clusters"),
+        pa.table({"cluster_id": ["cluster-a", "cluster-a", "cluster-a", "cluster-x"], "doc_id": ["a", "b", "b", "x"]}),
+        {},
+    )
+    passed, details = invariants.every_document_in_one_cluster(store)
+    assert not passed
+    assert details["first_documents_without_cluster"] == ["c", "d"]
+    assert details["first_documents_in_several_clusters"] == ["b"]
+    assert details["first_clustered_ids_not_in_documents"] == ["x"]
+    write_table(
+        store.path("deduped_documents"), pa.table({"cluster_id": ["cluster-a", "cluster-a"], "doc_id": ["a", "b"]}), {}
+    )
+    passed, details = invariants.one_representative_per_cluster(store)
+    assert not passed
+    assert details["first_clusters_without_representative"] == ["cluster-x"]
+    assert details["first_clusters_with_several_representatives"] == [["cluster-a", ["a", "b"]]]
