@@ -157,6 +157,11 @@ MALFORMED_CSV = {
         "doc_id,source,domain,crawled_at,title,body,\n" + f"a,{ROW},x\n",
         r"input.csv: line 1: column\(s\) 7 of the header have no name",
     ),
+    "semicolon_separated": (
+        HEADER.replace(",", ";") + "a;s;d;2026-01-01;t;b\n",
+        r"input.csv: line 1: the header is one column 'doc_id;source;.*', separated by semicolons; "
+        r"webdedup reads comma-separated \(tab for .tsv\) files",
+    ),
     "zero_byte_file": ("", r"input.csv: the file is empty \(0 bytes\); a CSV input needs at least its header line"),
 }
 

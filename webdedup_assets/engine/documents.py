@@ -183,6 +183,15 @@ def csv_header(path: Path) -> list[str]:
             raise WebdedupError(f"{path}: line 1: cannot read the header: {_csv_problem(err)}") from None
     if not any(name.strip() for name in header):
         raise WebdedupError(f"{path}: line 1: the header line is empty; the first line must name the columns")
+    if len(header) == 1:
+        other = next((d for d in (";", "\t", "|", ",") if d in header[0] and d != _delimiter(path)), None)
+        if other is not None:
+            shown = {"\t": "tabs", ";": "semicolons", "|": "'|'", ",": "commas"}[other]
+            wanted = "tab-separated (.tsv)" if _delimiter(path) == "\t" else "comma-separated (tab for .tsv)"
+            raise WebdedupError(
+                f"{path}: line 1: the header is one column {header[0][:80]!r}, separated by {shown}; "
+                f"webdedup reads {wanted} files"
+            )
     empty = [str(i + 1) for i, name in enumerate(header) if not name.strip()]
     if empty:
         raise WebdedupError(f"{path}: line 1: column(s) {', '.join(empty)} of the header have no name")
