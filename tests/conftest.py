@@ -88,3 +88,18 @@ def fixture_run(tmp_path_factory) -> tuple[RunEvents, Store, Path]:
     result, store = run_job(tmp)
     assert result.success, failure_messages(result)
     return result, store, tmp / "output"
+
+
+@pytest.fixture(autouse=True)
+def _drop_progress_handlers():
+    """`webdedup run` (cmd_run) adds a stderr handler to the progress logger on each in-process
+    call and never removes it; under pytest that stderr is a capture closed after the test, so a
+    later test would log into a closed stream ("--- Logging error ---")."""
+    import logging
+
+    from webdedup_assets.cli import PROGRESS_LOGGER
+
+    yield
+    logger = logging.getLogger(PROGRESS_LOGGER)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
