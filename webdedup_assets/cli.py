@@ -44,8 +44,9 @@ def _add_params(parser: argparse.ArgumentParser, model: type[BaseModel], **overr
     for name, field in model.model_fields.items():
         options: dict[str, Any] = {"dest": name, "default": field.default}
         annotation = params.base_type(field.annotation)
-        if annotation is bool:
-            options.update(action="store_true", help=field.description)
+        if annotation is bool:  # a switch; --no-... as well if the model's default is true
+            action = argparse.BooleanOptionalAction if field.default else "store_true"
+            options.update(action=action, help=field.description)
         else:
             choices = params.choices(field)
             allowed = "" if choices else f"; {params.allowed(field)}"  # argparse lists the choices itself
@@ -58,6 +59,7 @@ def _add_params(parser: argparse.ArgumentParser, model: type[BaseModel], **overr
             else:
                 options["metavar"] = {int: "N", float: "X"}.get(annotation, "VALUE")
         options.update(overrides.get(name, {}))
+        options["help"] = options["help"].replace("%", "%%")  # argparse formats help with %
         parser.add_argument(flag(name), **options)
 
 
