@@ -98,7 +98,16 @@ class CandidateParams(ParamGroup):
     """The global band join and its budget."""
 
     max_pair_slots: int = Field(
-        default=1_000_000, ge=0, description="Budget of pair slots the band join may create; over it the join fails."
+        default=0,
+        ge=0,
+        description="Absolute budget of pair slots the band join may create (over it: bucket_policy); 0: scale "
+        "with the corpus, pair_slots_per_document x documents, at least 1,000,000.",
+    )
+    pair_slots_per_document: int = Field(
+        default=100,
+        ge=1,
+        description="The budget per document when max_pair_slots is 0. An ordinary corpus needs a few (each near-"
+        "duplicate pair fills one slot per shared band); one bucket of 50,000 pages needs 25,000 per page.",
     )
     bucket_policy: Literal["fail", "star"] = Field(
         default="fail",

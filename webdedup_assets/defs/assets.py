@@ -226,6 +226,7 @@ def candidate_pairs(config: CandidateConfig, storage: WebdedupStorage) -> dg.Mat
         config.max_pair_slots,
         config.bucket_policy,
         config.hot_bucket_size,
+        config.pair_slots_per_document,
     )
     return materialized(storage, "candidate_pairs", info, config.model_dump())
 
