@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.minhash import candidate_probability
+from .evaluate_cli import add_evaluate_parser, cmd_evaluate
 
 PROGRESS_LOGGER = "webdedup.progress"
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
@@ -112,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     prob.add_argument("--bands", type=int, default=20)
     prob.add_argument("--rows", type=int, default=6)
     prob.add_argument("--threshold", type=float, default=0.8)
+    add_evaluate_parser(sub)
     return parser
 
 
@@ -318,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "evaluate":
+        return cmd_evaluate(args)
     return cmd_probability(args)
 
 
