@@ -212,9 +212,7 @@ def read_label_column(store: Store, column: str, doc_ids: pa.Array) -> np.ndarra
     try:
         columns = con.sql(f"SELECT * FROM {store.scan_sql('documents')} LIMIT 0").columns
         if column not in columns:
-            raise LabelError(
-                f"label column {column!r} is not in the stored documents (columns: {', '.join(columns)})"
-            )
+            raise LabelError(f"label column {column!r} is not in the stored documents (columns: {', '.join(columns)})")
         table = con.sql(
             f"SELECT doc_id, CAST({quote_ident(column)} AS VARCHAR) AS label FROM {store.scan_sql('documents')}"
         ).to_arrow_table()
@@ -348,9 +346,7 @@ def evaluate_run(
             "shingle_size": info.shingle_size,
             "candidate_pairs": int(len(jaccard)),
             "duplicate_pairs": int((jaccard >= info.threshold).sum()),
-            "candidate_probability_at_threshold": _round(
-                candidate_probability(info.threshold, info.bands, info.rows)
-            ),
+            "candidate_probability_at_threshold": _round(candidate_probability(info.threshold, info.bands, info.rows)),
         },
         "files": {},
     }
@@ -362,8 +358,11 @@ def evaluate_run(
         if labels_path is not None:
             label_left, label_right, label_dup = read_label_pairs(labels_path, doc_ids)
             true_labels = component_labels(n_docs, label_left[label_dup], label_right[label_dup])
-            source = {"labels_file": str(labels_path), "labelled_pairs": int(len(label_dup)),
-                      "positive_pairs": int(label_dup.sum())}
+            source = {
+                "labels_file": str(labels_path),
+                "labelled_pairs": int(len(label_dup)),
+                "positive_pairs": int(label_dup.sum()),
+            }
         else:
             label_left = label_right = label_dup = None
             true_labels = read_label_column(store, label_column, doc_ids)
@@ -372,10 +371,23 @@ def evaluate_run(
         current = metrics_of(run_labels)
         sweep_rows = _sweep(n_docs, left, right, jaccard, thresholds, metrics_of)
         best = max(sweep_rows, key=lambda r: (r["f1"] or 0.0, r["threshold"]))
-        summary["labels"] = {**source, "current_run": current, "best_f1_threshold": best["threshold"],
-                             "best_f1": best["f1"]}
-        columns = ["threshold", "duplicate_pairs", "true_positives", "false_positives", "false_negatives",
-                   "precision", "recall", "f1", "ari"]
+        summary["labels"] = {
+            **source,
+            "current_run": current,
+            "best_f1_threshold": best["threshold"],
+            "best_f1": best["f1"],
+        }
+        columns = [
+            "threshold",
+            "duplicate_pairs",
+            "true_positives",
+            "false_positives",
+            "false_negatives",
+            "precision",
+            "recall",
+            "f1",
+            "ari",
+        ]
         _write_csv(out_dir / "threshold_sweep.csv", _rows_table(sweep_rows, columns))
         files["threshold_sweep"] = str(out_dir / "threshold_sweep.csv")
 
@@ -417,17 +429,22 @@ def evaluate_run(
             high = 1.0 if low >= 1.0 else min(1.0, round(low + BIN_WIDTH, 6))
             count = int(in_bin.sum())
             hits = int(found[in_bin].sum())
-            expected = float(np.mean([candidate_probability(j, info.bands, info.rows) for j in ref_j[in_bin]])) \
-                if count else None
-            reference_rows.append({
-                "jaccard_from": float(low),
-                "jaccard_to": float(high),
-                "exact_pairs": count,
-                "lsh_candidates": hits,
-                "observed_candidate_rate": _round(hits / count) if count else None,
-                "expected_candidate_rate": _round(expected),
-                "miss_rate": _round(1 - hits / count) if count else None,
-            })
+            expected = (
+                float(np.mean([candidate_probability(j, info.bands, info.rows) for j in ref_j[in_bin]]))
+                if count
+                else None
+            )
+            reference_rows.append(
+                {
+                    "jaccard_from": float(low),
+                    "jaccard_to": float(high),
+                    "exact_pairs": count,
+                    "lsh_candidates": hits,
+                    "observed_candidate_rate": _round(hits / count) if count else None,
+                    "expected_candidate_rate": _round(expected),
+                    "miss_rate": _round(1 - hits / count) if count else None,
+                }
+            )
         at = ref_j >= info.threshold
         recall = float(found[at].mean()) if at.any() else None
         chosen_mask = np.zeros(n_docs, dtype=bool)
@@ -448,21 +465,39 @@ def evaluate_run(
             "pairs_verified_by_join": compared,
             "seconds": round(reference_seconds, 3),
         }
-        columns = ["jaccard_from", "jaccard_to", "exact_pairs", "lsh_candidates", "observed_candidate_rate",
-                   "expected_candidate_rate", "miss_rate"]
+        columns = [
+            "jaccard_from",
+            "jaccard_to",
+            "exact_pairs",
+            "lsh_candidates",
+            "observed_candidate_rate",
+            "expected_candidate_rate",
+            "miss_rate",
+        ]
         _write_csv(out_dir / "jaccard_bins.csv", _rows_table(reference_rows, columns))
         files["jaccard_bins"] = str(out_dir / "jaccard_bins.csv")
         missed = np.flatnonzero(~found & at)
         missed = missed[np.argsort(-ref_j[missed], kind="stable")][:MISSED_PAIRS_LISTED]
-        _write_csv(out_dir / "missed_pairs.csv", pa.table({
-            "left_doc_id": doc_ids.take(pa.array(ref_left[missed])),
-            "right_doc_id": doc_ids.take(pa.array(ref_right[missed])),
-            "exact_jaccard": ref_j[missed],
-        }))
+        _write_csv(
+            out_dir / "missed_pairs.csv",
+            pa.table(
+                {
+                    "left_doc_id": doc_ids.take(pa.array(ref_left[missed])),
+                    "right_doc_id": doc_ids.take(pa.array(ref_right[missed])),
+                    "exact_jaccard": ref_j[missed],
+                }
+            ),
+        )
         files["missed_pairs"] = str(out_dir / "missed_pairs.csv")
         if banding_rows:
-            columns = ["num_perm", "bands", "rows", "p_candidate_at_threshold", "measured_recall_at_threshold",
-                       "is_run_banding"]
+            columns = [
+                "num_perm",
+                "bands",
+                "rows",
+                "p_candidate_at_threshold",
+                "measured_recall_at_threshold",
+                "is_run_banding",
+            ]
             _write_csv(out_dir / "banding_recall.csv", _rows_table(banding_rows, columns))
             files["banding_recall"] = str(out_dir / "banding_recall.csv")
             summary["reference"]["banding_recall"] = banding_rows
@@ -472,16 +507,23 @@ def evaluate_run(
                 if t < floor:
                     continue
                 exact_t = ref_j >= t
-                sweep_rows.append({
-                    "threshold": t,
-                    "exact_pairs": int(exact_t.sum()),
-                    "found_pairs": int(found[exact_t].sum()),
-                    "recall": _round(found[exact_t].mean()) if exact_t.any() else None,
-                    "expected_recall": _round(np.mean([candidate_probability(j, info.bands, info.rows)
-                                                       for j in ref_j[exact_t]])) if exact_t.any() else None,
-                })
-            _write_csv(out_dir / "threshold_sweep.csv", _rows_table(
-                sweep_rows, ["threshold", "exact_pairs", "found_pairs", "recall", "expected_recall"]))
+                sweep_rows.append(
+                    {
+                        "threshold": t,
+                        "exact_pairs": int(exact_t.sum()),
+                        "found_pairs": int(found[exact_t].sum()),
+                        "recall": _round(found[exact_t].mean()) if exact_t.any() else None,
+                        "expected_recall": _round(
+                            np.mean([candidate_probability(j, info.bands, info.rows) for j in ref_j[exact_t]])
+                        )
+                        if exact_t.any()
+                        else None,
+                    }
+                )
+            _write_csv(
+                out_dir / "threshold_sweep.csv",
+                _rows_table(sweep_rows, ["threshold", "exact_pairs", "found_pairs", "recall", "expected_recall"]),
+            )
             files["threshold_sweep"] = str(out_dir / "threshold_sweep.csv")
     summary["threshold_sweep"] = sweep_rows
     summary["jaccard_bins"] = reference_rows
@@ -498,16 +540,19 @@ def evaluate_run(
         "giant": int(pc.sum(pc.equal(diagnostics["giant"], True)).as_py() or 0),
         "low_cohesion": int(pc.sum(pc.equal(diagnostics["low_cohesion"], True)).as_py() or 0),
         "min_jaccard_to_representative": _round(pc.min(diagnostics["min_jaccard_to_representative"]).as_py())
-        if diagnostics.num_rows else None,
-        "flagged_examples": flagged.slice(0, 5).select(
-            ["cluster_id", "size", "min_jaccard_to_representative", "flag"]).to_pylist(),
+        if diagnostics.num_rows
+        else None,
+        "flagged_examples": flagged.slice(0, 5)
+        .select(["cluster_id", "size", "min_jaccard_to_representative", "flag"])
+        .to_pylist(),
     }
 
     if plots:
         from . import evaluate_plots
 
-        files.update(evaluate_plots.draw_all(out_dir, info, jaccard, reference_rows, sweep_rows,
-                                             labelled="labels" in summary))
+        files.update(
+            evaluate_plots.draw_all(out_dir, info, jaccard, reference_rows, sweep_rows, labelled="labels" in summary)
+        )
     summary["seconds"] = round(time.perf_counter() - started, 3)
     with atomic_path(out_dir / "summary.json") as temp:
         temp.write_text(json.dumps(summary, indent=2, default=str))
@@ -515,8 +560,9 @@ def evaluate_run(
     return summary
 
 
-def _banding_recall(store: Store, info: RunInfo, doc_ids: pa.Array, ref_left: np.ndarray,
-                    ref_right: np.ndarray) -> list[dict[str, Any]]:
+def _banding_recall(
+    store: Store, info: RunInfo, doc_ids: pa.Array, ref_left: np.ndarray, ref_right: np.ndarray
+) -> list[dict[str, Any]]:
     """Recall at the threshold that every bands x rows over the stored signatures would give:
     a pair becomes a candidate when all rows of some band agree (what equal band keys mean,
     band-key hash collisions aside)."""
@@ -541,14 +587,16 @@ def _banding_recall(store: Store, info: RunInfo, doc_ids: pa.Array, ref_left: np
         if r > 16 or bands > 60:
             continue
         hit = equal.reshape(len(equal), bands, r).all(axis=2).any(axis=1)
-        rows.append({
-            "num_perm": info.num_perm,
-            "bands": bands,
-            "rows": r,
-            "p_candidate_at_threshold": _round(candidate_probability(info.threshold, bands, r)),
-            "measured_recall_at_threshold": _round(hit.mean()),
-            "is_run_banding": bands == info.bands and r == info.rows,
-        })
+        rows.append(
+            {
+                "num_perm": info.num_perm,
+                "bands": bands,
+                "rows": r,
+                "p_candidate_at_threshold": _round(candidate_probability(info.threshold, bands, r)),
+                "measured_recall_at_threshold": _round(hit.mean()),
+                "is_run_banding": bands == info.bands and r == info.rows,
+            }
+        )
     return rows
 
 
@@ -572,13 +620,33 @@ def cluster_diagnostics(
     cluster_of = cluster_of.to_numpy(zero_copy_only=False).astype(np.int64)
     size = clusters["cluster_size"].to_numpy()
     multi = np.flatnonzero(size > 1)
-    columns = ["cluster_id", "size", "representative", "min_jaccard_to_representative", "members_below_threshold",
-               "min_edge_jaccard", "mean_edge_jaccard", "edges", "edge_density", "domains", "giant",
-               "low_cohesion", "flag"]
+    columns = [
+        "cluster_id",
+        "size",
+        "representative",
+        "min_jaccard_to_representative",
+        "members_below_threshold",
+        "min_edge_jaccard",
+        "mean_edge_jaccard",
+        "edges",
+        "edge_density",
+        "domains",
+        "giant",
+        "low_cohesion",
+        "flag",
+    ]
     if not len(multi):
-        return pa.table({c: pa.array([], pa.string() if c in ("cluster_id", "representative", "flag") else
-                                     (pa.bool_() if c in ("giant", "low_cohesion") else pa.float64()))
-                         for c in columns})
+        return pa.table(
+            {
+                c: pa.array(
+                    [],
+                    pa.string()
+                    if c in ("cluster_id", "representative", "flag")
+                    else (pa.bool_() if c in ("giant", "low_cohesion") else pa.float64()),
+                )
+                for c in columns
+            }
+        )
     doc_ids = docs["doc_id"].combine_chunks().cast(pa.string())
     rep_node = pc.index_in(clusters["representative"].cast(pa.string()), value_set=doc_ids)
     rep_node = rep_node.to_numpy(zero_copy_only=False)
@@ -615,21 +683,23 @@ def cluster_diagnostics(
         n = int(sizes[c])
         giant = n >= giant_size
         low = bool(below[c] > 0)
-        rows.append({
-            "cluster_id": clusters["cluster_id"][node].as_py(),
-            "size": n,
-            "representative": clusters["representative"][node].as_py(),
-            "min_jaccard_to_representative": round(float(min_rep[c]), 6),
-            "members_below_threshold": int(below[c]),
-            "min_edge_jaccard": round(float(min_edge[c]), 6) if edges[c] else None,
-            "mean_edge_jaccard": round(float(sum_edge[c] / edges[c]), 6) if edges[c] else None,
-            "edges": int(edges[c]),
-            "edge_density": round(float(edges[c]) / (n * (n - 1) / 2), 6),
-            "domains": int(domains[c]),
-            "giant": giant,
-            "low_cohesion": low,
-            "flag": "+".join(f for f, on in (("giant", giant), ("low_cohesion", low)) if on) or "ok",
-        })
+        rows.append(
+            {
+                "cluster_id": clusters["cluster_id"][node].as_py(),
+                "size": n,
+                "representative": clusters["representative"][node].as_py(),
+                "min_jaccard_to_representative": round(float(min_rep[c]), 6),
+                "members_below_threshold": int(below[c]),
+                "min_edge_jaccard": round(float(min_edge[c]), 6) if edges[c] else None,
+                "mean_edge_jaccard": round(float(sum_edge[c] / edges[c]), 6) if edges[c] else None,
+                "edges": int(edges[c]),
+                "edge_density": round(float(edges[c]) / (n * (n - 1) / 2), 6),
+                "domains": int(domains[c]),
+                "giant": giant,
+                "low_cohesion": low,
+                "flag": "+".join(f for f, on in (("giant", giant), ("low_cohesion", low)) if on) or "ok",
+            }
+        )
     rows.sort(key=lambda r: (r["flag"] == "ok", r["min_jaccard_to_representative"], -r["size"], r["cluster_id"]))
     del n_docs
     return _rows_table(rows, columns)

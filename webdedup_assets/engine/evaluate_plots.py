@@ -32,19 +32,36 @@ def s_curve(path: Path, info, reference_rows: list[dict[str, Any]]) -> str:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     grid = np.linspace(0, 1, 401)
-    ax.plot(grid, [candidate_probability(j, info.bands, info.rows) for j in grid], color="tab:blue",
-            label=f"P(candidate) = 1-(1-J^{info.rows})^{info.bands}  ({info.bands} bands x {info.rows} rows)")
+    ax.plot(
+        grid,
+        [candidate_probability(j, info.bands, info.rows) for j in grid],
+        color="tab:blue",
+        label=f"P(candidate) = 1-(1-J^{info.rows})^{info.bands}  ({info.bands} bands x {info.rows} rows)",
+    )
     at = candidate_probability(info.threshold, info.bands, info.rows)
     ax.axvline(info.threshold, color="tab:red", linestyle="--", label=f"threshold {info.threshold} (P = {at:.4f})")
     shown = [r for r in reference_rows if r["exact_pairs"]]
     if shown:
-        centers = [(r["jaccard_from"] + r["jaccard_to"]) / 2 if r["jaccard_to"] > r["jaccard_from"] else 1.0
-                   for r in shown]
-        ax.scatter(centers, [r["observed_candidate_rate"] for r in shown], color="black", zorder=3,
-                   label="observed candidate rate per Jaccard bin (exact reference)")
+        centers = [
+            (r["jaccard_from"] + r["jaccard_to"]) / 2 if r["jaccard_to"] > r["jaccard_from"] else 1.0 for r in shown
+        ]
+        ax.scatter(
+            centers,
+            [r["observed_candidate_rate"] for r in shown],
+            color="black",
+            zorder=3,
+            label="observed candidate rate per Jaccard bin (exact reference)",
+        )
         for x, r in zip(centers, shown):
-            ax.annotate(str(r["exact_pairs"]), (x, r["observed_candidate_rate"]), textcoords="offset points",
-                        xytext=(0, -12), ha="center", fontsize=7, color="dimgray")
+            ax.annotate(
+                str(r["exact_pairs"]),
+                (x, r["observed_candidate_rate"]),
+                textcoords="offset points",
+                xytext=(0, -12),
+                ha="center",
+                fontsize=7,
+                color="dimgray",
+            )
     ax.set_xlabel("exact shingle Jaccard of a pair")
     ax.set_ylabel("probability of becoming an LSH candidate")
     ax.set_title("LSH S-curve of the run's banding (numbers: exact pairs per bin)")
@@ -81,8 +98,14 @@ def precision_recall(path: Path, info, sweep: list[dict[str, Any]]) -> str:
     ax.plot([r["recall"] for r in rows], [r["precision"] for r in rows], marker="o", color="tab:blue")
     for r in rows:
         style = {"color": "tab:red", "fontweight": "bold"} if r["threshold"] == info.threshold else {}
-        ax.annotate(f"{r['threshold']:g}", (r["recall"], r["precision"]), textcoords="offset points",
-                    xytext=(4, 4), fontsize=7, **style)
+        ax.annotate(
+            f"{r['threshold']:g}",
+            (r["recall"], r["precision"]),
+            textcoords="offset points",
+            xytext=(4, 4),
+            fontsize=7,
+            **style,
+        )
     ax.set_xlabel("recall (labelled duplicate pairs found in one cluster)")
     ax.set_ylabel("precision (pairs put in one cluster that are labelled duplicates)")
     ax.set_title(f"Precision-recall over thresholds (run: {info.threshold}, in red)")
@@ -100,8 +123,9 @@ def recall_by_threshold(path: Path, info, sweep: list[dict[str, Any]]) -> str:
     rows = [r for r in sweep if r.get("recall") is not None]
     x = [r["threshold"] for r in rows]
     ax.plot(x, [r["recall"] for r in rows], marker="o", color="tab:blue", label="measured LSH recall")
-    ax.plot(x, [r["expected_recall"] for r in rows], linestyle=":", color="tab:green",
-            label="expected from the S-curve")
+    ax.plot(
+        x, [r["expected_recall"] for r in rows], linestyle=":", color="tab:green", label="expected from the S-curve"
+    )
     ax.axvline(info.threshold, color="tab:red", linestyle="--", label=f"run threshold {info.threshold}")
     ax.set_xlabel("Jaccard threshold t")
     ax.set_ylabel("share of exact pairs with J >= t found as candidates")
