@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.minhash import candidate_probability
-from .evaluate_cli import add_evaluate_parser, cmd_evaluate
+from .evaluate_cli import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 
 PROGRESS_LOGGER = "webdedup.progress"
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
@@ -114,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     prob.add_argument("--rows", type=int, default=6)
     prob.add_argument("--threshold", type=float, default=0.8)
     add_evaluate_parser(sub)
+    add_tune_parser(sub)
     return parser
 
 
@@ -322,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "evaluate":
         return cmd_evaluate(args)
+    if args.command == "tune":
+        return cmd_tune(args)
     return cmd_probability(args)
 
 

@@ -169,3 +169,113 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary)
     return EXIT_OK
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from err
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+def add_tune_parser(sub) -> argparse.ArgumentParser:
+    tune = sub.add_parser(
+        "tune",
+        help="recommend num-perm x bands x rows for a target recall at a threshold, measured on the stored corpus",
+        description="For the corpus of the run stored under --output: every pair with Jaccard >= THRESHOLD by "
+        "an exact similarity join, then for each num-perm and bands x rows the measured LSH recall of those "
+        "pairs and the number of candidate pairs the band join creates. Recommends the banding with the "
+        "fewest candidates that reaches --target-recall and prints the trade-off table. Writes tune.csv and "
+        "tune.json to DIR/evaluation. Exit 0 with a recommendation, 1 when no banding reaches the target, "
+        "2 on bad parameters.",
+    )
+    tune.add_argument("--output", default="output", help="output folder of the run (default: output)")
+    tune.add_argument("--storage", default=None, help="storage root of the run (default: OUTPUT/_storage)")
+    tune.add_argument("--evaluation-dir", default=None, help="where tune.csv goes (default: OUTPUT/evaluation)")
+    tune.add_argument("--threshold", type=_fraction, default=None, help="Jaccard threshold (default: the run's)")
+    tune.add_argument("--target-recall", type=_fraction, default=0.99, help="recall to reach (default 0.99)")
+    tune.add_argument(
+        "--num-perm", type=_ints, default=None, help="MinHash sizes to try (default 64,96,120,128,130,160)"
+    )
+    tune.add_argument("--sample", type=_positive, default=None, help="use N sampled documents (default: all)")
+    tune.add_argument("--seed", type=int, default=0, help="seed of the document sample (default 0)")
+    tune.add_argument(
+        "--max-pair-slots",
+        type=int,
+        default=50_000_000,
+        help="bandings whose band join needs more pair slots are reported, not counted (default 50,000,000)",
+    )
+    tune.add_argument("--json", action="store_true", help="print the figures as JSON")
+    return tune
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .engine.errors import WebdedupError
+    from .engine.storage import Store
+    from .engine.tune import tune
+
+    output_dir = Path(args.output).expanduser().resolve()
+    storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
+    evaluation_dir = output_dir / "evaluation"
+    if args.evaluation_dir:
+        evaluation_dir = Path(args.evaluation_dir).expanduser().resolve()
+    if not storage_root.is_dir():
+        print(f"webdedup: error: no stored run under {storage_root}; run `webdedup run` first", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        summary = tune(
+            Store(storage_root),
+            evaluation_dir,
+            threshold=args.threshold,
+            target_recall=args.target_recall,
+            num_perms=args.num_perm,
+            sample=args.sample,
+            seed=args.seed,
+            max_pair_slots=args.max_pair_slots,
+        )
+    except WebdedupError as err:
+        print(f"webdedup: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    best = summary["recommended"]
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        scope = f"a sample of {summary['documents']}" if summary["sampled"] else f"all {summary['documents']}"
+        print(
+            f"webdedup tune: {summary['exact_pairs_at_threshold']} exact pairs with J >= {summary['threshold']} "
+            f"among {scope} documents; target recall {summary['target_recall']}"
+        )
+        print("  num_perm  bands x rows  P(cand|T)  recall    candidates")
+        for row in sorted(summary["bandings"], key=lambda r: (r["num_perm"], r["rows"])):
+            mark = "  <- recommended" if row is best else ""
+            candidates = (
+                f"{row['candidates']:,}"
+                if row["candidates"] is not None
+                else (f"over budget ({row['pair_slots']:,} slots)")
+            )
+            print(
+                f"  {row['num_perm']:>8}  {row['bands']:>5} x {row['rows']:<5}  "
+                f"{row['p_candidate_at_threshold']:<9.4f}  {_fmt(row['recall']):<8}  {candidates}{mark}"
+            )
+        if best is not None:
+            print(
+                f"  recommended: --num-perm {best['num_perm']} --bands {best['bands']} --rows {best['rows']} "
+                f"(recall {best['recall']}, {best['candidates']:,} candidates)"
+            )
+    if best is None:
+        print(f"webdedup: no banding tried reaches recall {args.target_recall}", file=sys.stderr)
+        return 1
+    return EXIT_OK
