@@ -7,6 +7,7 @@ import json
 import random
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -256,3 +257,83 @@ def test_bad_label_column_and_missing_run_exit_2(labelled_run, tmp_path, capsys)
     assert "label column 'nope' is not in the stored documents" in err and "topic" in err
     assert main(["evaluate", "--output", str(tmp_path / "none")]) == 2
     assert "no stored run under" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------- tune
+
+
+def test_recommend_picks_the_fewest_candidates_that_reach_the_target():
+    from webdedup_assets.core.tuning import bandings, recommend
+
+    rows = [
+        {"num_perm": 120, "bands": 20, "rows": 6, "recall": 0.97, "candidates": 100, "p_candidate_at_threshold": 0.9},
+        {"num_perm": 120, "bands": 30, "rows": 4, "recall": 1.0, "candidates": 300, "p_candidate_at_threshold": 1.0},
+        {"num_perm": 130, "bands": 26, "rows": 5, "recall": 0.995, "candidates": 150, "p_candidate_at_threshold": 0.99},
+        {"num_perm": 120, "bands": 40, "rows": 3, "recall": 1.0, "candidates": None, "p_candidate_at_threshold": 1.0},
+    ]
+    assert recommend(rows, 0.99)["bands"] == 26
+    assert recommend(rows, 0.9)["bands"] == 20
+    assert recommend(rows, 1.0)["bands"] == 30  # the over-budget banding is never recommended
+    assert recommend(rows[:1], 0.99) is None
+    assert bandings(120) == [(40, 3), (30, 4), (24, 5), (20, 6), (15, 8), (12, 10), (10, 12), (8, 15)]
+
+
+def _borderline_corpus(path):
+    """40 pages of 300 words and an edited copy of each, 9-12 words apart (shingle Jaccard
+    0.68-0.74, around the 0.7 threshold), and 20 unrelated pages."""
+    rng = random.Random(3)
+    rows = []
+    for i in range(40):
+        words = [f"v{rng.randrange(20000)}" for _ in range(300)]
+        rows.append((f"page-{i:02d}", " ".join(words)))
+        positions = rng.sample(range(0, 300, 8), k=9 + i % 4)
+        for p in positions:
+            words[p] = f"changed{p}"
+        rows.append((f"page-{i:02d}-copy", " ".join(words)))
+    for i in range(20):
+        rows.append((f"other-{i:02d}", " ".join(f"v{rng.randrange(20000)}" for _ in range(300))))
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["doc_id", "source", "domain", "crawled_at", "title", "body"])
+        for k, (doc_id, body) in enumerate(rows):
+            writer.writerow([doc_id, "gen", f"site{k % 7}.example", "2026-04-01", doc_id, body])
+    return dict(rows)
+
+
+def test_tune_recommendation_meets_its_target_recall(tmp_path, capsys):
+    from webdedup_assets.core.fingerprint import fingerprint_texts, shingle_sets
+    from webdedup_assets.core.minhash import MinHashParams, band_keys
+
+    bodies = _borderline_corpus(tmp_path / "borderline.csv")
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "borderline.csv"), "--output", str(out), "--threshold", "0.7", "--quiet"]) == 0
+    capsys.readouterr()
+    code = main(["tune", "--output", str(out), "--target-recall", "0.95", "--num-perm", "64,120", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    best = summary["recommended"]
+    table = {(r["num_perm"], r["bands"], r["rows"]): r for r in summary["bandings"]}
+    assert best["recall"] >= 0.95
+    assert table[(64, 8, 8)]["recall"] < 0.95  # the classic banding misses borderline pairs here
+    eligible = [r for r in table.values() if r["recall"] >= 0.95 and r["candidates"] is not None]
+    assert best["candidates"] == min(r["candidates"] for r in eligible)
+
+    # independent check: exact pairs by brute force, recall and candidates from band keys
+    ids = sorted(bodies)
+    flat, offsets = shingle_sets(pa.array([bodies[i] for i in ids]), 5)
+    sets = [set(flat[offsets[k] : offsets[k + 1]].tolist()) for k in range(len(ids))]
+    exact = [(a, b) for a, b, _ in brute_force_join(sets, 0.7)]
+    assert summary["exact_pairs_at_threshold"] == len(exact) and 15 <= len(exact) <= 40
+    coeff_a, coeff_b = MinHashParams(best["num_perm"], 1).coefficients()
+    signatures = fingerprint_texts(pa.array([bodies[i] for i in ids]), 5, coeff_a, coeff_b)[2]
+    keys = band_keys(signatures, best["bands"], best["rows"])
+    found = sum(1 for a, b in exact if (keys[a] == keys[b]).any())
+    assert best["found_pairs"] == found
+    buckets: dict = {}
+    for node in range(len(ids)):
+        for band in range(best["bands"]):
+            buckets.setdefault((band, int(keys[node, band])), []).append(node)
+    pairs = {(a, b) for members in buckets.values() for a in members for b in members if a < b}
+    assert best["candidates"] == len(pairs)
+    assert (out / "evaluation" / "tune.csv").stat().st_size > 0
