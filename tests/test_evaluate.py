@@ -337,3 +337,20 @@ def test_tune_recommendation_meets_its_target_recall(tmp_path, capsys):
     pairs = {(a, b) for members in buckets.values() for a in members for b in members if a < b}
     assert best["candidates"] == len(pairs)
     assert (out / "evaluation" / "tune.csv").stat().st_size > 0
+
+
+def test_evaluate_with_a_per_document_labels_file(labelled_run, tmp_path, capsys):
+    rows = [("doc_id", "group")] + [(f"{t}-{v}", t) for t in ("billing", "incident") for v in ("canonical", "mirror")]
+    rows.append(("billing-revision", "incident"))  # wrong on purpose: billing-revision is clustered with billing
+    labels = _labels(tmp_path / "groups.csv", rows)
+    args = ["evaluate", "--output", str(labelled_run), "--labels", str(labels), "--label-column", "group"]
+    assert main([*args, "--no-reference", "--no-plots", "--json"]) == 0
+    current = json.loads(capsys.readouterr().out)["labels"]["current_run"]
+    # true pairs: billing c-m, incident c-m, billing-revision with both incident pages -> 4, of
+    # which the run clusters 2; it clusters 18 fixture pairs + 3 chain pairs = 21 -> 19 false
+    assert (current["true_positives"], current["false_negatives"], current["false_positives"]) == (2, 2, 19)
+    bad = _labels(tmp_path / "bad_groups.csv", [("doc_id", "group"), ("ghost", "x")])
+    assert main(["evaluate", "--output", str(labelled_run), "--labels", str(bad), "--label-column", "group"]) == 2
+    assert "names 1 doc_id(s) not in the run's documents: 'ghost'" in capsys.readouterr().err
+    assert main(["evaluate", "--output", str(labelled_run), "--labels", str(bad), "--label-column", "nope"]) == 2
+    assert "lacks column(s) nope" in capsys.readouterr().err

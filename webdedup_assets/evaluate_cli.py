@@ -47,9 +47,17 @@ def add_evaluate_parser(sub) -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--evaluation-dir", default=None, help="where tables and plots go (default: OUTPUT/evaluation)"
     )
-    labels = evaluate.add_mutually_exclusive_group()
-    labels.add_argument("--labels", default=None, help="CSV or Parquet of left_doc_id,right_doc_id,is_duplicate")
-    labels.add_argument("--label-column", default=None, help="a documents column holding a true cluster label")
+    evaluate.add_argument(
+        "--labels",
+        default=None,
+        help="CSV or Parquet of left_doc_id,right_doc_id,is_duplicate; with --label-column, a per-document "
+        "file of doc_id and that label column (e.g. a generator's ground truth)",
+    )
+    evaluate.add_argument(
+        "--label-column",
+        default=None,
+        help="a column holding a true cluster label: of the documents, or of the --labels file",
+    )
     evaluate.add_argument(
         "--thresholds",
         type=_thresholds,

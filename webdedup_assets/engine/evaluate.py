@@ -146,22 +146,35 @@ def _to_bool(column: pa.ChunkedArray, source: str) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False).astype(bool)
 
 
-def read_label_pairs(path: Path, doc_ids: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(left node, right node, is_duplicate) of a pairs file (CSV or Parquet) against the
-    documents (doc_ids sorted). Raises LabelError naming missing columns, unknown doc_ids,
-    self-pairs or contradicting labels."""
-    path = Path(path).expanduser()
+def _read_labels_file(path: Path) -> pa.Table:
     if not path.is_file():
         raise LabelError(f"labels file {path} does not exist")
     con = connect()
     try:
         reader = "read_parquet" if path.suffix.lower() == ".parquet" else "read_csv_auto"
         try:
-            table = con.sql(f"SELECT * FROM {reader}('{str(path).replace(chr(39), chr(39) * 2)}')").to_arrow_table()
+            return con.sql(f"SELECT * FROM {reader}('{str(path).replace(chr(39), chr(39) * 2)}')").to_arrow_table()
         except Exception as err:  # duckdb raises its own error types for unreadable files
             raise LabelError(f"labels file {path} cannot be read: {str(err).splitlines()[0]}") from err
     finally:
         con.close()
+
+
+def _unknown_ids(path: Path, column: str, ids: pa.ChunkedArray, found: pa.Array) -> LabelError:
+    unknown = pc.unique(pc.filter(ids, pc.is_null(found))).to_pylist()
+    shown = ", ".join(repr(u) for u in sorted(unknown)[:5])
+    return LabelError(
+        f"labels file {path} names {len(unknown)} doc_id(s) not in the run's documents: {shown}"
+        + (" ..." if len(unknown) > 5 else "")
+    )
+
+
+def read_label_pairs(path: Path, doc_ids: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(left node, right node, is_duplicate) of a pairs file (CSV or Parquet) against the
+    documents (doc_ids sorted). Raises LabelError naming missing columns, unknown doc_ids,
+    self-pairs or contradicting labels."""
+    path = Path(path).expanduser()
+    table = _read_labels_file(path)
     required = ["left_doc_id", "right_doc_id", "is_duplicate"]
     missing = [c for c in required if c not in table.column_names]
     if missing:
@@ -178,12 +191,7 @@ def read_label_pairs(path: Path, doc_ids: pa.Array) -> tuple[np.ndarray, np.ndar
             raise LabelError(f"labels file {path}: {column} is empty in {ids.null_count} row(s)")
         found = pc.index_in(ids, value_set=doc_ids)
         if found.null_count:
-            unknown = pc.unique(pc.filter(ids, pc.is_null(found))).to_pylist()
-            shown = ", ".join(repr(u) for u in sorted(unknown)[:5])
-            raise LabelError(
-                f"labels file {path} names {len(unknown)} doc_id(s) not in the run's documents: {shown}"
-                + (" ..." if len(unknown) > 5 else "")
-            )
+            raise _unknown_ids(path, column, ids, found)
         nodes.append(found.to_numpy(zero_copy_only=False).astype(np.int64))
     label = _to_bool(table["is_duplicate"], f"labels file {path}")
     left, right = np.minimum(*nodes), np.maximum(*nodes)
@@ -205,6 +213,42 @@ def read_label_pairs(path: Path, doc_ids: pa.Array) -> tuple[np.ndarray, np.ndar
     return left[keep], right[keep], label[keep]
 
 
+def read_label_file_column(path: Path, column: str, doc_ids: pa.Array) -> np.ndarray:
+    """True cluster label of every document (in doc_ids order) from a per-document labels file
+    (doc_id and the label column, e.g. a generator's ground truth); documents the file does not
+    list, or lists with an empty label, are clusters of their own."""
+    path = Path(path).expanduser()
+    table = _read_labels_file(path)
+    missing = [c for c in ("doc_id", column) if c not in table.column_names]
+    if missing:
+        raise LabelError(
+            f"labels file {path} lacks column(s) {', '.join(missing)}; with --label-column it needs doc_id and "
+            f"{column} (found: {', '.join(table.column_names) or 'none'})"
+        )
+    ids = table["doc_id"].cast(pa.string())
+    if ids.null_count:
+        raise LabelError(f"labels file {path}: doc_id is empty in {ids.null_count} row(s)")
+    found = pc.index_in(ids, value_set=doc_ids)
+    if found.null_count:
+        raise _unknown_ids(path, "doc_id", ids, found)
+    if len(pc.unique(ids)) != len(ids):
+        counts = pc.value_counts(ids)
+        repeated = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))[0].as_py()
+        raise LabelError(f"labels file {path} lists doc_id {repeated!r} more than once")
+    return _labels_by_node(doc_ids, found, table[column].cast(pa.string()), f"label column {column!r}")
+
+
+def _labels_by_node(doc_ids: pa.Array, nodes: pa.Array, values: pa.ChunkedArray, what: str) -> np.ndarray:
+    labels = np.array([f"\x00{d}" for d in doc_ids.to_pylist()], dtype=object)  # own cluster by default
+    values = values.to_numpy(zero_copy_only=False)
+    present = np.array([v is not None and v != "" for v in values], dtype=bool)
+    if not present.any():
+        raise LabelError(f"{what} is empty for every document")
+    nodes = np.asarray(nodes.to_numpy(zero_copy_only=False))
+    labels[nodes[present].astype(np.int64)] = values[present]
+    return labels
+
+
 def read_label_column(store: Store, column: str, doc_ids: pa.Array) -> np.ndarray:
     """True cluster label of every document (in doc_ids order) from a documents column; a
     document with an empty label is a cluster of its own."""
@@ -218,16 +262,8 @@ def read_label_column(store: Store, column: str, doc_ids: pa.Array) -> np.ndarra
         ).to_arrow_table()
     finally:
         con.close()
-    nodes = pc.index_in(table["doc_id"].cast(pa.string()), value_set=doc_ids).to_numpy(zero_copy_only=False)
-    labels = np.empty(len(doc_ids), dtype=object)
-    own = np.array([f"\x00{d}" for d in doc_ids.to_pylist()], dtype=object)
-    labels[:] = own
-    values = table["label"].to_numpy(zero_copy_only=False)
-    present = np.array([v is not None and v != "" for v in values], dtype=bool)
-    labels[nodes[present].astype(np.int64)] = values[present]
-    if not present.any():
-        raise LabelError(f"label column {column!r} is empty for every document")
-    return labels
+    nodes = pc.index_in(table["doc_id"].cast(pa.string()), value_set=doc_ids)
+    return _labels_by_node(doc_ids, nodes, table["label"], f"label column {column!r}")
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -298,8 +334,6 @@ def evaluate_run(
 ) -> dict[str, Any]:
     """Evaluate the run stored in store; write tables and plots into out_dir; return the figures."""
     started = time.perf_counter()
-    if labels_path is not None and label_column is not None:
-        raise LabelError("give either a labels file or a label column, not both")
     info = run_info(store)
     thresholds = sorted({round(float(t), 6) for t in (thresholds or DEFAULT_THRESHOLDS)} | {info.threshold})
     for t in thresholds:
@@ -355,7 +389,15 @@ def evaluate_run(
     # -- labels: the run and the threshold sweep over the same scored candidates
     sweep_rows: list[dict[str, Any]] = []
     if labels_path is not None or label_column is not None:
-        if labels_path is not None:
+        if labels_path is not None and label_column is not None:
+            label_left = label_right = label_dup = None
+            true_labels = read_label_file_column(labels_path, label_column, doc_ids)
+            source = {
+                "labels_file": str(labels_path),
+                "label_column": label_column,
+                "true_clusters": int(len(set(true_labels.tolist()))),
+            }
+        elif labels_path is not None:
             label_left, label_right, label_dup = read_label_pairs(labels_path, doc_ids)
             true_labels = component_labels(n_docs, label_left[label_dup], label_right[label_dup])
             source = {
