@@ -354,3 +354,14 @@ def test_evaluate_with_a_per_document_labels_file(labelled_run, tmp_path, capsys
     assert "names 1 doc_id(s) not in the run's documents: 'ghost'" in capsys.readouterr().err
     assert main(["evaluate", "--output", str(labelled_run), "--labels", str(bad), "--label-column", "nope"]) == 2
     assert "lacks column(s) nope" in capsys.readouterr().err
+
+
+def test_evaluate_on_a_sample_of_documents(labelled_run, capsys):
+    args = ["evaluate", "--output", str(labelled_run), "--sample", "12", "--seed", "4", "--no-plots", "--json"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    ref = summary["reference"]
+    assert ref["sampled"] and ref["documents"] == 12
+    assert ref["run_duplicates_not_in_reference"] == 0  # every run duplicate within the sample is exact
+    assert ref["exact_pairs_at_threshold"] == ref["found_by_lsh_at_threshold"] <= 20
+    assert summary["clusters"]["multi_document_clusters"] == 7  # diagnostics cover the whole run
