@@ -275,6 +275,7 @@ def test_recommend_picks_the_fewest_candidates_that_reach_the_target():
     assert recommend(rows, 0.9)["bands"] == 20
     assert recommend(rows, 1.0)["bands"] == 30  # the over-budget banding is never recommended
     assert recommend(rows[:1], 0.99) is None
+    assert recommend(rows, 0.9, min_probability=0.99)["bands"] == 26  # 20 x 6 has P(T) 0.9 only
     assert bandings(120) == [(40, 3), (30, 4), (24, 5), (20, 6), (15, 8), (12, 10), (10, 12), (8, 15)]
 
 

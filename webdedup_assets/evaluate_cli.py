@@ -216,6 +216,12 @@ def add_tune_parser(sub) -> argparse.ArgumentParser:
     tune.add_argument("--threshold", type=_fraction, default=None, help="Jaccard threshold (default: the run's)")
     tune.add_argument("--target-recall", type=_fraction, default=0.99, help="recall to reach (default 0.99)")
     tune.add_argument(
+        "--min-probability",
+        type=float,
+        default=0.0,
+        help="only bandings with P(candidate | threshold) >= this on the S-curve (default 0: any)",
+    )
+    tune.add_argument(
         "--num-perm", type=_ints, default=None, help="MinHash sizes to try (default 64,96,120,128,130,160)"
     )
     tune.add_argument("--sample", type=_positive, default=None, help="use N sampled documents (default: all)")
@@ -253,6 +259,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             sample=args.sample,
             seed=args.seed,
             max_pair_slots=args.max_pair_slots,
+            min_probability=args.min_probability,
         )
     except WebdedupError as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
@@ -284,6 +291,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 f"(recall {best['recall']}, {best['candidates']:,} candidates)"
             )
     if best is None:
-        print(f"webdedup: no banding tried reaches recall {args.target_recall}", file=sys.stderr)
+        print(
+            f"webdedup: no banding tried reaches recall {args.target_recall}"
+            + (f" with P(candidate | threshold) >= {args.min_probability}" if args.min_probability else ""),
+            file=sys.stderr,
+        )
         return 1
     return EXIT_OK

@@ -24,13 +24,17 @@ def banded_hits(left_signatures: np.ndarray, right_signatures: np.ndarray, bands
     return equal.reshape(n, bands, rows).all(axis=2).any(axis=1)
 
 
-def recommend(rows: list[dict[str, Any]], target_recall: float) -> dict[str, Any] | None:
+def recommend(rows: list[dict[str, Any]], target_recall: float, min_probability: float = 0.0) -> dict[str, Any] | None:
     """The banding that reaches target_recall with the fewest candidates (ties: fewer MinHash
     values, then the higher recall, then the higher P(candidate | threshold)). Rows need recall,
     candidates (None when over the budget: never recommended), num_perm and
-    p_candidate_at_threshold. None when no row reaches the target."""
+    p_candidate_at_threshold; with min_probability, only bandings whose S-curve reaches it at the
+    threshold itself are eligible (a guarantee for pairs right at T, which the measured recall
+    averages away). None when no row qualifies."""
     eligible = [r for r in rows if r["candidates"] is not None and r["recall"] is not None]
-    eligible = [r for r in eligible if r["recall"] >= target_recall]
+    eligible = [
+        r for r in eligible if r["recall"] >= target_recall and r["p_candidate_at_threshold"] >= min_probability
+    ]
     if not eligible:
         return None
     return min(eligible, key=lambda r: (r["candidates"], r["num_perm"], -r["recall"], -r["p_candidate_at_threshold"]))

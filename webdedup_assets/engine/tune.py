@@ -91,6 +91,7 @@ def tune(
     max_pair_slots: int = DEFAULT_MAX_PAIR_SLOTS,
     min_rows: int = 3,
     max_rows: int = 16,
+    min_probability: float = 0.0,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     fingerprint = store.params("fingerprinted")["fingerprint"]
@@ -150,11 +151,12 @@ def tune(
                     else None,
                 }
             )
-    best = recommend(rows, target_recall)
+    best = recommend(rows, target_recall, min_probability)
     summary = {
         "storage_root": str(store.root),
         "threshold": threshold,
         "target_recall": target_recall,
+        "min_probability": min_probability,
         "documents": len(ids),
         "sampled": sampled,
         "exact_pairs_at_threshold": int(len(ref_left)),
