@@ -290,6 +290,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 f"  recommended: --num-perm {best['num_perm']} --bands {best['bands']} --rows {best['rows']} "
                 f"(recall {best['recall']}, {best['candidates']:,} candidates)"
             )
+    if not summary["exact_pairs_at_threshold"]:
+        print(
+            f"webdedup: no pair of these documents reaches Jaccard {summary['threshold']}: nothing to tune",
+            file=sys.stderr,
+        )
+        return 1
     if best is None:
         print(
             f"webdedup: no banding tried reaches recall {args.target_recall}"
