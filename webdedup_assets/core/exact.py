@@ -54,9 +54,12 @@ def _min_overlap(size, threshold):
 
 
 @njit(cache=True)
-def _overlap(ranks, a0, a1, b0, b1):
+def _overlap(ranks, a0, a1, b0, b1, need):
+    """Size of the intersection of two sorted runs, or -1 as soon as it can no longer reach need."""
     common = 0
     while a0 < a1 and b0 < b1:
+        if common + min(a1 - a0, b1 - b0) < need:
+            return -1
         x = ranks[a0]
         y = ranks[b0]
         if x == y:
@@ -78,23 +81,27 @@ def _grow(values, cap):
 
 
 @njit(cache=True)
-def _join(ranks, offsets, n_elements, threshold):
+def _join(ranks, offsets, first_shared, n_elements, threshold):
+    # ranks below first_shared belong to one set only: they can never pair two sets, so they get
+    # no index slot (on web text most shingles are such singletons)
     n_sets = offsets.shape[0] - 1
+    n_slots = n_elements - first_shared
     sizes = offsets[1:] - offsets[:-1]
     order = np.argsort(sizes, kind="mergesort")  # ascending size: indexed sets are never larger
     # inverted index over the prefixes of the sets seen so far: element -> set ids (CSR built
     # in two passes, filled in processing order)
     prefix_len = np.zeros(n_sets, dtype=np.int64)
-    head = np.zeros(n_elements + 1, dtype=np.int64)
+    head = np.zeros(n_slots + 1, dtype=np.int64)
     for s in range(n_sets):
         if sizes[s] > 0:
             prefix_len[s] = sizes[s] - _min_overlap(sizes[s], threshold) + 1
             for k in range(offsets[s], offsets[s] + prefix_len[s]):
-                head[ranks[k] + 1] += 1
-    for e in range(n_elements):
+                if ranks[k] >= first_shared:
+                    head[ranks[k] - first_shared + 1] += 1
+    for e in range(n_slots):
         head[e + 1] += head[e]
     fill = head[:-1].copy()
-    postings = np.empty(head[n_elements], dtype=np.int64)
+    postings = np.empty(head[n_slots], dtype=np.int64)
     seen = np.full(n_sets, -1, dtype=np.int64)
     cap = 1024
     out_a = np.empty(cap, dtype=np.int64)
@@ -109,14 +116,20 @@ def _join(ranks, offsets, n_elements, threshold):
             continue
         min_size = _min_overlap(nx, threshold)  # |y| >= t |x| for J >= t when |y| <= |x|
         for k in range(offsets[x], offsets[x] + prefix_len[x]):
-            element = ranks[k]
+            element = ranks[k] - first_shared
+            if element < 0:
+                continue
             for p in range(head[element], fill[element]):
                 y = postings[p]
                 if seen[y] == x or sizes[y] < min_size:
                     continue
                 seen[y] = x
                 compared += 1
-                common = _overlap(ranks, offsets[x], offsets[x + 1], offsets[y], offsets[y + 1])
+                # J >= t  <=>  common >= t (|x| + |y|) / (1 + t); rounded down by EPS so never too strict
+                need = np.int64(math.ceil(threshold * (nx + sizes[y]) / (1.0 + threshold) - _EPS))
+                common = _overlap(ranks, offsets[x], offsets[x + 1], offsets[y], offsets[y + 1], need)
+                if common < 0:
+                    continue
                 jaccard = common / (nx + sizes[y] - common)
                 if jaccard >= threshold:
                     if count == cap:
@@ -129,7 +142,9 @@ def _join(ranks, offsets, n_elements, threshold):
                     out_j[count] = jaccard
                     count += 1
         for k in range(offsets[x], offsets[x] + prefix_len[x]):
-            element = ranks[k]
+            element = ranks[k] - first_shared
+            if element < 0:
+                continue
             postings[fill[element]] = x
             fill[element] += 1
     return out_a[:count].copy(), out_b[:count].copy(), out_j[:count].copy(), compared
@@ -147,7 +162,8 @@ def similarity_join(flat: np.ndarray, offsets: np.ndarray, threshold: float) -> 
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     ranks, frequency = rank_by_frequency(flat, offsets)
-    left, right, jaccard, compared = _join(ranks, offsets, len(frequency), float(threshold))
+    first_shared = int(np.searchsorted(frequency, 2))  # ranks are ordered by frequency: singletons first
+    left, right, jaccard, compared = _join(ranks, offsets, first_shared, len(frequency), float(threshold))
     order = np.lexsort((right, left))
     return left[order], right[order], jaccard[order], int(compared)
 
