@@ -88,6 +88,18 @@ def test_adjusted_rand_index_known_values():
     assert adjusted_rand_index([0, 1, 2, 3], [0, 0, 0, 0]) == pytest.approx(0.0)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=2, max_size=30))
+def test_adjusted_rand_index_is_symmetric_and_ignores_label_names(pairs):
+    predicted = np.array([p for p, _ in pairs])
+    actual = np.array([a for _, a in pairs])
+    ari = adjusted_rand_index(predicted, actual)
+    assert ari == pytest.approx(adjusted_rand_index(actual, predicted))
+    assert ari == pytest.approx(adjusted_rand_index(predicted * 7 + 3, actual))
+    assert adjusted_rand_index(predicted, predicted) == 1.0
+    assert ari <= 1.0 + 1e-12
+
+
 def test_cluster_pair_counts_and_pair_metrics_by_hand():
     # predicted {a,b,c} {d}; actual {a,b} {c,d}: together in both = (a,b) only
     assert cluster_pair_counts(np.array([0, 0, 0, 1]), np.array([0, 0, 1, 1])) == (1, 3, 2, 6)
@@ -195,6 +207,9 @@ def test_evaluate_with_a_label_column_and_the_exact_reference(labelled_run, caps
     assert ref["exact_pairs_at_threshold"] == 20
     assert ref["found_by_lsh_at_threshold"] == 20 and ref["lsh_recall_at_threshold"] == 1.0
     assert ref["run_duplicates_not_in_reference"] == 0
+    # the run's own banding simulated from the stored signatures gives the run's recall
+    (own,) = [row for row in ref["banding_recall"] if row["is_run_banding"]]
+    assert own["measured_recall_at_threshold"] == ref["lsh_recall_at_threshold"]
     bins = {row["jaccard_from"]: row for row in summary["jaccard_bins"]}
     assert bins[1.0]["exact_pairs"] == 6
     assert sum(row["exact_pairs"] for row in summary["jaccard_bins"]) == ref["exact_pairs_at_floor"] == 21

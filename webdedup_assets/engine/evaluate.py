@@ -471,11 +471,7 @@ def evaluate_run(
             high = 1.0 if low >= 1.0 else min(1.0, round(low + BIN_WIDTH, 6))
             count = int(in_bin.sum())
             hits = int(found[in_bin].sum())
-            expected = (
-                float(np.mean([candidate_probability(j, info.bands, info.rows) for j in ref_j[in_bin]]))
-                if count
-                else None
-            )
+            expected = float(np.mean(candidate_probability(ref_j[in_bin], info.bands, info.rows))) if count else None
             reference_rows.append(
                 {
                     "jaccard_from": float(low),
@@ -555,9 +551,7 @@ def evaluate_run(
                         "exact_pairs": int(exact_t.sum()),
                         "found_pairs": int(found[exact_t].sum()),
                         "recall": _round(found[exact_t].mean()) if exact_t.any() else None,
-                        "expected_recall": _round(
-                            np.mean([candidate_probability(j, info.bands, info.rows) for j in ref_j[exact_t]])
-                        )
+                        "expected_recall": _round(np.mean(candidate_probability(ref_j[exact_t], info.bands, info.rows)))
                         if exact_t.any()
                         else None,
                     }
