@@ -187,6 +187,8 @@ def test_evaluate_with_a_pairs_file_gives_the_known_precision_and_recall(labelle
     assert (current["true_positives"], current["false_positives"], current["false_negatives"]) == (3, 1, 1)
     assert current["precision"] == pytest.approx(0.75) and current["recall"] == pytest.approx(0.75)
     assert current["f1"] == pytest.approx(0.75)
+    # edge level here equals cluster level: every fixture cluster is a triangle of duplicate pairs
+    assert current["edge_precision"] == pytest.approx(0.75) and current["edge_recall"] == pytest.approx(0.75)
     sweep = {row["threshold"]: row for row in summary["threshold_sweep"]}
     assert sweep[0.7]["precision"] == pytest.approx(0.75)
     assert sweep[1.0]["true_positives"] == 1  # only the exact mirror billing-mirror survives J = 1
@@ -381,3 +383,20 @@ def test_evaluate_on_a_sample_of_documents(labelled_run, capsys):
     assert ref["run_duplicates_not_in_reference"] == 0  # every run duplicate within the sample is exact
     assert ref["exact_pairs_at_threshold"] == ref["found_by_lsh_at_threshold"] <= 20
     assert summary["clusters"]["multi_document_clusters"] == 7  # diagnostics cover the whole run
+
+
+def test_edge_level_metrics_separate_chaining_from_the_threshold(labelled_run, tmp_path, capsys):
+    labels = _labels(
+        tmp_path / "chain.csv",
+        [
+            ("left_doc_id", "right_doc_id", "is_duplicate"),
+            ("chain-a", "chain-b", 1),
+            ("chain-b", "chain-c", 1),
+            ("chain-a", "chain-c", 0),  # clustered only by chaining
+        ],
+    )
+    args = ["evaluate", "--output", str(labelled_run), "--labels", str(labels), "--no-reference", "--no-plots"]
+    assert main([*args, "--json"]) == 0
+    current = json.loads(capsys.readouterr().out)["labels"]["current_run"]
+    assert current["precision"] == pytest.approx(2 / 3) and current["recall"] == 1.0  # cluster level
+    assert current["edge_precision"] == 1.0 and current["edge_recall"] == 1.0  # the pairs themselves

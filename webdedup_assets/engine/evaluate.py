@@ -412,6 +412,26 @@ def evaluate_run(
         metrics_of = _labelled_metrics(label_left, label_right, label_dup, true_labels)
         current = metrics_of(run_labels)
         sweep_rows = _sweep(n_docs, left, right, jaccard, thresholds, metrics_of)
+        if label_left is not None:
+            # edge level: the labelled pair itself is a duplicate pair (a candidate at J >= t),
+            # without the pairs clusters add by chaining
+            scored_key = left * n_docs + right
+            order = np.argsort(scored_key)
+            label_key = label_left * n_docs + label_right
+            at = np.clip(np.searchsorted(scored_key[order], label_key), 0, max(len(order) - 1, 0))
+            label_j = np.full(len(label_key), -1.0)
+            if len(order):
+                hit = scored_key[order][at] == label_key
+                label_j[hit] = jaccard[order][at][hit]
+
+            def edge(t: float) -> dict[str, Any]:
+                predicted = label_j >= t
+                m = pair_metrics(int((predicted & label_dup).sum()), int(predicted.sum()), int(label_dup.sum()))
+                return {"edge_precision": m["precision"], "edge_recall": m["recall"], "edge_f1": m["f1"]}
+
+            current.update(edge(info.threshold))
+            for row in sweep_rows:
+                row.update(edge(row["threshold"]))
         best = max(sweep_rows, key=lambda r: (r["f1"] or 0.0, r["threshold"]))
         summary["labels"] = {
             **source,
@@ -429,7 +449,7 @@ def evaluate_run(
             "recall",
             "f1",
             "ari",
-        ]
+        ] + (["edge_precision", "edge_recall", "edge_f1"] if label_left is not None else [])
         _write_csv(out_dir / "threshold_sweep.csv", _rows_table(sweep_rows, columns))
         files["threshold_sweep"] = str(out_dir / "threshold_sweep.csv")
 
