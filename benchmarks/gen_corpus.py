@@ -9,13 +9,15 @@ near-duplicates of an earlier page, each on another domain, made by one of:
   boiler    navigation and footer boilerplate of the mirror's domain added
   reorder   paragraphs in another order
 
-Writes the input contract (doc_id, source, domain, crawled_at, title, body) as Parquet,
-one file per crawl day under OUT/documents/, and OUT/ground_truth.parquet
+Writes the input contract (doc_id, source, domain, crawled_at, title, body) as Parquet under
+OUT/documents/ (one file per crawl day, per month, or one file: --layout), and OUT/ground_truth.parquet
 (doc_id, group_id, variant): every page with its group (group_id = the original's doc_id).
 
   python -m benchmarks.gen_corpus --docs 100000 --out benchmarks/data/c100k
   python -m benchmarks.gen_corpus --docs 100000 --script nonascii --out benchmarks/data/c100k-na
   python -m benchmarks.gen_corpus --docs 50000 --hot 50000 --out benchmarks/data/hot   # boilerplate-only pages
+  python -m benchmarks.gen_corpus --docs 100000 --days 730 --layout single --out benchmarks/data/c100k-730-single
+  python -m benchmarks.gen_corpus --docs 100000 --days 730 --layout monthly --out benchmarks/data/c100k-730-monthly
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def generate(args: argparse.Namespace) -> dict:
     gen = Generator(args.seed, args.script)
     rng = gen.rng
     day0 = dt.date(2026, 3, 1)
-    writers: dict[int, pq.ParquetWriter] = {}
+    writers: dict[object, pq.ParquetWriter] = {}
     truth_ids: list[str] = []
     truth_groups: list[str] = []
     truth_variants: list[str] = []
@@ -194,14 +196,24 @@ def generate(args: argparse.Namespace) -> dict:
             },
             schema=SCHEMA,
         )
-        for day in range(args.days):
-            part = table.filter(pa.array(days == day))
+        if args.layout == "single":  # one file, rows in generation order (days mixed), as exports often are
+            if 0 not in writers:
+                writers[0] = pq.ParquetWriter(out / "documents" / "corpus.parquet", SCHEMA, compression="zstd")
+            writers[0].write_table(table, row_group_size=args.row_group)
+            written += n
+            continue
+        dates = [day0 + dt.timedelta(days=day) for day in range(args.days)]
+        keys = [d.isoformat() if args.layout == "daily" else d.strftime("%Y-%m") for d in dates]
+        day_key = np.array(keys)[days]
+        for key in dict.fromkeys(keys):
+            part = table.filter(pa.array(day_key == key))
             if not part.num_rows:
                 continue
-            if day not in writers:
-                name = out / "documents" / f"day-{(day0 + dt.timedelta(days=day)).isoformat()}.parquet"
-                writers[day] = pq.ParquetWriter(name, SCHEMA, compression="zstd")
-            writers[day].write_table(part, row_group_size=args.row_group)
+            if key not in writers:
+                prefix = "day" if args.layout == "daily" else "month"
+                name = out / "documents" / f"{prefix}-{key}.parquet"
+                writers[key] = pq.ParquetWriter(name, SCHEMA, compression="zstd")
+            writers[key].write_table(part, row_group_size=args.row_group)
         written += n
     for writer in writers.values():
         writer.close()
@@ -214,6 +226,7 @@ def generate(args: argparse.Namespace) -> dict:
         "seed": args.seed,
         "script": args.script,
         "days": args.days,
+        "layout": args.layout,
         "dup_fraction": args.dup_fraction,
         "hot": args.hot,
         "variants": counts,
@@ -230,7 +243,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--script", choices=["ascii", "mixed", "nonascii"], default="ascii")
-    parser.add_argument("--days", type=int, default=7, help="crawl days = Parquet files")
+    parser.add_argument("--days", type=int, default=7, help="crawl days (from 2026-03-01)")
+    parser.add_argument(
+        "--layout",
+        choices=["daily", "monthly", "single"],
+        default="daily",
+        help="one Parquet file per crawl day (day-YYYY-MM-DD), per month (month-YYYY-MM), or one file for all",
+    )
     parser.add_argument("--dup-fraction", type=float, default=0.3)
     parser.add_argument("--hot", type=int, default=0, help="extra pages with one identical boilerplate-only body")
     parser.add_argument("--row-group", type=int, default=16_384)

@@ -29,9 +29,16 @@ WARC_PATH = "crawl-data/CC-TEST/segments/1/warc/test-00000.warc.gz"
 class RangeHandler(http.server.BaseHTTPRequestHandler):
     root: Path
     requests: list[str]
+    redirect_to: str = ""  # base URL that /redirect/<path> answers 302 to
 
     def do_GET(self):  # noqa: N802
         self.requests.append(self.path)
+        if self.path.startswith("/redirect/") and self.redirect_to:
+            self.send_response(302)
+            self.send_header("Location", self.redirect_to + self.path.removeprefix("/redirect/"))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path.startswith("/slow/"):
             time.sleep(1.5)
         path = self.root / self.path.removeprefix("/slow/").lstrip("/")
@@ -58,6 +65,22 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def serve(root: Path):
+    """A Range-capable server on 127.0.0.1 for root: (server, thread, handler class, base URL)."""
+    handler = type("Handler", (RangeHandler,), {"root": root, "requests": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, thread, handler, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def stop(server, thread) -> None:
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
 @pytest.fixture
 def crawl(tmp_path):
     """A generated WARC laid out like the Common Crawl bucket, served with Range support."""
@@ -68,24 +91,11 @@ def crawl(tmp_path):
     warc = root / WARC_PATH
     warc.parent.mkdir(parents=True)
     spans = write_warc(warc, parts)
-    handler = type("Handler", (RangeHandler,), {"root": root, "requests": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server, thread, handler, url = serve(root)
     try:
-        yield {
-            "root": root,
-            "spans": spans,
-            "recs": parts,
-            "url": f"http://127.0.0.1:{server.server_address[1]}/",
-            "handler": handler,
-            "tmp": tmp_path,
-        }
+        yield {"root": root, "spans": spans, "recs": parts, "url": url, "handler": handler, "tmp": tmp_path}
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+        stop(server, thread)
 
 
 def write_targets(path: Path, rows: list[tuple[str, int, int]]) -> Path:
@@ -141,13 +151,13 @@ def test_local_mirror_and_size_cap(crawl):
     targets = write_targets(crawl["tmp"] / "targets.csv", rows)
     store = Store(crawl["tmp"] / "store")
     options = WarcOptions(cc_base_url=str(crawl["root"]), cc_accept_terms_of_use=True)
-    info = stage_documents(store, str(targets), "commoncrawl", warc_options=options, output_dir=crawl["tmp"])
+    info = stage_documents(store, str(targets), "commoncrawl", warc_options=options)
     assert info["rows"] == 1
     assert info["warc"]["rejected"] == {"fetch_failed": 1, "over_size_cap": 1}
     rejected = {r["kind"]: r for r in pq.read_table(store.path("rejected_records")).to_pylist()}
     assert "does not exist" in rejected["fetch_failed"]["reason"]
     assert "warc_length 50000000 exceeds the cap of 16777216" == rejected["over_size_cap"]["reason"]
-    assert (crawl["tmp"] / "rejected_records.csv").read_text().count("\n") == 3
+    assert len(rejected) == 2
     assert crawl["handler"].requests == []  # a mirror path never touches HTTP
 
 
@@ -176,3 +186,117 @@ def test_bad_target_rows_are_listed(crawl):
     missing.write_text("filename,offset\nx,1\n")
     with pytest.raises(WebdedupError, match="missing warc_filename, warc_offset, warc_length"):
         stage_documents(Store(crawl["tmp"] / "s"), str(missing), "commoncrawl", warc_options=options)
+
+
+UNSAFE_NAMES = {
+    "../secret/outside.warc.gz": "'..' segment",
+    "/etc/hostname": "absolute path",
+    "/proc/self/environ": "absolute path",
+    "file:///etc/passwd": "URL scheme",
+    "http://127.0.0.1:1/x.warc.gz": "URL scheme",
+    "..\\x": "backslash",
+    "%2e%2e/x": "decodes to '../x', which has a '..' segment",
+    "crawl-data/%252e%252e/x": "decodes to 'crawl-data/../x'",
+    "crawl-data//x.warc.gz": "empty path segment",
+    "crawl-data/./x.warc.gz": "'.' segment",
+    "C:/x.warc.gz": "URL scheme or drive",
+    "x.warc.gz?a=1": "URL query",
+}
+
+
+def test_target_name_checks():
+    from webdedup_assets.engine.warc import target_name_problem
+
+    for name, expected in UNSAFE_NAMES.items():
+        assert expected in (target_name_problem(name) or ""), name
+    assert "NUL" in target_name_problem("a\x00b")
+    assert "control" in target_name_problem("a\nb")
+    assert target_name_problem(WARC_PATH) is None
+    assert target_name_problem("crawl-data/CC-MAIN-2024-10/segments/1707947473347.0/warc/x-00000.warc.gz") is None
+
+
+@pytest.mark.parametrize("base", ["mirror", "http"])
+def test_unsafe_targets_are_rejected_before_any_io(crawl, base):
+    # a valid record outside the mirror: it must never become a document
+    secret = crawl["tmp"] / "secret"
+    secret.mkdir()
+    start, length = crawl["spans"][0]
+    (secret / "outside.warc.gz").write_bytes((crawl["root"] / WARC_PATH).read_bytes()[start : start + length])
+    rows = [(name, 0, length) for name in UNSAFE_NAMES] + [(WARC_PATH, start, length)]
+    targets = write_targets(crawl["tmp"] / "targets.csv", rows)
+    store = Store(crawl["tmp"] / "store")
+    url = str(crawl["root"]) if base == "mirror" else crawl["url"]
+    options = WarcOptions(cc_base_url=url, cc_accept_terms_of_use=True, cc_max_retries=0)
+    info = stage_documents(store, str(targets), "commoncrawl", warc_options=options)
+    assert info["rows"] == 1 and info["warc"]["rejected"] == {"bad_target": len(UNSAFE_NAMES)}
+    rejected = pq.read_table(store.path("rejected_records")).to_pylist()
+    by_line = {int(r["reason"].split(":")[0].removeprefix("bad target row ")): r["reason"] for r in rejected}
+    for line, (name, expected) in enumerate(UNSAFE_NAMES.items(), start=2):
+        assert f"warc_filename {name!r}" in by_line[line] and expected in by_line[line]
+    # the one valid target was fetched, nothing else
+    expected_requests = [] if base == "mirror" else ["/" + WARC_PATH]
+    assert crawl["handler"].requests == expected_requests
+
+
+def test_mirror_symlink_out_and_missing_file_disclose_nothing(crawl):
+    secret = crawl["tmp"] / "secret"
+    secret.mkdir()
+    start, length = crawl["spans"][0]
+    (secret / "outside.warc.gz").write_bytes((crawl["root"] / WARC_PATH).read_bytes()[start : start + length])
+    link = crawl["root"] / "crawl-data" / "link.warc.gz"
+    link.symlink_to(secret / "outside.warc.gz")
+    (crawl["root"] / "crawl-data" / "etc").symlink_to("/etc")
+    rows = [
+        ("crawl-data/link.warc.gz", 0, length),
+        ("crawl-data/etc/hostname", 0, 10),
+        ("crawl-data/none.warc.gz", 0, 10),
+        ("crawl-data/CC-TEST", 0, 10),  # a folder, not a file
+    ]
+    targets = write_targets(crawl["tmp"] / "targets.csv", rows)
+    store = Store(crawl["tmp"] / "store")
+    options = WarcOptions(cc_base_url=str(crawl["root"]), cc_accept_terms_of_use=True)
+    info = stage_documents(store, str(targets), "commoncrawl", warc_options=options)
+    assert info["rows"] == 0 and info["warc"]["rejected"] == {"bad_target": 2, "fetch_failed": 2}
+    rejected = pq.read_table(store.path("rejected_records")).to_pylist()
+    reasons = [r["reason"] for r in rejected]
+    assert "resolves outside the mirror folder" in reasons[0] and "link.warc.gz" in reasons[0]
+    assert "resolves outside the mirror folder" in reasons[1]
+    assert reasons[2] == "mirror file crawl-data/none.warc.gz does not exist (HTTP 404 equivalent)"
+    assert reasons[3] == "mirror file crawl-data/CC-TEST does not exist (HTTP 404 equivalent)"
+    assert not any(str(secret) in r or " /etc" in r or "bytes" in r for r in reasons)
+
+
+def test_redirect_to_another_port_is_refused(crawl):
+    other_root = crawl["tmp"] / "other"
+    (other_root / WARC_PATH).parent.mkdir(parents=True)
+    (other_root / WARC_PATH).write_bytes((crawl["root"] / WARC_PATH).read_bytes())
+    server, thread, other, other_url = serve(other_root)
+    try:
+        crawl["handler"].redirect_to = other_url
+        start, length = crawl["spans"][0]
+        targets = write_targets(crawl["tmp"] / "targets.csv", [("redirect/" + WARC_PATH, start, length)])
+        store = Store(crawl["tmp"] / "store")
+        options = WarcOptions(cc_base_url=crawl["url"], cc_accept_terms_of_use=True, cc_max_retries=2)
+        info = stage_documents(store, str(targets), "commoncrawl", warc_options=options)
+    finally:
+        stop(server, thread)
+    assert info["rows"] == 0 and info["warc"]["rejected"] == {"fetch_failed": 1}
+    [row] = pq.read_table(store.path("rejected_records")).to_pylist()
+    assert row["reason"].startswith(f"HTTP 302 redirect to '{other_url}{WARC_PATH}' refused")
+    assert "redirects are not followed" in row["reason"]
+    assert other.requests == []  # the other origin never saw a request (nor the Range header)
+    assert crawl["handler"].requests == ["/redirect/" + WARC_PATH]  # not retried
+
+
+def test_fetched_gzip_bomb_is_given_up_at_a_bound():
+    from test_warc_fixtures import gzip_member, record_bytes
+
+    from webdedup_assets.engine.warc import FetchError, check_member
+
+    bomb = Rec("response", "http://bomb.example/", b"<html><p>" + b"a" * 40_000_000)
+    data = gzip_member(record_bytes(bomb, False))
+    assert len(data) < 1_000_000  # the range itself is under the cap
+    with pytest.raises(FetchError) as err:
+        check_member(data, WarcOptions(max_record_bytes=1_000_000))
+    assert err.value.kind == "over_size_cap"
+    assert str(err.value) == "record of more than 16000000 bytes exceeds the cap of 1000000"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_warc_fixtures import Rec, corpus, page, truncated_member, write_warc  # noqa: E402
@@ -114,5 +115,7 @@ def test_documents_asset_reports_skips_in_materialization_metadata(tmp_path):
     assert metadata["dagster/row_count"].value == 1
     assert metadata["warc_not_documents"].value == 3
     assert metadata["warc"].data["skipped"] == {"metadata": 1, "non_html": 1, "request": 1}
-    assert (tmp_path / "out" / "rejected_records.csv").read_text().count("\n") == 4
+    # stored beside documents; published as rejected_records.csv with the run's other outputs (by manifest)
+    assert pq.read_table(tmp_path / "store" / "rejected_records" / "data.parquet").num_rows == 3
+    assert not (tmp_path / "out" / "rejected_records.csv").exists()
     assert not list((tmp_path / "store" / ".warc_staging").iterdir())  # the staged conversion is discarded

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import sys
+import uuid
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -242,3 +243,98 @@ def test_resolve_input_detects_warc_names(tmp_path):
     assert found == {"a.warc.gz": "warc", "b.WARC": "warc", "c.csv": "csv"}
     assert [f.path.name for f in resolve_input(str(tmp_path / "a.*"))] == ["a.warc.gz"]
     assert [f.format for f in resolve_input(str(tmp_path), "warc")] == ["warc", "warc"]
+
+
+def nested_page(depth: int, leaves: int = 0) -> bytes:
+    return (
+        "<html><body>" + "<div>" * depth + "<i>x</i>" * leaves + "deep" + "</div>" * depth + "</body></html>"
+    ).encode()
+
+
+def test_hostile_nesting_is_rejected_and_the_next_page_still_read(tmp_path):
+    hostile = Rec("response", "http://deep.example/", nested_page(100_000))
+    wide = Rec("response", "http://wide.example/", nested_page(1_000, 100_000))
+    fine = Rec("response", "http://fine.example/", page("Fine", OTHER).encode())
+    nested = Rec("response", "http://nested.example/", page("Nested", OTHER).replace("<p>", "<div>" * 1500).encode())
+    path = tmp_path / "deep.warc.gz"
+    write_warc(path, [hostile, fine, wide, nested])
+    assert path.stat().st_size < 200_000  # the hostile page is a few KB once gzipped
+    result, rows = convert(tmp_path, path)
+    assert result["summary"]["rejected"] == {"html_too_deep": 2}
+    deep, wide_row = result["rejected_rows"]
+    assert deep["capture_url"] == "http://deep.example/" and deep["doc_id"] == doc_id_for(hostile.record_id)
+    assert deep["reason"] == (
+        "HTML nested more than 499 elements deep (the bound for a page of 100003 elements; "
+        "max_html_depth 2000 holds up to 25000 elements): text extraction refused"
+    )
+    # 101,003 elements at depth 1,003: the bound is lowered in proportion (25,000 elements at full depth)
+    assert wide_row["capture_url"] == "http://wide.example/"
+    assert wide_row["reason"].startswith("HTML nested more than 495 elements deep (the bound for a page of 101003")
+    assert sorted(rows) == ["http://fine.example/", "http://nested.example/"]  # 1,500 levels are allowed
+    assert OTHER in rows["http://fine.example/"]["body"]
+    result, rows = convert(tmp_path, path, max_html_depth=1000)  # configurable
+    assert sorted(rows) == ["http://fine.example/"]
+    nested_row = result["rejected_rows"][-1]
+    assert nested_row["reason"].startswith("HTML nested more than 1000 elements deep (max_html_depth 1000)")
+
+
+def test_depth_bound_formula():
+    from webdedup_assets.engine.warc import depth_bound
+
+    assert depth_bound(100, 2000) == 2000 and depth_bound(25_000, 2000) == 2000
+    assert depth_bound(50_000, 2000) == 1000 and depth_bound(10**8, 2000) == 64
+    assert depth_bound(10**8, 10) == 10
+
+
+def test_gzip_bomb_member_is_given_up_at_a_bound(tmp_path):
+    bomb = Rec("response", "http://bomb.example/", b"<html><body><p>" + b"a" * 40_000_000 + b"</p></body></html>")
+    after = Rec("response", "http://after.example/", page("After", OTHER).encode())
+    path = tmp_path / "bomb.warc.gz"
+    spans = write_warc(path, [gzip_member(record_bytes(bomb, False)), after])
+    result, rows = convert(tmp_path, path, max_record_bytes=1_000_000)
+    [row] = result["rejected_rows"]
+    assert row["kind"] == "over_size_cap" and (row["warc_offset"], row["warc_length"]) == spans[0]
+    assert row["reason"] == "record of more than 16000000 bytes (inflating given up there) exceeds the cap of 1000000"
+    assert list(rows) == ["http://after.example/"]
+
+
+def raw_record(
+    http: bytes,
+    url: str = "http://raw.example/",
+    version: bytes = b"WARC/1.0",
+    eol: bytes = b"\r\n",
+    content_type: bytes = b"application/http; msgtype=response",
+    declared: int | None = None,
+) -> bytes:
+    """A response record written by hand (for the quirks warcio does not write)."""
+    head = [
+        version,
+        b"WARC-Type: response",
+        b"WARC-Date: 2009-01-13T18:05:10Z",
+        b"WARC-Record-ID: <urn:uuid:" + str(uuid.uuid5(uuid.NAMESPACE_URL, url)).encode() + b">",
+        b"WARC-Target-URI: " + url.encode(),
+        b"Content-Type: " + content_type,
+        b"Content-Length: " + str(len(http) if declared is None else declared).encode(),
+    ]
+    return eol.join(head) + eol + eol + http + eol + eol
+
+
+def http_response(body: bytes, *headers: str, eol: bytes = b"\r\n") -> bytes:
+    lines = [b"HTTP/1.1 200 OK", *(h.encode() for h in headers)]
+    return eol.join(lines) + eol + eol + body
+
+
+def test_content_encoding_bomb_is_capped(tmp_path):
+    import gzip as gz
+
+    bomb = http_response(
+        gz.compress(b"<html><p>" + b"a" * 20_000_000), "Content-Type: text/html", "Content-Encoding: gzip"
+    )
+    after = Rec("response", "http://after.example/", page("After", OTHER).encode())
+    path = tmp_path / "ce.warc.gz"
+    write_warc(path, [gzip_member(raw_record(bomb, "http://bomb.example/")), after])
+    result, rows = convert(tmp_path, path, max_record_bytes=1_000_000)
+    [row] = result["rejected_rows"]
+    assert row["kind"] == "over_size_cap" and row["capture_url"] == "http://bomb.example/"
+    assert row["reason"] == "payload decoded from Content-Encoding gzip exceeds the cap of 1000000 bytes"
+    assert list(rows) == ["http://after.example/"]

@@ -9,6 +9,8 @@ import dagster as dg
 from .. import engine
 from ..core.minhash import candidate_probability
 from ..engine.preview import markdown_table, preview
+from ..engine.state import writer_lock
+from ..engine.storage import Store
 from .config import (
     BandConfig,
     CandidateConfig,
@@ -28,12 +30,21 @@ PROGRESS = logging.getLogger("webdedup.progress")
 STAGE_ASSETS = {"fingerprint_days": "fingerprinted", "band_days": "band_memberships"}
 
 
-def run_stage(stage: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Engine errors become a dagster Failure whose description is the user-facing message."""
+DAILY_STAGES = {"documents", "fingerprinted", "band_memberships"}
+# A stage waits this long for the storage's writer lock (another run's global stages, a
+# `webdedup run`) before it fails naming the holder.
+LOCK_TIMEOUT_SECONDS = 600.0
+
+
+def run_stage(stage: Callable[..., dict[str, Any]], store: Store, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Run an engine stage under the storage's writer lock (shared by the daily stages of
+    different days, exclusive for the global ones); engine errors become a dagster Failure
+    whose description is the user-facing message."""
     name = STAGE_ASSETS.get(stage.__name__, stage.__name__.removeprefix("stage_"))
     PROGRESS.info("%-18s running", name)
     try:
-        info = stage(*args, **kwargs)
+        with writer_lock(store.root, exclusive=name not in DAILY_STAGES, timeout=LOCK_TIMEOUT_SECONDS, purpose=name):
+            info = stage(store, *args, **kwargs)
     except engine.WebdedupError as err:
         PROGRESS.info("%-18s failed", name)
         raise dg.Failure(description=str(err), allow_retries=False) from None
@@ -110,7 +121,6 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
             days=days,
             coverage=_coverage(context),
             warc_options=config.warc_options(),
-            output_dir=storage.outputs(),
         )
         warc = {}
         if info.get("warc"):  # WARC input: what was skipped or rejected, by kind (listed in rejected_records)
@@ -216,7 +226,6 @@ def candidate_pairs(config: CandidateConfig, storage: WebdedupStorage) -> dg.Mat
         config.max_pair_slots,
         config.bucket_policy,
         config.hot_bucket_size,
-        storage.outputs(),
     )
     return materialized(storage, "candidate_pairs", info, config.model_dump())
 
@@ -231,7 +240,7 @@ def candidate_pairs(config: CandidateConfig, storage: WebdedupStorage) -> dg.Mat
     ),
 )
 def scored_pairs(config: ScoreConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_scored_pairs, storage.store(), config.threshold, storage.outputs())
+    info = run_stage(engine.stage_scored_pairs, storage.store(), config.threshold)
     return materialized(
         storage, "scored_pairs", info, config.model_dump(), reasons=dg.MetadataValue.json(info["reasons"])
     )
@@ -242,19 +251,21 @@ def scored_pairs(config: ScoreConfig, storage: WebdedupStorage) -> dg.Materializ
     kinds=KINDS,
     deps=[scored_pairs],
     description=(
-        "Scored pairs whose exact Jaccard reaches the threshold, marked exact (1.0) or near. Re-run alone "
-        "with a new threshold without re-fingerprinting."
+        "Scored pairs whose exact Jaccard reaches the threshold scored_pairs was built with (one threshold), "
+        "marked exact (1.0) or near. A new threshold: re-materialize scored_pairs and downstream (no "
+        "re-fingerprinting)."
     ),
 )
 def duplicate_pairs(config: DuplicateConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_duplicate_pairs, storage.store(), config.threshold, storage.outputs())
+    info = run_stage(engine.stage_duplicate_pairs, storage.store(), config.threshold)
+    threshold = info["duplicates"]["threshold"]  # scored_pairs' threshold: there is one
     banding = info.get("banding") or {}
     extra = {}
     if banding:
         extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
-            round(candidate_probability(config.threshold, banding["bands"], banding["rows"]), 6)
+            round(candidate_probability(threshold, banding["bands"], banding["rows"]), 6)
         )
-    return materialized(storage, "duplicate_pairs", info, config.model_dump(), **extra)
+    return materialized(storage, "duplicate_pairs", info, {"threshold": threshold}, **extra)
 
 
 @dg.asset(
@@ -267,7 +278,7 @@ def duplicate_pairs(config: DuplicateConfig, storage: WebdedupStorage) -> dg.Mat
     ),
 )
 def clusters(storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_clusters, storage.store(), storage.outputs())
+    info = run_stage(engine.stage_clusters, storage.store())
     return materialized(storage, "clusters", info, {}, order_by="cluster_size DESC, cluster_id, doc_id")
 
 
@@ -281,7 +292,7 @@ def clusters(storage: WebdedupStorage) -> dg.MaterializeResult:
     ),
 )
 def deduped_documents(config: RepresentativeConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_deduped_documents, storage.store(), config.representative_policy, storage.outputs())
+    info = run_stage(engine.stage_deduped_documents, storage.store(), config.representative_policy)
     return materialized(
         storage, "deduped_documents", info, config.model_dump(), order_by="cluster_size DESC, cluster_id"
     )
@@ -298,7 +309,8 @@ def deduped_documents(config: RepresentativeConfig, storage: WebdedupStorage) ->
 )
 def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
     store = storage.store()
-    result = run_stage(engine.stage_manifest, store, storage.outputs())
+    with writer_lock(storage.outputs(), timeout=LOCK_TIMEOUT_SECONDS, purpose="publish"):
+        result = run_stage(engine.stage_manifest, store, storage.outputs())
     counts = result["counts"]
     return dg.MaterializeResult(
         metadata={

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from .errors import WebdedupError
+from .publish import report_path
+from .state import check_consistent
 from .storage import Store, connect, scalar, write_csv, write_relation
 
 BUCKET_POLICIES = ("fail", "star")
@@ -27,7 +28,6 @@ def stage_candidate_pairs(
     max_pair_slots: int,
     bucket_policy: str = "fail",
     hot_bucket_size: int = 1000,
-    output_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Pairs of documents sharing at least one band key, left_doc_id < right_doc_id.
 
@@ -42,6 +42,7 @@ def stage_candidate_pairs(
         raise WebdedupError(f"bucket_policy must be one of {', '.join(BUCKET_POLICIES)}, got {bucket_policy!r}")
     if max_pair_slots < 0:
         raise WebdedupError(f"max_pair_slots must be >= 0, got {max_pair_slots}")
+    check_consistent(store)  # the daily assets hold exactly the corpus' days
     store.params("fingerprinted", check_partitions=True)
     upstream = store.params("band_memberships", check_partitions=True)
     _require_unique_doc_ids(store)
@@ -125,23 +126,26 @@ def stage_candidate_pairs(
         "seconds": round(time.perf_counter() - started, 4),
     }
     store.write_stats("candidate_pairs", None, stats)
-    if output_dir is not None:
-        write_csv(
-            output_dir / "candidate_summary.csv",
-            con.sql(
-                "SELECT * FROM (VALUES " + ", ".join(f"('{k}', '{v}')" for k, v in stats.items()) + ") t(metric, value)"
-            ),
-        )
-        write_csv(
-            output_dir / "collision_buckets.csv",
-            con.sql(f"""
-            WITH largest AS (SELECT * FROM buckets ORDER BY size DESC, band_index, band_hash LIMIT 10000)
-            SELECT b.band_index, b.band_hash, b.size,
-                   string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
-              FROM largest b JOIN {bm} m ON m.band_index = b.band_index AND m.band_hash = b.band_hash
-             GROUP BY b.band_index, b.band_hash, b.size
-             ORDER BY b.size DESC, b.band_index, b.band_hash"""),
-        )
+    # Reports published with the run (engine.publish); figures only, no timings, so that the
+    # same input gives the same file.
+    figures = {k: v for k, v in stats.items() if k != "seconds"}
+    con.execute("SET preserve_insertion_order = true")  # the files keep the queries' ORDER BY
+    write_csv(
+        report_path(store, "candidate_summary.csv"),
+        con.sql(
+            "SELECT * FROM (VALUES " + ", ".join(f"('{k}', '{v}')" for k, v in figures.items()) + ") t(metric, value)"
+        ),
+    )
+    write_csv(
+        report_path(store, "collision_buckets.csv"),
+        con.sql(f"""
+        WITH largest AS (SELECT * FROM buckets ORDER BY size DESC, band_index, band_hash LIMIT 10000)
+        SELECT b.band_index, b.band_hash, b.size,
+               string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
+          FROM largest b JOIN {bm} m ON m.band_index = b.band_index AND m.band_hash = b.band_hash
+         GROUP BY b.band_index, b.band_hash, b.size
+         ORDER BY b.size DESC, b.band_index, b.band_hash"""),
+    )
     con.close()
     return {**params, **stats}
 

@@ -8,15 +8,18 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..core.components import component_labels
 from ..core.ranking import policy_order_by
 from .documents import stored_extra_columns
 from .errors import WebdedupError
-from .storage import Store, connect, publish_asset_file, quote_ident, scalar, write_csv, write_relation, write_table
+from .parallel import ordered_map, thread_count
+from .publish import report_path
+from .storage import Store, connect, quote_ident, scalar, sql_string, write_batches, write_csv, write_table
 
 
-def stage_clusters(store: Store, output_dir: Path | None = None) -> dict[str, Any]:
+def stage_clusters(store: Store) -> dict[str, Any]:
     """Connected components over duplicate pairs; every document in exactly one cluster.
 
     Documents are numbered in doc_id order and union-find keeps the smallest number as the
@@ -67,13 +70,11 @@ def stage_clusters(store: Store, output_dir: Path | None = None) -> dict[str, An
         "seconds": round(time.perf_counter() - started, 4),
     }
     store.write_stats("clusters", None, stats)
-    if output_dir is not None:
-        write_csv(output_dir / "clusters.csv", con.sql(f"SELECT * FROM {clusters_sql} ORDER BY cluster_id, doc_id"))
     con.close()
     return {**params, **stats}
 
 
-def stage_deduped_documents(store: Store, representative_policy: str, output_dir: Path | None = None) -> dict[str, Any]:
+def stage_deduped_documents(store: Store, representative_policy: str) -> dict[str, Any]:
     """One representative per cluster, chosen by the policy (default: newest crawled_at,
     then most tokens, then smallest doc_id); every input column is kept."""
     started = time.perf_counter()
@@ -84,32 +85,33 @@ def stage_deduped_documents(store: Store, representative_policy: str, output_dir
     upstream = store.params("clusters")
     con = connect(store)
     extra = stored_extra_columns(store)
-    doc_cols = ", ".join(
-        f"d.{quote_ident(c)}" for c in ["doc_id", "source", "domain", "crawled_at", "title", "body", *extra]
-    )
-    # Rank on narrow columns only (no bodies in the window sort), then join the winners back
-    # to their full rows.
+    # Rank on narrow columns only (no bodies in the window sort); each document is located by
+    # its file and row number, so the winners' full rows are then read straight from the files.
     provenance = [c for c in extra if c.startswith("warc_") or c == "capture_url"]
     narrow = ", ".join(quote_ident(c) for c in ["doc_id", "domain", "crawled_at", *provenance])
+    files = store.require("documents")
+    listing = ", ".join(sql_string(str(f)) for f in files)
+    located = f"read_parquet([{listing}], union_by_name = true, filename = true, file_row_number = true)"
     con.execute(f"""CREATE TEMP TABLE ranked AS
         SELECT d.*, c.cluster_id, c.cluster_size, f.token_count,
                row_number() OVER (PARTITION BY c.cluster_id ORDER BY {order_by}) AS rank
-          FROM (SELECT {narrow} FROM {store.scan_sql("documents")}) d
+          FROM (SELECT {narrow}, filename, file_row_number FROM {located}) d
           JOIN {store.scan_sql("clusters")} c USING (doc_id)
           JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")}) f USING (doc_id)""")
-    # Winners join their full rows with documents as the probe side and insertion order kept:
-    # the output is in documents order, deterministic, with no global sort over page bodies.
-    con.execute("SET preserve_insertion_order = true")
-    relation = con.sql(f"""
-        SELECT {doc_cols}, r.cluster_id, r.cluster_size, r.token_count
-          FROM {store.scan_sql("documents")} d
-          JOIN (SELECT * FROM ranked WHERE rank = 1) r USING (doc_id)""")
+    winners = con.sql(
+        "SELECT filename, file_row_number, cluster_id, cluster_size, token_count FROM ranked "
+        "WHERE rank = 1 ORDER BY filename, file_row_number"
+    ).to_arrow_table()
+    doc_schema = con.sql(f"SELECT * FROM {store.scan_sql('documents')} LIMIT 0").arrow().schema
+    schema = pa.schema(
+        [*doc_schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
+    )
     params = {
         "stage": "deduped_documents",
         "fingerprint": upstream["fingerprint"],
         "representatives": {"representative_policy": representative_policy, "order_by": order_by},
     }
-    rows = write_relation(store.path("deduped_documents"), relation, params)
+    rows = write_batches(store.path("deduped_documents"), schema, _representative_rows(files, winners, schema), params)
     documents = scalar(con, "SELECT count(*) FROM ranked")
     stats = {
         "rows": rows,
@@ -119,11 +121,61 @@ def stage_deduped_documents(store: Store, representative_policy: str, output_dir
         "seconds": round(time.perf_counter() - started, 4),
     }
     store.write_stats("deduped_documents", None, stats)
-    if output_dir is not None:
-        publish_asset_file(store, "deduped_documents", output_dir / "deduped_documents.parquet")
-        write_csv(output_dir / "cluster_inspection.csv", cluster_inspection(con, store, extra))
+    con.execute("SET preserve_insertion_order = true")
+    write_csv(report_path(store, "cluster_inspection.csv"), cluster_inspection(con, store, extra))
     con.close()
     return {**params, **stats}
+
+
+RANK_COLUMNS = ("cluster_id", "cluster_size", "token_count")
+
+
+def _representative_rows(files: list[Path], winners: pa.Table, schema: pa.Schema):
+    """The winners' full rows, read file by file in stored order (the output order is the
+    documents' order: the same for every run of the same input, with no sort over bodies).
+    Files are read on all cores, results taken in file order and written in batches of about
+    64k rows (one row group per small crawl day would make the file slow to write and read)."""
+    names = winners.column("filename").to_numpy(zero_copy_only=False)
+    row_numbers = winners.column("file_row_number").to_numpy()
+    spans = []  # (file, row group, first winner, end of winners) of every row group holding winners
+    for path in files:
+        start = int(np.searchsorted(names, str(path), side="left"))
+        stop = int(np.searchsorted(names, str(path), side="right"))
+        if start == stop:
+            continue
+        metadata = pq.ParquetFile(path).metadata
+        group_start = 0
+        for group in range(metadata.num_row_groups):
+            group_end = group_start + metadata.row_group(group).num_rows
+            end = start + int(np.searchsorted(row_numbers[start:stop], group_end, side="left"))
+            if end > start:
+                spans.append((path, group, group_start, start, end))
+            start, group_start = end, group_end
+
+    def read(span) -> pa.Table:
+        # one row group at a time: memory stays bounded by the row group, not the crawl day
+        path, group, group_start, start, stop = span
+        rows = pq.ParquetFile(path).read_row_group(group, use_threads=False)
+        rows = rows.take(pa.array(row_numbers[start:stop] - group_start))
+        ranks = winners.slice(start, stop - start)
+        columns = [
+            (rows if f.name in rows.schema.names else ranks).column(f.name).cast(f.type)
+            if f.name in rows.schema.names or f.name in RANK_COLUMNS
+            else pa.nulls(rows.num_rows, f.type)  # an extra column this day does not have
+            for f in schema
+        ]
+        return pa.Table.from_arrays(columns, schema=schema)
+
+    pending: list[pa.Table] = []
+    size = 0
+    for table in ordered_map(read, spans, thread_count()):
+        pending.append(table)
+        size += table.num_rows
+        if size >= 65_536:
+            yield from pa.concat_tables(pending).combine_chunks().to_batches()
+            pending, size = [], 0
+    if pending:
+        yield from pa.concat_tables(pending).combine_chunks().to_batches()
 
 
 def cluster_inspection(con, store: Store, extra: list[str]):

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..core.fingerprint import fingerprint_texts
@@ -15,7 +14,7 @@ from ..core.hashing import FINGERPRINT_VERSION
 from ..core.minhash import MinHashParams, band_keys, validate_banding
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
-from .storage import Store, write_batches
+from .storage import PartitionWriter, Store
 
 BATCH_ROWS = 8192
 
@@ -48,6 +47,37 @@ def fingerprint_params(shingle_size: int, num_perm: int, seed: int) -> dict[str,
     return {"shingle_size": shingle_size, "num_perm": num_perm, "seed": seed, "version": FINGERPRINT_VERSION}
 
 
+def _pieces(
+    store: Store, asset: str, partitions: list[str | None], columns: list[str] | None = None, rows: int = BATCH_ROWS
+):
+    """(partition, batch) of every stored file of `partitions`, in order, coalesced into lists
+    of about BATCH_ROWS rows: many small crawl days make one kernel batch, so the cost follows
+    documents, not days."""
+    group: list[tuple[str | None, pa.RecordBatch]] = []
+    size = 0
+    for partition in partitions:
+        for path in _source_files(store, asset, partition):
+            # use_threads=False: decoding on this one reader thread is 2x cheaper here than
+            # pyarrow's pool fanning out per column chunk, and leaves the cores to the kernel.
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=columns, use_threads=False):
+                group.append((partition, batch))
+                size += batch.num_rows
+                if size >= rows:
+                    yield group
+                    group, size = [], 0
+    if group:
+        yield group
+
+
+def _split(out: pa.RecordBatch, group: list[tuple[str | None, pa.RecordBatch]], rows_per_input: int = 1):
+    """The rows of `out` cut back into the group's partitions (rows_per_input output rows per input row)."""
+    offset = 0
+    for partition, batch in group:
+        n = batch.num_rows * rows_per_input
+        yield partition, out.slice(offset, n)
+        offset += n
+
+
 def stage_fingerprinted(
     store: Store,
     shingle_size: int,
@@ -56,7 +86,20 @@ def stage_fingerprinted(
     partition: str | None = None,
     threads: int | None = None,
 ) -> dict[str, Any]:
-    """Signatures for every document, streamed: bounded memory, all cores (see engine.parallel).
+    """Signatures for the documents of one partition (or the unpartitioned asset)."""
+    return fingerprint_partitions(store, [partition], shingle_size, num_perm, seed, threads)
+
+
+def fingerprint_partitions(
+    store: Store,
+    partitions: list[str | None],
+    shingle_size: int,
+    num_perm: int,
+    seed: int,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """Signatures for every document of `partitions` in one streamed pass (bounded memory, all
+    cores, see engine.parallel), written as one file per partition with its own stats.
 
     threads: kernel worker threads (default $WEBDEDUP_THREADS or the CPU count); the output
     does not depend on it."""
@@ -68,69 +111,79 @@ def stage_fingerprinted(
     except ValueError as err:
         raise WebdedupError(str(err)) from None
     schema = fingerprint_schema(num_perm)
-    totals = {"documents": 0, "tokens": 0, "empty_documents": 0}
-
     workers = thread_count(threads)
 
-    def read():
-        for path in _source_files(store, "documents", partition):
-            # use_threads=False: decoding on this one reader thread is 2x cheaper here than
-            # pyarrow's pool fanning out per column chunk, and leaves the cores to the kernel.
-            yield from pq.ParquetFile(path).iter_batches(
-                batch_size=BATCH_ROWS, columns=["doc_id", "body"], use_threads=False
-            )
-
-    def compute(batch: pa.RecordBatch):
-        tokens, shingles, signatures = fingerprint_texts(batch.column("body"), shingle_size, coeff_a, coeff_b)
+    def compute(group):
+        bodies = pa.chunked_array([b.column("body") for _, b in group], type=group[0][1].schema.field("body").type)
+        doc_ids = pa.chunked_array([b.column("doc_id") for _, b in group])
+        tokens, shingles, signatures = fingerprint_texts(bodies.combine_chunks(), shingle_size, coeff_a, coeff_b)
         flat = pa.array(signatures.reshape(-1), type=pa.uint32())
         out = pa.record_batch(
             [
-                batch.column("doc_id").cast(pa.string()),
+                doc_ids.combine_chunks().cast(pa.string()),
                 pa.array(tokens.astype(np.int32)),
                 pa.array(shingles.astype(np.int32)),
                 pa.FixedSizeListArray.from_arrays(flat, num_perm),
             ],
             schema=schema,
         )
-        return out, int(tokens.sum()), int((shingles == 0).sum())
+        figures = []
+        offset = 0
+        for _, batch in group:
+            n = batch.num_rows
+            figures.append((int(tokens[offset : offset + n].sum()), int((shingles[offset : offset + n] == 0).sum())))
+            offset += n
+        return out, group, figures
 
-    def batches():
-        # A reader thread decodes the next batches while `workers` threads run the kernel
-        # (nogil); results come back in input order, so the file is the same for any count.
-        for out, n_tokens, n_empty in ordered_map(compute, prefetch(read(), depth=workers + 1), workers):
-            totals["documents"] += out.num_rows
-            totals["tokens"] += n_tokens
-            totals["empty_documents"] += n_empty
-            yield out
-
-    params = {
-        "stage": "fingerprinted",
-        "fingerprint": fingerprint_params(shingle_size, num_perm, seed),
-        "partition": partition,
-    }
+    fingerprint = fingerprint_params(shingle_size, num_perm, seed)
     # No dictionary encoding (doc_ids are unique, signatures random: 3x less write CPU), and
     # signatures uncompressed: zstd saves 12 % of them and costs every reader a decompression.
-    rows = write_batches(
-        store.path("fingerprinted", partition),
+    writer = PartitionWriter(
+        store,
+        "fingerprinted",
         schema,
-        batches(),
-        params,
+        lambda p: {"stage": "fingerprinted", "fingerprint": fingerprint, "partition": p},
         use_dictionary=False,
         uncompressed=["signature"],
     )
+    totals: dict[str | None, dict[str, int]] = {}
+    try:
+        # A reader thread decodes the next batches while `workers` threads run the kernel
+        # (nogil); results come back in input order, so the files are the same for any count.
+        groups = prefetch(_pieces(store, "documents", partitions, ["doc_id", "body"]), depth=workers + 1)
+        for out, group, figures in ordered_map(compute, groups, workers):
+            for (partition, piece), (n_tokens, n_empty) in zip(_split(out, group), figures):
+                writer.write(partition, piece)
+                day = totals.setdefault(partition, {"documents": 0, "tokens": 0, "empty_documents": 0})
+                day["documents"] += piece.num_rows
+                day["tokens"] += n_tokens
+                day["empty_documents"] += n_empty
+        rows = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
     seconds = time.perf_counter() - started
+    share = round(seconds / max(1, len(rows)), 4)
+    for partition, written in rows.items():
+        store.write_stats("fingerprinted", partition, {"rows": written, **totals[partition], "seconds": share})
+    documents = sum(rows.values())
     stats = {
-        "rows": rows,
-        **totals,
+        "rows": documents,
+        **{k: sum(t[k] for t in totals.values()) for k in ("documents", "tokens", "empty_documents")},
         "seconds": round(seconds, 4),
         "threads": workers,
-        "docs_per_second": round(rows / seconds, 1) if seconds > 0 else None,
+        "docs_per_second": round(documents / seconds, 1) if seconds > 0 else None,
     }
-    store.write_stats("fingerprinted", partition, stats)
-    return {**params, **stats}
+    return {"stage": "fingerprinted", "fingerprint": fingerprint, "partition_rows": rows, **stats}
 
 
 def stage_band_memberships(store: Store, bands: int, rows: int, partition: str | None = None) -> dict[str, Any]:
+    """Band keys of one partition (or the unpartitioned asset)."""
+    return band_partitions(store, [partition], bands, rows)
+
+
+def band_partitions(store: Store, partitions: list[str | None], bands: int, rows: int) -> dict[str, Any]:
+    """Band keys of every document of `partitions` in one streamed pass, one file per partition."""
     started = time.perf_counter()
     upstream = store.params("fingerprinted")
     fingerprint = upstream["fingerprint"]
@@ -138,50 +191,76 @@ def stage_band_memberships(store: Store, bands: int, rows: int, partition: str |
         validate_banding(fingerprint["num_perm"], bands, rows)
     except ValueError as err:
         raise WebdedupError(f"band_memberships: {err} (from the fingerprinted asset)") from None
-    totals = {"documents_banded": 0, "documents_without_shingles": 0}
-
-    def read():
+    for partition in partitions:
         for path in _source_files(store, "fingerprinted", partition):
             if pq.read_schema(path).field("signature").type.list_size != fingerprint["num_perm"]:
                 raise WebdedupError(f"{path} holds signatures of another num_perm; re-materialize fingerprinted")
-            yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, use_threads=False)
+    totals: dict[str | None, dict[str, int]] = {}
 
-    def keyed():
-        for batch in prefetch(read(), depth=4):
-            keep = pc.greater(batch.column("shingle_count"), 0)
-            totals["documents_without_shingles"] += batch.num_rows - pc.sum(keep).as_py() if batch.num_rows else 0
-            batch = batch.filter(keep)
-            count = batch.num_rows
-            if not count:
-                continue
-            totals["documents_banded"] += count
-            signatures = batch.column("signature").flatten().to_numpy().reshape(count, -1)
+    def keyed(group):
+        batch = pa.Table.from_batches([b for _, b in group]).combine_chunks().to_batches()
+        batch = batch[0] if batch else None
+        count = batch.num_rows if batch is not None else 0
+        with_shingles = np.asarray(batch.column("shingle_count")) > 0 if count else np.zeros(0, bool)
+        keys = None
+        if with_shingles.any():
+            kept = batch.filter(pa.array(with_shingles))
+            signatures = kept.column("signature").flatten().to_numpy().reshape(kept.num_rows, -1)
             keys = band_keys(signatures, bands, rows)
-            yield pa.record_batch(
-                [
-                    batch.column("doc_id").take(pa.array(np.repeat(np.arange(count), bands))),
-                    pa.array(np.tile(np.arange(bands, dtype=np.int16), count)),
-                    pa.array(keys.reshape(-1)),
-                ],
-                schema=BAND_SCHEMA,
-            )
-
-    def batches():
-        # A reader thread decodes small batches while this one computes band keys; they are
-        # written 4 at a time, so row groups stay as large as before (BATCH_ROWS * 4 documents).
-        group = []
-        for out in keyed():
-            group.append(out)
-            if len(group) == 4:
-                yield pa.Table.from_batches(group).combine_chunks().to_batches()[0]
-                group = []
-        if group:
-            yield pa.Table.from_batches(group).combine_chunks().to_batches()[0]
+        return group, with_shingles, batch, keys
 
     banding = {"bands": bands, "rows": rows}
-    params = {"stage": "band_memberships", "fingerprint": fingerprint, "banding": banding, "partition": partition}
-    target = store.path("band_memberships", partition)
-    written = write_batches(target, BAND_SCHEMA, batches(), params, use_dictionary=["doc_id", "band_index"])
-    stats = {"rows": written, **totals, "seconds": round(time.perf_counter() - started, 4)}
-    store.write_stats("band_memberships", partition, stats)
-    return {**params, **stats}
+    writer = PartitionWriter(
+        store,
+        "band_memberships",
+        BAND_SCHEMA,
+        lambda p: {"stage": "band_memberships", "fingerprint": fingerprint, "banding": banding, "partition": p},
+        use_dictionary=["doc_id", "band_index"],
+    )
+    band_numbers = np.arange(bands, dtype=np.int16)
+    try:
+        # A reader thread decodes the next batches while this one computes band keys; groups of
+        # 4 x BATCH_ROWS documents keep row groups as large as one write per 32k documents.
+        for group, with_shingles, batch, keys in map(
+            keyed, prefetch(_pieces(store, "fingerprinted", partitions, rows=4 * BATCH_ROWS), 2)
+        ):
+            offset = key_offset = 0
+            for partition, piece in group:
+                n = piece.num_rows
+                mask = with_shingles[offset : offset + n]
+                kept = int(mask.sum())
+                day = totals.setdefault(partition, {"documents_banded": 0, "documents_without_shingles": 0})
+                day["documents_banded"] += kept
+                day["documents_without_shingles"] += n - kept
+                doc_ids = batch.column("doc_id").slice(offset, n).filter(pa.array(mask))
+                out = pa.record_batch(
+                    [
+                        doc_ids.take(pa.array(np.repeat(np.arange(kept), bands))),
+                        pa.array(np.tile(band_numbers, kept)),
+                        pa.array(keys[key_offset : key_offset + kept].reshape(-1) if kept else np.zeros(0, np.int64)),
+                    ],
+                    schema=BAND_SCHEMA,
+                )
+                writer.write(partition, out)
+                offset += n
+                key_offset += kept
+        written = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    seconds = time.perf_counter() - started
+    share = round(seconds / max(1, len(written)), 4)
+    for partition, n in written.items():
+        store.write_stats("band_memberships", partition, {"rows": n, **totals[partition], "seconds": share})
+    stats = {
+        "rows": sum(written.values()),
+        **{k: sum(t[k] for t in totals.values()) for k in ("documents_banded", "documents_without_shingles")},
+        "seconds": round(seconds, 4),
+    }
+    return {
+        "stage": "band_memberships",
+        "fingerprint": fingerprint,
+        "banding": banding,
+        "partition_rows": written,
+        **stats,
+    }

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..core.minhash import candidate_probability
 from .documents import stored_input
-from .storage import Store, connect, publish_concatenated, sum_figures, write_csv, write_text
+from .publish import publish
+from .storage import Store, sum_figures
 
 STAGES = (
     "documents",
@@ -112,24 +113,27 @@ def build_manifest(store: Store) -> dict[str, Any]:
 
 
 def stage_manifest(store: Store, output_dir: Path | None = None) -> dict[str, Any]:
+    """Build the manifest; with `output_dir`, publish every output with it as one set (the
+    caller holds the output folder's writer lock)."""
     started = time.perf_counter()
     manifest = build_manifest(store)
     manifest["timings_seconds"]["manifest"] = round(time.perf_counter() - started, 4)
-    text = json.dumps(manifest, indent=2, sort_keys=False, default=str)
-    write_text(store.asset_dir("manifest") / "manifest.json", text)
     if output_dir is not None:
-        write_text(output_dir / "manifest.json", text)
-        con = connect(store)
-        write_csv(output_dir / "domain_summary.csv", domain_summary(con, store))
-        # Published once here (not per fingerprinted run) so that daily partitions appear as one file.
-        publish_concatenated(store, "fingerprinted", output_dir / "fingerprinted.parquet", uncompressed=["signature"])
-        con.close()
+        manifest["outputs"] = publish(store, output_dir, manifest)
+    else:
+        from .storage import write_text
+
+        write_text(store.asset_dir("manifest") / "manifest.json", json.dumps(manifest, indent=2, default=str))
     return manifest
 
 
 def domain_summary(con, store: Store):
     """Per domain: documents, representatives kept, removed, duplicate pairs it takes part in."""
-    return con.sql(f"""
+    return con.sql(domain_summary_sql(store))
+
+
+def domain_summary_sql(store: Store) -> str:
+    return f"""
         WITH docs AS (SELECT doc_id, domain FROM {store.scan_sql("documents")}),
         kept AS (SELECT doc_id FROM {store.scan_sql("deduped_documents")}),
         pairs AS (
@@ -146,7 +150,7 @@ def domain_summary(con, store: Store):
                COALESCE(any_value(p.duplicate_pair_ends), 0) AS duplicate_pair_ends,
                COALESCE(any_value(p.cross_domain_pair_ends), 0) AS cross_domain_pair_ends
           FROM docs d LEFT JOIN kept k USING (doc_id) LEFT JOIN pair_counts p USING (domain)
-         GROUP BY d.domain ORDER BY documents DESC, d.domain""")
+         GROUP BY d.domain ORDER BY documents DESC, d.domain"""
 
 
 def load_manifest(store: Store) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """Per-day stages over crawl-day partitions: each day's file is built from the same day's
 upstream file, so adding a day never touches the others and re-running a day replaces
-exactly that day's rows. Global stages read every partition file."""
+exactly that day's rows. All the days of a run are computed in one streamed pass (many small
+days share kernel batches), so the cost follows documents, not days. Global stages read
+every partition file."""
 
 from __future__ import annotations
 
@@ -10,14 +12,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from .fingerprint import (
-    BAND_SCHEMA,
-    fingerprint_params,
-    fingerprint_schema,
-    stage_band_memberships,
-    stage_fingerprinted,
-)
-from .storage import Store, sum_figures, write_schema
+from .fingerprint import BAND_SCHEMA, band_partitions, fingerprint_params, fingerprint_partitions, fingerprint_schema
+from .state import record_stage
+from .storage import Store, write_schema
 
 
 def _each_day(
@@ -25,24 +22,29 @@ def _each_day(
     upstream: str,
     asset: str,
     days: list[str],
-    run: Callable[[str], dict[str, Any]],
+    run: Callable[[list[str]], dict[str, Any]],
     schema: Callable[[], pa.Schema],
     params: Callable[[], dict[str, Any]],
 ) -> dict[str, Any]:
     started = time.perf_counter()
     present = set(store.partitions(upstream))
-    built: list[str] = []
-    infos: list[dict[str, Any]] = []
+    built = [day for day in days if day in present]
     for day in days:
         if day not in present:
             store.remove(asset, day)  # the day has no documents (any more): no rows
-            continue
-        infos.append(run(day))
-        built.append(day)
-    totals: dict[str, Any] = {"rows": 0, **sum_figures(infos)}
+    info = run(built) if built else {"rows": 0, "partition_rows": {}}
+    day_rows = info.pop("partition_rows")
     write_schema(store, asset, schema(), params())
-    totals["seconds"] = round(time.perf_counter() - started, 4)
-    return {**params(), **totals, "days": len(days), "days_built": built}
+    record_stage(store, asset, day_rows, params())
+    figures = {k: v for k, v in info.items() if k not in ("stage", "fingerprint", "banding", "seconds")}
+    return {
+        **params(),
+        **figures,
+        "seconds": round(time.perf_counter() - started, 4),
+        "days": len(days),
+        "days_built": built,
+        "day_rows": day_rows,
+    }
 
 
 def fingerprint_days(store: Store, days: list[str], shingle_size: int, num_perm: int, seed: int) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def fingerprint_days(store: Store, days: list[str], shingle_size: int, num_perm:
         "documents",
         "fingerprinted",
         days,
-        lambda day: stage_fingerprinted(store, shingle_size, num_perm, seed, partition=day),
+        lambda built: fingerprint_partitions(store, built, shingle_size, num_perm, seed),
         lambda: fingerprint_schema(num_perm),
         lambda: {"stage": "fingerprinted", "fingerprint": fingerprint},
     )
@@ -64,7 +66,7 @@ def band_days(store: Store, days: list[str], bands: int, rows: int) -> dict[str,
         "fingerprinted",
         "band_memberships",
         days,
-        lambda day: stage_band_memberships(store, bands, rows, partition=day),
+        lambda built: band_partitions(store, built, bands, rows),
         lambda: BAND_SCHEMA,
         lambda: {
             "stage": "band_memberships",

@@ -7,7 +7,6 @@ bounded group of documents at a time (see stage_scored_pairs), never the whole c
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ from ..core.fingerprint import shingle_sets
 from ..core.kernel import jaccard_blocks
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
-from .storage import Store, connect, publish_asset_file, scalar, write_batches, write_csv, write_relation
+from .storage import Store, connect, scalar, write_batches, write_relation
 
 PAIRS_PER_CHUNK = 200_000
 # Shingle sets of candidate members held at once while scoring (all in one group when they
@@ -132,7 +131,6 @@ def _parallel_jaccard(set_a, set_b, left: np.ndarray, right: np.ndarray, threads
 def stage_scored_pairs(
     store: Store,
     threshold: float,
-    output_dir: Path | None = None,
     threads: int | None = None,
     memory_budget_bytes: int = SCORING_MEMORY_BYTES,
 ) -> dict[str, Any]:
@@ -245,17 +243,29 @@ def stage_scored_pairs(
         "seconds": round(time.perf_counter() - started, 4),
     }
     store.write_stats("scored_pairs", None, stats)
-    if output_dir is not None:
-        publish_asset_file(store, "scored_pairs", output_dir / "scored_pairs.parquet")
     con.close()
     return {**params, **stats}
 
 
-def stage_duplicate_pairs(store: Store, threshold: float, output_dir: Path | None = None) -> dict[str, Any]:
-    """Scored pairs whose exact Jaccard reaches this stage's threshold (re-runnable alone)."""
+def stage_duplicate_pairs(store: Store, threshold: float | None = None) -> dict[str, Any]:
+    """Scored pairs whose exact Jaccard reaches the threshold scored_pairs was built with.
+
+    There is one threshold: is_duplicate in scored_pairs and this stage always agree. A
+    `threshold` given here must equal scored_pairs' (else re-materialize scored_pairs with it)."""
     started = time.perf_counter()
-    check_threshold(threshold)
     upstream = store.params("scored_pairs")
+    scored = (upstream.get("scoring") or {}).get("threshold")
+    if threshold is None:
+        if scored is None:
+            raise WebdedupError("duplicate_pairs: scored_pairs holds no threshold; re-materialize scored_pairs")
+        threshold = scored
+    elif scored is not None and threshold != scored:
+        raise WebdedupError(
+            f"duplicate_pairs threshold {threshold} differs from the threshold {scored} scored_pairs was built "
+            f"with; there is one threshold: re-materialize scored_pairs (and its downstream) with threshold "
+            f"{threshold}"
+        )
+    check_threshold(threshold)
     con = connect(store)
     relation = con.sql(f"""
         SELECT left_doc_id, right_doc_id, left_domain, right_domain, cross_domain, shared_bands,
@@ -284,7 +294,5 @@ def stage_duplicate_pairs(store: Store, threshold: float, output_dir: Path | Non
         "seconds": round(time.perf_counter() - started, 4),
     }
     store.write_stats("duplicate_pairs", None, stats)
-    if output_dir is not None:
-        write_csv(output_dir / "duplicate_pairs.csv", con.sql(f"SELECT * FROM {dup}"))
     con.close()
     return {**params, **stats}

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -189,6 +189,69 @@ def write_batches(
                     writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
                     rows += batch.num_rows
     return rows
+
+
+class PartitionWriter:
+    """One Parquet file per partition from a stream whose batches arrive grouped by partition
+    (all of one partition's batches together, e.g. crawl days in order): one pass over many
+    small days instead of one pass per day. Each file is written to a temporary name and moved
+    into place when its partition is complete; `abort` drops the one in progress."""
+
+    def __init__(
+        self,
+        store: Store,
+        asset: str,
+        schema: pa.Schema,
+        params: Callable[[str], dict[str, Any]],
+        use_dictionary: bool | list[str] = True,
+        uncompressed: Iterable[str] = (),
+    ) -> None:
+        self.store, self.asset, self.schema, self.params = store, asset, schema, params
+        skip = set(uncompressed)
+        self.options = {
+            "compression": {n: ("none" if n in skip else "zstd") for n in schema.names} if skip else "zstd",
+            "use_dictionary": use_dictionary,
+        }
+        self.rows: dict[str, int] = {}
+        self._current: str | None = None
+        self._writer: pq.ParquetWriter | None = None
+        self._temp: Path | None = None
+
+    def write(self, partition: str, batch: pa.RecordBatch) -> None:
+        if self._writer is None or partition != self._current:
+            self._finish()
+            if partition in self.rows:
+                raise ValueError(f"partition {partition} arrived twice: batches must be grouped by partition")
+            target = self.store.path(self.asset, partition)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._temp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+            self._writer = pq.ParquetWriter(
+                self._temp, _with_params(self.schema, self.params(partition)), **self.options
+            )
+            self._current = partition
+            self.rows[partition] = 0
+        if batch.num_rows:
+            self._writer.write_batch(batch)
+            self.rows[partition] += batch.num_rows
+
+    def _finish(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        target = self.store.path(self.asset, self._current)
+        params_sidecar(target).unlink(missing_ok=True)
+        os.replace(self._temp, target)
+        self._writer = self._temp = None
+
+    def close(self) -> dict[str, int]:
+        self._finish()
+        return self.rows
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._temp.unlink(missing_ok=True)
+            self._writer = self._temp = None
 
 
 def write_table(target: Path, table: pa.Table, params: dict[str, Any]) -> int:

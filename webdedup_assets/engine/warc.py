@@ -17,6 +17,7 @@ error kinds (truncated_gzip, bad_content_length, over_size_cap, not_html, fetch_
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import http.client
 import json
@@ -37,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -54,9 +55,16 @@ from .storage import Store, atomic_path, file_sha256, write_text
 TERMS_URL = "https://commoncrawl.org/terms-of-use"
 WARC_FORMATS = ("warc", "commoncrawl")
 PROGRESS = logging.getLogger("webdedup.progress")
-CONVERTER_VERSION = 1  # bump when the documents or rejections a conversion yields change
+CONVERTER_VERSION = 2  # bump when the documents or rejections a conversion yields change
 DEFAULT_CC_BASE_URL = "https://data.commoncrawl.org/"
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_HTML_DEPTH = 2000
+# Main-content extraction costs about (elements x nesting depth): a page may nest max_html_depth
+# levels while it has at most this many elements; a larger page may nest proportionally less
+# (never less than MIN_DEPTH_BOUND), so the work of one record stays bounded.
+ELEMENTS_AT_FULL_DEPTH = 25_000
+MIN_DEPTH_BOUND = 64
+INFLATE_LIMIT_FACTOR = 16  # a gzip member is inflated at most this many times the record cap
 SKIP_KINDS = ("warcinfo", "request", "metadata", "revisit", "resource", "conversion", "continuation", "unknown")
 PROVENANCE_COLUMNS = (
     "warc_record_id",
@@ -97,7 +105,7 @@ REJECTED_SCHEMA = pa.schema(
     ]
 )
 HTML_TYPES = ("text/html", "application/xhtml+xml")
-WARC_START = re.compile(rb"WARC/1\.[01]\r?\n")
+WARC_START = re.compile(rb"WARC/(1\.[01]|0\.1[78])\r?\n")  # 0.17/0.18: drafts used by ClueWeb09 and others
 CONTENT_LENGTH = re.compile(rb"(?im)^content-length[ \t]*:[ \t]*(\d+)[ \t]*\r?$")
 META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{1,40})""", re.IGNORECASE)
 MAX_HEADER_BYTES = 64 * 1024
@@ -130,6 +138,7 @@ class WarcOptions:
     cc_retry_backoff_seconds: float = 1.0
     cc_concurrency: int = 4
     workers: int = 1  # processes converting local WARC files; 0: one per CPU; never more than files
+    max_html_depth: int = DEFAULT_MAX_HTML_DEPTH  # deeper HTML is rejected (html_too_deep) before extraction
 
 
 @dataclass
@@ -140,6 +149,7 @@ class FileReport:
     documents: int = 0
     skipped: Counter = field(default_factory=Counter)
     rejected: Counter = field(default_factory=Counter)
+    leniency: Counter = field(default_factory=Counter)  # quirks read leniently, by kind (see LENIENCY)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -147,6 +157,7 @@ class FileReport:
             "documents": self.documents,
             "skipped": dict(sorted(self.skipped.items())),
             "rejected": dict(sorted(self.rejected.items())),
+            "leniency": dict(sorted(self.leniency.items())),
         }
 
 
@@ -155,8 +166,9 @@ class Collector:
 
     BATCH = 2000
 
-    def __init__(self, writer: pq.ParquetWriter) -> None:
+    def __init__(self, writer: pq.ParquetWriter, options: WarcOptions | None = None) -> None:
         self.writer = writer
+        self.options = options or WarcOptions()
         self.rows: list[dict[str, Any]] = []
         self.rejected: list[dict[str, Any]] = []
         self.reports: dict[str, FileReport] = {}
@@ -289,14 +301,159 @@ def looks_like_html(payload: bytes) -> bool:
     return b"<" in head
 
 
-def extract(html: str) -> tuple[str, str]:
-    """(title, main text) of an HTML page; falls back to all visible text if no main content."""
+class HtmlTooDeep(Exception):
+    """The page nests deeper than the bound: extracting its text could take minutes."""
+
+
+@functools.lru_cache(maxsize=8)
+def _deeper_than(depth: int) -> str:
+    """A CSS selector matching an element with at least `depth` element ancestors."""
+    return " > ".join(["*"] * (depth + 1))
+
+
+def depth_bound(elements: int, max_depth: int) -> int:
+    """The nesting depth a page of this many elements may reach (see ELEMENTS_AT_FULL_DEPTH)."""
+    budget = max_depth * ELEMENTS_AT_FULL_DEPTH
+    return min(max_depth, max(MIN_DEPTH_BOUND, budget // max(1, elements)))
+
+
+def check_depth(tree: HTMLTree, max_depth: int) -> None:
+    """Raise HtmlTooDeep if an element of the parsed tree is nested deeper than the bound.
+
+    Parsing (lexbor) is linear in the input; the check is done in C by two selector queries, the
+    second only when the page has more elements than the bound (a page of n elements cannot nest
+    deeper than n), at a cost of at most elements x bound steps.
+    """
+    elements = len(tree.document.query_selector_all("*"))
+    bound = depth_bound(elements, max_depth)
+    if elements <= bound:
+        return
+    if tree.document.query_selector(_deeper_than(bound)) is not None:
+        why = (
+            f"max_html_depth {max_depth}"
+            if bound == max_depth
+            else f"the bound for a page of {elements} elements; max_html_depth {max_depth} holds up to "
+            f"{ELEMENTS_AT_FULL_DEPTH} elements"
+        )
+        raise HtmlTooDeep(f"HTML nested more than {bound} elements deep ({why}): text extraction refused")
+
+
+def extract(html: str, max_depth: int = DEFAULT_MAX_HTML_DEPTH) -> tuple[str, str]:
+    """(title, main text) of an HTML page; falls back to all visible text if no main content.
+
+    Raises HtmlTooDeep for a page nested deeper than max_depth (see check_depth).
+    """
     tree = HTMLTree.parse(html)
+    check_depth(tree, max_depth)
     title = (tree.title or "").strip()
     body = extract_plain_text(tree, main_content=True).strip()
     if not body:
         body = extract_plain_text(tree).strip()
     return title, body
+
+
+# --------------------------------------------------------------------------- payload decoding
+
+
+class PayloadError(Exception):
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+CHUNK_SIZE_LINE = re.compile(rb"[ \t]*([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?\r?\n")
+
+
+def dechunk(data: bytes) -> tuple[bytes | None, str | None]:
+    """Undo HTTP chunked transfer coding: (body, None), (None, None) if data does not start as
+    chunked at all, or (partial body, "truncated") when the data ends before the last chunk.
+
+    Raises PayloadError(bad_http) for a stream that starts chunked and breaks in the middle.
+    """
+    parts: list[bytes] = []
+    pos, size = 0, len(data)
+    while True:
+        match = CHUNK_SIZE_LINE.match(data, pos, min(size, pos + 1024))
+        if not match:
+            if not parts:
+                return None, None
+            if pos >= size:
+                return b"".join(parts), "truncated"
+            raise PayloadError("bad_http", f"invalid chunk size line at byte {pos} of the chunked payload")
+        length = int(match.group(1), 16)
+        pos = match.end()
+        if length == 0:
+            return b"".join(parts), None  # trailers, if any, are ignored
+        parts.append(data[pos : pos + length])
+        pos += length
+        if pos >= size:
+            return b"".join(parts), "truncated"
+        if data.startswith(b"\r\n", pos):
+            pos += 2
+        elif data.startswith(b"\n", pos):
+            pos += 1
+        else:
+            raise PayloadError("bad_http", f"chunk of {length} bytes not followed by a line end at byte {pos}")
+
+
+def decode_content(data: bytes, coding: str, cap: int) -> tuple[bytes, bool]:
+    """Inflate a gzip/deflate Content-Encoding into at most cap bytes: (body, complete).
+
+    `deflate` is tried zlib-wrapped (as HTTP says) and raw (as many servers send it). Raises
+    zlib.error if the data is not in that coding, PayloadError(over_size_cap) past the cap.
+    """
+    last: zlib.error | None = None
+    for wbits in (47,) if coding in ("gzip", "x-gzip") else (15, -15):
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out = inflater.decompress(data, cap + 1)
+        except zlib.error as err:
+            last = err
+            continue
+        if len(out) > cap:
+            raise PayloadError(
+                "over_size_cap", f"payload decoded from Content-Encoding {coding} exceeds the cap of {cap} bytes"
+            )
+        return out, inflater.eof
+    raise last or zlib.error("no data")
+
+
+def decode_payload(raw: bytes, http_headers, cap: int, lenient: Counter) -> bytes:
+    """The entity body of an HTTP response as stored: transfer coding, then content codings undone.
+
+    Archives often store what the crawler saw after decoding while keeping the headers: a
+    `Transfer-Encoding: chunked` payload that is not chunked, or a `Content-Encoding: gzip` payload
+    that is plain HTML. Those are read as they are (as browsers and warcio do) and counted in
+    `lenient`; a payload that is truly broken raises PayloadError.
+    """
+    body = raw
+    transfer = (http_headers.get("Transfer-Encoding") or "").lower()
+    if "chunked" in transfer:
+        decoded, problem = dechunk(raw)
+        if decoded is None:
+            lenient["chunked_header_payload_not_chunked"] += 1
+        else:
+            body = decoded
+            if problem:
+                lenient["chunked_payload_truncated"] += 1
+    codings = [c.strip() for c in (http_headers.get("Content-Encoding") or "").lower().split(",")]
+    for coding in reversed([c for c in codings if c not in ("", "identity")]):
+        if coding not in ("gzip", "x-gzip", "deflate"):
+            if looks_like_html(body):
+                lenient["content_encoding_unsupported_but_plain"] += 1
+                break
+            raise PayloadError("bad_content_encoding", f"Content-Encoding {coding!r} is not supported")
+        try:
+            body, complete = decode_content(body, coding, cap)
+        except zlib.error as err:
+            if looks_like_html(body):  # stored decoded under the original header
+                lenient["content_encoding_already_decoded"] += 1
+                break
+            raise PayloadError("bad_content_encoding", f"payload is not valid {coding} data: {err}") from None
+        lenient[f"content_encoding_{coding.removeprefix('x-')}"] += 1
+        if not complete:
+            lenient["content_encoding_truncated"] += 1
+    return body
 
 
 # --------------------------------------------------------------------------- framing
@@ -311,10 +468,18 @@ class Framed:
     data: bytes | None = None
     kind: str | None = None
     reason: str | None = None
+    block_at: int = -1  # where the record block starts in data (a good record)
+    lenient: tuple[str, ...] = ()  # quirks this record was read despite (counted per file)
 
 
-def _inflate_member(buf, pos: int, cap: int) -> tuple[int, bytes | None, int, str | None]:
-    """Inflate the gzip member at pos: (end, data or None if over cap, inflated size, error)."""
+def _inflate_member(
+    buf, pos: int, cap: int, limit_factor: int = INFLATE_LIMIT_FACTOR
+) -> tuple[int, bytes | None, int, str | None]:
+    """Inflate the gzip member at pos: (end, data or None if over cap, inflated size, error).
+
+    Past the cap the output is dropped but inflating goes on to find the member's end, up to
+    INFLATE_LIMIT_FACTOR x cap bytes; a gzip bomb beyond that is given up: end -1 (unknown).
+    """
     inflater = zlib.decompressobj(31)
     parts: list[bytes] = []
     total = 0
@@ -335,6 +500,8 @@ def _inflate_member(buf, pos: int, cap: int) -> tuple[int, bytes | None, int, st
             total += len(out)
             if total <= cap:
                 parts.append(out)
+            elif total > cap * limit_factor:
+                return -1, None, total, None
             else:
                 parts = []
     except zlib.error as err:
@@ -350,24 +517,25 @@ def _next_member(buf, start: int, cap: int) -> int:
     size = len(buf)
     candidate = buf.find(b"\x1f\x8b\x08", start)
     while candidate >= 0:
-        if _inflate_member(buf, candidate, cap)[3] is None:
+        if _inflate_member(buf, candidate, cap, 1)[3] is None:  # inflates cleanly (or past the cap)
             return candidate
         candidate = buf.find(b"\x1f\x8b\x08", candidate + 1)
     return size
 
 
-def _over_cap_reason(buf, pos: int, total: int, cap: int) -> str:
+def _over_cap_reason(buf, pos: int, total: int, cap: int, known: bool) -> str:
     """Why a member is over the cap: one big record, or many records in one member (whole-file gzip)."""
     head = zlib.decompressobj(31).decompress(buf[pos : pos + 65536], 65536)
     header_end = head.find(b"\r\n\r\n")
-    match = CONTENT_LENGTH.search(head[:header_end]) if WARC_START.match(head[:10]) and header_end > 0 else None
-    if match and header_end + 4 + int(match.group(1)) + 4 < total:
+    match = CONTENT_LENGTH.search(head[:header_end]) if WARC_START.match(head[:12]) and header_end > 0 else None
+    size = f"{total} bytes" if known else f"more than {cap * INFLATE_LIMIT_FACTOR} bytes (inflating given up there)"
+    if match and header_end + 4 + int(match.group(1)) + 4 < min(total, cap):
         return (
-            f"gzip member of {total} bytes holds more than one WARC record (the first is "
+            f"gzip member of {size} holds more than one WARC record (the first is "
             f"{int(match.group(1))} bytes): a whole-file gzip over the cap of {cap}; recompress it one "
             f"record per member (e.g. `warcio recompress`) or raise max_record_bytes"
         )
-    return f"record of {total} bytes exceeds the cap of {cap}"
+    return f"record of {size} exceeds the cap of {cap}"
 
 
 def frame_gzip(buf, cap: int) -> Iterator[Framed]:
@@ -398,7 +566,11 @@ def frame_gzip(buf, cap: int) -> Iterator[Framed]:
             pos = end
             continue
         if data is None:
-            yield Framed(pos, end - pos, kind="over_size_cap", reason=_over_cap_reason(buf, pos, total, cap))
+            known = end >= 0
+            if not known:  # a gzip bomb: where the member ends is unknown; resume at the next one
+                end = _next_member(buf, pos + 1, cap)
+            reason = _over_cap_reason(buf, pos, total, cap, known)
+            yield Framed(pos, end - pos, kind="over_size_cap", reason=reason)
         else:
             records = list(frame_plain(data, cap))
             for r in records:  # provenance is the member, the range a reader can fetch and inflate
@@ -409,8 +581,24 @@ def frame_gzip(buf, cap: int) -> Iterator[Framed]:
         pos = end
 
 
+def _record_end(buf, at: int, lf_only: bool) -> int | None:
+    """Length of the record end (CRLFCRLF; LF LF in an LF-only record) at `at`, None if absent."""
+    if buf[at : at + 4] == b"\r\n\r\n":
+        return 4
+    if lf_only and buf[at : at + 2] == b"\n\n":
+        return 2
+    return None
+
+
 def frame_plain(buf, cap: int) -> Iterator[Framed]:
-    """Walk an uncompressed WARC record by record, checking each Content-Length."""
+    """Walk an uncompressed WARC record by record, checking each Content-Length.
+
+    Leniency for old archives: `WARC/0.17` and `WARC/0.18` version lines, and WARC headers whose
+    lines end in LF only (ClueWeb09). Such a header is rewritten with CRLF for the parser. In an
+    LF-only record a Content-Length that overshoots (counted before CRs were stripped) is
+    corrected to where the next record starts, if that is within the declared length and the
+    block keeps at least half of it; otherwise, as always, the record is `bad_content_length`.
+    """
     pos = 0
     size = len(buf)
     while pos < size:
@@ -418,20 +606,27 @@ def frame_plain(buf, cap: int) -> Iterator[Framed]:
             pos += 1
         if pos >= size:
             break
-        if not WARC_START.match(buf[pos : pos + 10]):
+        start = WARC_START.match(buf[pos : pos + 12])
+        if not start:
             nxt = _next_warc_line(buf, pos)
             yield Framed(pos, nxt - pos, kind="not_warc", reason=f"{nxt - pos} bytes that do not start a WARC record")
             pos = nxt
             continue
-        head_end = buf.find(b"\r\n\r\n", pos, pos + MAX_HEADER_BYTES)
+        lenient = [] if start.group(1).startswith(b"1.") else [f"warc_version_{start.group(1).decode()}"]
+        crlf_end = buf.find(b"\r\n\r\n", pos, pos + MAX_HEADER_BYTES)
+        lf_end = buf.find(b"\n\n", pos, crlf_end if crlf_end >= 0 else pos + MAX_HEADER_BYTES)
+        lf_only = lf_end >= 0 and (crlf_end < 0 or lf_end < crlf_end)
+        head_end = lf_end if lf_only else crlf_end
         if head_end < 0:
             nxt = _next_warc_line(buf, pos + 1)
-            lf_only = buf.find(b"\n\n", pos, pos + MAX_HEADER_BYTES) >= 0
-            reason = "WARC header lines end in LF, not CRLF" if lf_only else "WARC header does not end within 64 KiB"
-            yield Framed(pos, nxt - pos, kind="bad_header", reason=reason)
+            yield Framed(pos, nxt - pos, kind="bad_header", reason="WARC header does not end within 64 KiB")
             pos = nxt
             continue
         header = bytes(buf[pos:head_end])
+        block_start = head_end + (2 if lf_only else 4)
+        if lf_only:
+            header = b"\r\n".join(line.rstrip(b"\r") for line in header.split(b"\n"))
+            lenient.append("warc_header_lf_only")
         match = CONTENT_LENGTH.search(header)
         if not match:
             nxt = _next_warc_line(buf, pos + 1)
@@ -439,9 +634,23 @@ def frame_plain(buf, cap: int) -> Iterator[Framed]:
             pos = nxt
             continue
         declared = int(match.group(1))
-        block_start = head_end + 4
         block_end = block_start + declared
-        if block_end > size or buf[block_end : block_end + 4] != b"\r\n\r\n":
+        end_len = _record_end(buf, block_end, lf_only) if block_end <= size else None
+        if end_len is None and lf_only and block_end >= size and size - block_start == declared:
+            end_len = 0  # an LF-only record that ends with its block (no record end at all)
+        if end_len is None and lf_only:
+            nxt = _next_warc_line(buf, block_start)
+            block = bytes(buf[block_start:nxt])
+            for _ in range(2):  # the record end before the next record
+                block = block.removesuffix(b"\n").removesuffix(b"\r")
+            if nxt <= block_end + 4 and len(block) >= declared // 2:
+                lenient.append("content_length_corrected")
+                header = header[: match.start(1)] + str(len(block)).encode() + header[match.end(1) :]
+                data = header + b"\r\n\r\n" + block + b"\r\n\r\n"
+                yield Framed(pos, nxt - pos, data=data, block_at=len(header) + 4, lenient=tuple(lenient))
+                pos = nxt
+                continue
+        if end_len is None:
             nxt = _next_warc_line(buf, block_start)
             actual = max(0, (nxt if nxt < size else size) - block_start)
             yield Framed(
@@ -454,7 +663,7 @@ def frame_plain(buf, cap: int) -> Iterator[Framed]:
             )
             pos = nxt
             continue
-        length = block_end + 4 - pos
+        length = block_end + end_len - pos
         if declared > cap:
             yield Framed(
                 pos,
@@ -463,9 +672,13 @@ def frame_plain(buf, cap: int) -> Iterator[Framed]:
                 kind="over_size_cap",
                 reason=f"record of {declared} bytes exceeds the cap of {cap}",
             )
+        elif lf_only:
+            data = header + b"\r\n\r\n" + bytes(buf[block_start:block_end]) + b"\r\n\r\n"
+            yield Framed(pos, length, data=data, block_at=len(header) + 4, lenient=tuple(lenient))
         else:
-            yield Framed(pos, length, data=bytes(buf[pos : block_end + 4]))
-        pos = block_end + 4
+            data = bytes(buf[pos : block_end + 4])
+            yield Framed(pos, length, data=data, block_at=block_start - pos, lenient=tuple(lenient))
+        pos = block_end + end_len
 
 
 def _next_warc_line(buf, start: int) -> int:
@@ -473,11 +686,11 @@ def _next_warc_line(buf, start: int) -> int:
     size = len(buf)
     p = start
     while True:
-        hit = buf.find(b"WARC/1.", p)
+        hit = buf.find(b"WARC/", p)
         if hit < 0:
             return size
         if hit == 0 or buf[hit - 1 : hit] == b"\n":
-            if WARC_START.match(buf[hit : hit + 10]):
+            if WARC_START.match(buf[hit : hit + 12]):
                 return hit
         p = hit + 1
 
@@ -512,8 +725,10 @@ def handle_framed(collector: Collector, name: str, framed: Framed) -> None:
     except OSError as err:
         collector.reject(name, framed.offset, framed.length, "bad_record", f"unparsable WARC record: {err}")
         return
+    collector.report(name).leniency.update(framed.lenient)
     try:
-        handle_record(collector, name, framed.offset, framed.length, record)
+        block_head = framed.data[framed.block_at : framed.block_at + 512] if framed.block_at >= 0 else b""
+        handle_record(collector, name, framed.offset, framed.length, record, block_head)
     except Exception as err:  # one odd record must not stop the run; it is listed instead
         head = framed.data[:MAX_HEADER_BYTES]
         collector.reject(
@@ -527,7 +742,12 @@ def handle_framed(collector: Collector, name: str, framed: Framed) -> None:
         )
 
 
-def handle_record(collector: Collector, name: str, offset: int, length: int, record: WarcRecord) -> None:
+CHARSET_PARAM = re.compile(r"""charset\s*=\s*["']?([^"';\s]+)""", re.IGNORECASE)
+
+
+def handle_record(
+    collector: Collector, name: str, offset: int, length: int, record: WarcRecord, block_head: bytes = b""
+) -> None:
     headers = record.headers
     record_id = record.record_id or headers.get("WARC-Record-ID")
     url = headers.get("WARC-Target-URI")
@@ -549,27 +769,54 @@ def handle_record(collector: Collector, name: str, offset: int, length: int, rec
         kind = rtype if rtype in SKIP_KINDS else "unknown"
         reject(kind, f"{rtype} record", skipped=True)
         return
-    if not record.is_http:
-        reject("non_http", f"response record of content type {headers.get('Content-Type')!r} is not HTTP", True)
+    warc_type = (headers.get("Content-Type") or "").strip()
+    # HTTP/0.9 style: a response block that is the page itself, no status line or HTTP headers
+    http09 = not block_head.lstrip()[:5].upper().startswith(b"HTTP/") and (
+        warc_type.split(";")[0].strip().lower() in HTML_TYPES or (record.is_http and looks_like_html(block_head))
+    )
+    if not record.is_http and not http09:
+        reject("non_http", f"response record of content type {warc_type!r} is not HTTP", True)
         return
-    try:
-        record.parse_http(auto_decode="all")
-        payload = record.reader.read()
-    except (OSError, ValueError) as err:
-        reject("bad_http", f"unparsable HTTP response: {err}")
-        return
-    status = record.http_headers.status_code
-    content_type = (record.http_headers.get("Content-Type") or "").strip()
-    mime = (record.http_content_type or "").lower()
+    lenient: Counter = Counter()
     digest = headers.get("WARC-Payload-Digest")
-    if digest:
-        collector.response_digests.add(digest)
-    if status is None or not 200 <= status < 300:
-        reject("http_status", f"HTTP status {status}: not a page", skipped=True)
+    if http09:
+        lenient["http09_no_http_headers"] += 1
+        raw = record.reader.read()
+        status, http_headers, http_charset = None, {}, None
+        content_type = warc_type if warc_type.split(";")[0].strip().lower() in HTML_TYPES else ""
+        charset = CHARSET_PARAM.search(content_type)
+        http_charset = charset.group(1) if charset else None
+        if digest:
+            collector.response_digests.add(digest)
+    else:
+        first_line = block_head.split(b"\n", 1)[0]
+        if b"\n" in block_head and not first_line.endswith(b"\r"):
+            lenient["http_header_lf_only"] += 1
+        try:
+            record.parse_http(auto_decode="none", quirks_mode=True)
+            raw = record.reader.read()
+        except (OSError, ValueError) as err:
+            reject("bad_http", f"unparsable HTTP response: {err}")
+            return
+        status = record.http_headers.status_code
+        http_headers, http_charset = record.http_headers, record.http_charset
+        content_type = (record.http_headers.get("Content-Type") or "").strip()
+        mime = (record.http_content_type or "").lower()
+        if digest:
+            collector.response_digests.add(digest)
+        if status is None or not 200 <= status < 300:
+            reject("http_status", f"HTTP status {status}: not a page", skipped=True)
+            return
+        if mime and mime not in HTML_TYPES:
+            reject("non_html", f"Content-Type {content_type!r} is not HTML", skipped=True)
+            return
+    try:
+        payload = decode_payload(raw, http_headers, collector.options.max_record_bytes, lenient)
+    except PayloadError as err:
+        reject(err.kind, str(err))
         return
-    if mime and mime not in HTML_TYPES:
-        reject("non_html", f"Content-Type {content_type!r} is not HTML", skipped=True)
-        return
+    finally:
+        collector.report(name).leniency.update(lenient)
     if not looks_like_html(payload):
         reject("not_html", f"payload of {len(payload)} bytes is not HTML text (Content-Type {content_type!r})")
         return
@@ -577,9 +824,12 @@ def handle_record(collector: Collector, name: str, offset: int, length: int, rec
     if date is None:
         reject("bad_record", f"WARC-Date missing or unparsable: {headers.get('WARC-Date')!r}")
         return
-    text, _codec_used, _source = decode_html(payload, record.http_charset)
+    text, _codec_used, _source = decode_html(payload, http_charset)
     try:
-        title, body = extract(text)
+        title, body = extract(text, collector.options.max_html_depth)
+    except HtmlTooDeep as err:
+        reject("html_too_deep", str(err))
+        return
     except Exception as err:  # the HTML parser raises its own exception types
         reject("bad_html", f"HTML extraction failed: {err}")
         return
@@ -657,8 +907,60 @@ def read_targets(path: Path) -> tuple[list[tuple[int, str, int, int]], list[tupl
             except (TypeError, ValueError):
                 problems.append((line, f"bad target row {line}: {row}"))
                 continue
+            problem = target_name_problem(name)
+            if problem:
+                problems.append((line, f"bad target row {line}: warc_filename {name!r} {problem}"))
+                continue
             targets.append((line, name, offset, length))
     return targets, problems
+
+
+URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def target_name_problem(name: str, _decoded: bool = False) -> str | None:
+    """Why a target's warc_filename is unsafe to join to the base (None if it is a plain relative path).
+
+    A warc_filename must be a relative path of non-empty segments that stays inside the base: no
+    scheme, no absolute path, no `.`/`..` segment, no backslash, NUL, control character, `?`/`#`
+    or whitespace, and no percent-encoding (checked again after decoding, so `%2e%2e` is named as
+    the traversal it is). Checked before any I/O.
+    """
+    if not name:
+        return "is empty"
+    if "\x00" in name:
+        return "contains a NUL byte"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "contains a control character"
+    if "\\" in name:
+        return "contains a backslash (a Windows path separator; use '/')"
+    scheme = URL_SCHEME.match(name)
+    if scheme:
+        return f"has a URL scheme or drive ({scheme.group(0)!r}): give a path relative to the base"
+    if name.startswith("/"):
+        return "is an absolute path: give a path relative to the base"
+    if "%" in name and not _decoded:
+        decoded = name
+        for _ in range(4):  # undo nested encodings (%252e -> %2e -> .)
+            decoded, before = unquote(decoded), decoded
+            if decoded == before:
+                break
+        problem = target_name_problem(decoded, True) if decoded != name else None
+        if problem:
+            return f"is percent-encoded and decodes to {decoded!r}, which {problem}"
+        return "contains '%': percent-encoding is not accepted in a warc_filename"
+    if any(c.isspace() for c in name):
+        return "contains whitespace"
+    if "?" in name or "#" in name:
+        return "contains '?' or '#' (a URL query or fragment)"
+    segments = name.split("/")
+    if any(s == ".." for s in segments):
+        return "has a '..' segment: it would leave the base"
+    if any(s == "." for s in segments):
+        return "has a '.' segment"
+    if any(s == "" for s in segments):
+        return "has an empty path segment ('//' or a trailing '/')"
+    return None
 
 
 class FetchError(Exception):
@@ -667,22 +969,53 @@ class FetchError(Exception):
         self.kind = kind
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed: a 3xx becomes an HTTPError, turned into a fetch_failed naming the Location."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001
+        return None
+
+
+_OPENER = urllib.request.build_opener(_RefuseRedirects)
+
+
+def _mirror_range(base: str, name: str, offset: int, length: int) -> bytes:
+    """Bytes of name under a local mirror folder; the resolved path must stay inside the folder.
+
+    A missing file says no more than an HTTP 404 would (nothing about files elsewhere).
+    """
+    root = Path(base[7:] if base.startswith("file://") else base).expanduser().resolve()
+    missing = FetchError("fetch_failed", f"mirror file {name} does not exist (HTTP 404 equivalent)")
+    try:
+        real = (root / name).resolve(strict=True)
+    except (OSError, RuntimeError):  # missing, or a symlink loop
+        raise missing from None
+    if not real.is_relative_to(root):
+        raise FetchError("bad_target", f"warc_filename {name!r} resolves outside the mirror folder (a symlink)")
+    if not real.is_file():
+        raise missing
+    with open(real, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read(length)
+    if len(data) != length:
+        raise FetchError("fetch_failed", f"mirror file {name} holds only {len(data)} of {length} bytes at {offset}")
+    return data
+
+
 def fetch_range(base: str, name: str, offset: int, length: int, options: WarcOptions) -> bytes:
-    """Bytes [offset, offset+length) of a WARC under base (http(s) URL or local mirror folder)."""
+    """Bytes [offset, offset+length) of a WARC under base (http(s) URL or local mirror folder).
+
+    The name must be a safe relative path (else `bad_target`, before any I/O); HTTP redirects are
+    not followed (a 3xx is a `fetch_failed` naming the refused Location).
+    """
+    problem = target_name_problem(name)
+    if problem:
+        raise FetchError("bad_target", f"warc_filename {name!r} {problem}")
     if length > options.max_record_bytes:
         raise FetchError("over_size_cap", f"warc_length {length} exceeds the cap of {options.max_record_bytes}")
     if not base.startswith(("http://", "https://")):
-        root = Path(base[7:] if base.startswith("file://") else base).expanduser()
-        path = root / name
-        if not path.is_file():
-            raise FetchError("fetch_failed", f"mirror file {path} does not exist")
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read(length)
-        if len(data) != length:
-            raise FetchError("fetch_failed", f"mirror file {path} holds only {len(data)} of {length} bytes at {offset}")
-        return data
-    url = base.rstrip("/") + "/" + name.lstrip("/")
+        return _mirror_range(base, name, offset, length)
+    url = base.rstrip("/") + "/" + name
     request = urllib.request.Request(
         url, headers={"Range": f"bytes={offset}-{offset + length - 1}", "User-Agent": "webdedup (issue 5)"}
     )
@@ -691,7 +1024,7 @@ def fetch_range(base: str, name: str, offset: int, length: int, options: WarcOpt
         if attempt:
             time.sleep(options.cc_retry_backoff_seconds * (2 ** (attempt - 1)))
         try:
-            with urllib.request.urlopen(request, timeout=options.cc_timeout_seconds) as response:
+            with _OPENER.open(request, timeout=options.cc_timeout_seconds) as response:
                 if response.status != 206:
                     raise FetchError(
                         "fetch_failed", f"HTTP {response.status} instead of 206: the server ignored the Range"
@@ -701,6 +1034,13 @@ def fetch_range(base: str, name: str, offset: int, length: int, options: WarcOpt
                 raise FetchError("fetch_failed", f"range returned {len(data)} bytes, expected {length}")
             return data
         except urllib.error.HTTPError as err:
+            location = err.headers.get("Location") if err.headers else None
+            err.close()
+            if 300 <= err.code < 400:
+                raise FetchError(
+                    "fetch_failed",
+                    f"HTTP {err.code} redirect to {location!r} refused for {url} (redirects are not followed)",
+                ) from None
             last = f"HTTP {err.code} for {url}"
             if err.code < 500 and err.code != 429:
                 raise FetchError("fetch_failed", last) from None
@@ -719,7 +1059,8 @@ def check_member(data: bytes, options: WarcOptions) -> bytes:
     if error:
         raise FetchError("truncated_gzip" if error.startswith("truncated") else "corrupt_gzip", error)
     if inflated is None:
-        raise FetchError("over_size_cap", f"record of {total} bytes exceeds the cap of {options.max_record_bytes}")
+        size = f"{total} bytes" if end >= 0 else f"more than {options.max_record_bytes * INFLATE_LIMIT_FACTOR} bytes"
+        raise FetchError("over_size_cap", f"record of {size} exceeds the cap of {options.max_record_bytes}")
     if end != len(data):
         raise FetchError("bad_range", f"gzip member ends at {end} of {len(data)} bytes (wrong warc_length?)")
     return inflated
@@ -775,7 +1116,7 @@ def convert_file(path: str, name: str, options: WarcOptions, part: str) -> FileR
     """Convert one WARC file into a Parquet part of documents (runs in a worker process)."""
     with atomic_path(Path(part)) as temp:
         with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
-            collector = Collector(writer)
+            collector = Collector(writer, options)
             read_warc_file(collector, Path(path), name, options)
             collector.flush()
     return FileResult(
@@ -853,7 +1194,7 @@ def convert_warc_input(
     if commoncrawl_targets is not None:
         with atomic_path(target) as temp:
             with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
-                collector = Collector(writer)
+                collector = Collector(writer, options)
                 targets = read_commoncrawl(collector, commoncrawl_targets, options)
                 collector.flush()
         described.append(
@@ -887,9 +1228,11 @@ def convert_warc_input(
     )
     skipped: Counter = Counter()
     rejected: Counter = Counter()
+    leniency: Counter = Counter()
     for report in reports:
         skipped.update(report.skipped)
         rejected.update(report.rejected)
+        leniency.update(report.leniency)
     return {
         "files": described,
         "summary": {
@@ -898,6 +1241,7 @@ def convert_warc_input(
             "skipped": dict(sorted(skipped.items())),
             "rejected": dict(sorted(rejected.items())),
             "not_documents": sum(skipped.values()) + sum(rejected.values()),
+            "leniency": dict(sorted(leniency.items())),
             "revisits": len(revisits),
             "revisits_pointing_into_input": resolved,
             "seconds": round(time.perf_counter() - started, 4),

@@ -1,0 +1,134 @@
+"""Publishing: the output folder's files, exported from storage as one set.
+
+Stages write to storage only. Publishing builds every output into a staging folder inside the
+output folder, then swaps it in: the list of moves is written to `.publish-journal.json` first,
+the files are renamed into place (`manifest.json` last), stale outputs of the previous set are
+removed, and the journal is deleted. A run killed before the swap leaves the previous set
+untouched; one killed during the swap leaves the journal, and the next publish (or `webdedup
+run`) completes the moves before anything else. `manifest.json` lists the files of its set
+with their sizes, so a reader can check that what it sees belongs together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .storage import Store, _link_or_copy, connect, publish_concatenated, sql_string, write_text
+
+JOURNAL = ".publish-journal.json"
+MANIFEST = "manifest.json"
+# Every file name webdedup publishes: only these are ever replaced or removed in the output folder.
+OUTPUT_NAMES = (
+    "fingerprinted.parquet",
+    "candidate_summary.csv",
+    "collision_buckets.csv",
+    "scored_pairs.parquet",
+    "duplicate_pairs.csv",
+    "clusters.csv",
+    "cluster_inspection.csv",
+    "domain_summary.csv",
+    "deduped_documents.parquet",
+    "rejected_records.csv",
+    MANIFEST,
+)
+# Reports a stage writes beside its stored data, published as they are.
+STAGE_REPORTS = {
+    "candidate_summary.csv": "candidate_pairs",
+    "collision_buckets.csv": "candidate_pairs",
+    "cluster_inspection.csv": "deduped_documents",
+}
+
+
+def report_path(store: Store, name: str) -> Path:
+    """Where a stage keeps a report that is published as `name`."""
+    return store.asset_dir(STAGE_REPORTS[name]) / name
+
+
+def _copy_csv(con, query: str, target: Path) -> None:
+    con.execute(f"COPY ({query}) TO {sql_string(str(target))} (FORMAT csv, HEADER true)")
+
+
+def _build(store: Store, staging: Path) -> None:
+    """Every output of the stored run, into `staging` (tables in a defined order)."""
+    from .manifest import domain_summary_sql  # manifest imports this module
+
+    publish_concatenated(store, "fingerprinted", staging / "fingerprinted.parquet", uncompressed=["signature"])
+    for name in STAGE_REPORTS:
+        _link_or_copy(report_path(store, name), staging / name)
+    _link_or_copy(store.path("scored_pairs"), staging / "scored_pairs.parquet")
+    _link_or_copy(store.path("deduped_documents"), staging / "deduped_documents.parquet")
+    con = connect(store)
+    con.execute("SET preserve_insertion_order = true")
+    try:
+        _copy_csv(
+            con,
+            f"SELECT * FROM {store.scan_sql('duplicate_pairs')} ORDER BY left_doc_id, right_doc_id",
+            staging / "duplicate_pairs.csv",
+        )
+        _copy_csv(
+            con, f"SELECT * FROM {store.scan_sql('clusters')} ORDER BY cluster_id, doc_id", staging / "clusters.csv"
+        )
+        _copy_csv(con, domain_summary_sql(store), staging / "domain_summary.csv")
+        if store.path("rejected_records").exists():
+            _copy_csv(
+                con,
+                f"SELECT * FROM read_parquet({sql_string(str(store.path('rejected_records')))}) "
+                "ORDER BY warc_filename, warc_offset NULLS FIRST, warc_record_id",
+                staging / "rejected_records.csv",
+            )
+    finally:
+        con.close()
+
+
+def publish(store: Store, output_dir: Path, manifest: dict[str, Any]) -> dict[str, int]:
+    """Export the stored run into `output_dir` as one set; returns {file: bytes} of the set.
+
+    The caller holds the output folder's writer lock (state.writer_lock)."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    recover(output_dir)
+    staging = output_dir / f".publish-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    staging.mkdir()
+    try:
+        started = time.perf_counter()
+        _build(store, staging)
+        manifest.setdefault("timings_seconds", {})["publish"] = round(time.perf_counter() - started, 4)
+        outputs = {p.name: p.stat().st_size for p in sorted(staging.iterdir())}
+        outputs[MANIFEST] = None  # listed in itself without a size
+        text = json.dumps({**manifest, "outputs": outputs}, indent=2, default=str)
+        write_text(staging / MANIFEST, text)
+        write_text(store.asset_dir("manifest") / MANIFEST, text)
+        names = sorted(n for n in outputs if n != MANIFEST) + [MANIFEST]
+        stale = [n for n in OUTPUT_NAMES if n not in outputs and (output_dir / n).exists()]
+        write_text(output_dir / JOURNAL, json.dumps({"staging": staging.name, "move": names, "remove": stale}))
+        _swap(output_dir, staging, names, stale)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {k: v for k, v in outputs.items() if v is not None}
+
+
+def _swap(output_dir: Path, staging: Path, names: list[str], stale: list[str]) -> None:
+    for name in names:
+        source = staging / name
+        if source.exists():  # a recovery may find some already moved
+            os.replace(source, output_dir / name)
+    for name in stale:
+        (output_dir / name).unlink(missing_ok=True)
+    (output_dir / JOURNAL).unlink(missing_ok=True)
+
+
+def recover(output_dir: Path) -> bool:
+    """Complete a swap that a killed run left half done; True if there was one."""
+    journal = output_dir / JOURNAL
+    if not journal.exists():
+        return False
+    plan = json.loads(journal.read_text())
+    staging = output_dir / plan["staging"]
+    _swap(output_dir, staging, plan["move"], plan["remove"])
+    shutil.rmtree(staging, ignore_errors=True)
+    return True

@@ -1,0 +1,343 @@
+"""The corpus state of a storage root, and the lock that lets one writer at a time change it.
+
+A storage root holds one corpus. `corpus_state.json` records which crawl days it holds, the
+input each day was read from (path and sha256 of its files) and the parameters the daily
+stages used, so a run reads that state instead of "whatever files lie in the folder":
+
+- `webdedup run INPUT` clears the days INPUT does not hold before it starts (and says so);
+- a Dagster run that reads another input than the one the held days came from is refused;
+- the global stages refuse a storage whose daily files disagree with the state (a day with
+  documents but no band keys, a file left by another corpus) and name the days.
+
+The writer lock is an OS file lock (`flock`) on `<root>/.webdedup.lock`: the kernel releases it
+when its process dies, so a lock can never outlive its holder. Beside it, `.webdedup.locks/`
+holds one small JSON file per holder (pid, host, start, what it runs) to name the holder when
+another writer is refused; files of dead processes are removed, and reported, by the next
+holder. Daily stages of different days share the lock; the global stages, `webdedup run` and
+publishing take it exclusively.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .errors import WebdedupError
+from .storage import Store, write_text
+
+STATE_FILE = "corpus_state.json"
+STATE_FORMAT = 1
+LOCK_FILE = ".webdedup.lock"
+HOLDERS_DIR = ".webdedup.locks"
+DAILY_ASSETS = ("documents", "fingerprinted", "band_memberships")
+
+
+class LockBusy(WebdedupError):
+    """Another process holds the writer lock."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+# ---------------------------------------------------------------- the writer lock
+
+
+@dataclass
+class _Held:
+    fd: int
+    exclusive: bool
+    holder_file: Path
+    depth: int = 1
+
+
+_HELD: dict[Path, _Held] = {}  # re-entrant per process: the CLI holds the lock while its runs execute in-process
+
+
+@dataclass
+class LockReport:
+    """What acquiring the lock found: stale holder files of dead processes it removed."""
+
+    path: Path
+    stale: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _holders(folder: Path) -> list[dict[str, Any]]:
+    found = []
+    for path in sorted((folder / HOLDERS_DIR).glob("*.json")):
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        info["_file"] = path
+        found.append(info)
+    return found
+
+
+def _describe(info: dict[str, Any]) -> str:
+    return f"pid {info.get('pid')} on {info.get('host')} since {info.get('started')}" + (
+        f" ({info['purpose']})" if info.get("purpose") else ""
+    )
+
+
+@contextmanager
+def writer_lock(folder: Path, exclusive: bool = True, timeout: float = 0.0, purpose: str = "") -> Iterator[LockReport]:
+    """Hold the writer lock of `folder` (a storage root or an output folder) for the block.
+
+    exclusive: one holder only (global stages, `webdedup run`, publishing); otherwise shared
+    with other shared holders (daily stages of different days). Waits up to `timeout` seconds,
+    then raises LockBusy naming the holder(s)."""
+    folder = Path(folder).expanduser().resolve()
+    held = _HELD.get(folder)
+    if held is not None:
+        if exclusive and not held.exclusive:
+            raise WebdedupError(f"{folder}: cannot take the writer lock exclusively while holding it shared")
+        held.depth += 1
+        try:
+            yield LockReport(folder)
+        finally:
+            held.depth -= 1
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    deadline = time.monotonic() + max(0.0, timeout)
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                live = [h for h in _holders(folder) if h.get("host") != socket.gethostname() or _pid_alive(h["pid"])]
+                named = "; ".join(_describe(h) for h in live) or "a process that left no holder record"
+                waited = f" after waiting {timeout:g} s" if timeout else ""
+                raise LockBusy(
+                    f"{folder} is in use by another webdedup writer{waited}: {named}. "
+                    "Wait for it to finish, or use another --output/--storage folder."
+                ) from None
+            time.sleep(0.2)
+    report = LockReport(folder)
+    host = socket.gethostname()
+    for info in _holders(folder):  # holder records whose process is gone
+        if info.get("host") == host and not _pid_alive(int(info.get("pid", 0))):
+            info["_file"].unlink(missing_ok=True)
+            report.stale.append({k: v for k, v in info.items() if k != "_file"})
+        elif exclusive and info.get("host") == host:
+            # alive but not holding the flock (a record of an earlier lock of a live process): not ours to keep
+            info["_file"].unlink(missing_ok=True)
+    holder_file = folder / HOLDERS_DIR / f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
+    holder_file.parent.mkdir(exist_ok=True)
+    record = {
+        "pid": os.getpid(),
+        "host": host,
+        "started": _now(),
+        "mode": "exclusive" if exclusive else "shared",
+        "purpose": purpose,
+    }
+    holder_file.write_text(json.dumps(record))
+    _HELD[folder] = _Held(fd, exclusive, holder_file)
+    try:
+        yield report
+    finally:
+        _HELD.pop(folder, None)
+        holder_file.unlink(missing_ok=True)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def holds_lock(folder: Path) -> bool:
+    return Path(folder).expanduser().resolve() in _HELD
+
+
+# ---------------------------------------------------------------- leftovers of dead runs
+
+
+def remove_leftovers(root: Path) -> list[Path]:
+    """Temporary files and staging folders that only a dead writer can have left (call with the
+    exclusive lock held): `.<name>.<pid>.<id>.tmp` files of atomic writes and `.staging-*` /
+    `.publish-*` folders, at the top of `root` and one level below (the asset folders)."""
+    root = Path(root)
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    folders = [root, *(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))]
+    for folder in folders:
+        for entry in os.scandir(folder):
+            name = entry.name
+            if not name.startswith("."):
+                continue
+            path = Path(entry.path)
+            if entry.is_file() and name.endswith(".tmp"):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+            elif entry.is_dir() and name.startswith((".staging-", ".publish-")):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    spill = root / ".duckdb_tmp"
+    if spill.is_dir() and any(spill.iterdir()):
+        shutil.rmtree(spill, ignore_errors=True)
+        removed.append(spill)
+    return removed
+
+
+# ---------------------------------------------------------------- the corpus state
+
+
+def state_path(store: Store) -> Path:
+    return store.root / STATE_FILE
+
+
+def _empty_state() -> dict[str, Any]:
+    return {"format": STATE_FORMAT, "input": None, "days": {}, "parameters": {}, "updated_at": None}
+
+
+def load_state(store: Store) -> dict[str, Any]:
+    """The recorded state; for a storage written before the state existed, one derived from
+    its documents files (days only)."""
+    path = state_path(store)
+    if path.exists():
+        try:
+            state = json.loads(path.read_text())
+        except ValueError as err:
+            raise WebdedupError(
+                f"{path}: the corpus state is not valid JSON ({err}); remove the storage root and run again"
+            ) from None
+        if state.get("format") != STATE_FORMAT:
+            raise WebdedupError(f"{path}: corpus state format {state.get('format')!r}, expected {STATE_FORMAT}")
+        return state
+    state = _empty_state()
+    for day in store.partitions("documents"):
+        state["days"][day] = {"assets": {}}
+    return state
+
+
+@contextmanager
+def _state_mutex(store: Store) -> Iterator[None]:
+    """A short exclusive section around read-modify-write of the state file (daily runs of
+    different days may update it at the same time)."""
+    store.root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store.root / ".corpus_state.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def update_state(store: Store, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    with _state_mutex(store):
+        state = load_state(store)
+        change(state)
+        state["updated_at"] = _now()
+        write_text(state_path(store), json.dumps(state, indent=1, sort_keys=True))
+        return state
+
+
+def input_identity(input_path: str, input_format: str) -> dict[str, str]:
+    """How a corpus' input is named in the state: the resolved path (a glob stays a glob)."""
+    path = str(input_path)
+    if not any(ch in path for ch in "*?["):
+        path = str(Path(path).expanduser().resolve())
+    return {"path": path, "format": input_format}
+
+
+def require_same_input(store: Store, input_path: str, input_format: str, days: list[str]) -> None:
+    """Refuse a daily run that would add days read from another input to the held corpus."""
+    state = load_state(store)
+    held = state.get("input")
+    wanted = input_identity(input_path, input_format)
+    others = sorted(d for d in state["days"] if d not in set(days))
+    if held and others and held["path"] != wanted["path"]:
+        raise WebdedupError(
+            f"storage {store.root} holds {len(others)} crawl day(s) ({others[0]} .. {others[-1]}) read from "
+            f"{held['path']}, and this run reads {wanted['path']}: one storage root holds one corpus. "
+            f"Use another storage root, or `webdedup run {input_path}` to replace the corpus."
+        )
+
+
+def record_documents(store: Store, input_path: str, input_format: str, days: dict[str, dict[str, Any]]) -> None:
+    """After the documents stage: `days` maps each day of the run to its entry ({"rows": n,
+    "input_files": [...]}) or to None when the day has no documents (it leaves the corpus)."""
+
+    def change(state: dict[str, Any]) -> None:
+        state["input"] = input_identity(input_path, input_format)
+        for day, entry in days.items():
+            if entry is None:
+                state["days"].pop(day, None)
+            else:
+                state["days"][day] = {"assets": {"documents": entry}}
+
+    update_state(store, change)
+
+
+def record_stage(store: Store, asset: str, built: dict[str, int], params: dict[str, Any]) -> None:
+    """After a daily stage: the rows it wrote per day, and the parameters it used."""
+
+    def change(state: dict[str, Any]) -> None:
+        for day, rows in built.items():
+            state["days"].setdefault(day, {"assets": {}})["assets"][asset] = {"rows": rows}
+        state["parameters"][asset] = params
+
+    update_state(store, change)
+
+
+def clear_days(store: Store, days: list[str]) -> None:
+    """Remove every daily asset's files of `days` and drop them from the state."""
+    for day in days:
+        for asset in DAILY_ASSETS:
+            store.remove(asset, day)
+
+    def change(state: dict[str, Any]) -> None:
+        for day in days:
+            state["days"].pop(day, None)
+
+    update_state(store, change)
+
+
+def held_days(store: Store) -> list[str]:
+    return sorted(load_state(store)["days"])
+
+
+def check_consistent(store: Store) -> None:
+    """Before the global stages: every daily asset holds exactly the state's crawl days (days
+    without documents hold no file anywhere), or an error naming the days that disagree."""
+    days = set(load_state(store)["days"])
+    problems = []
+    for asset in DAILY_ASSETS:
+        present = set(store.partitions(asset))
+        missing = sorted(days - present)
+        extra = sorted(present - days)
+        if missing:
+            problems.append(f"{asset} lacks {len(missing)} day(s) of the corpus (first: {', '.join(missing[:3])})")
+        if extra:
+            problems.append(
+                f"{asset} holds {len(extra)} day(s) that are not part of the corpus (first: {', '.join(extra[:3])})"
+            )
+    if problems:
+        raise WebdedupError(
+            f"storage {store.root} is not one consistent corpus: " + "; ".join(problems) + ". Materialize the "
+            "daily assets for those days (documents, fingerprinted, band_memberships), or re-run `webdedup run`."
+        )
