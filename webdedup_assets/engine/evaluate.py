@@ -164,7 +164,7 @@ def _unknown_ids(path: Path, column: str, ids: pa.ChunkedArray, found: pa.Array)
     unknown = pc.unique(pc.filter(ids, pc.is_null(found))).to_pylist()
     shown = ", ".join(repr(u) for u in sorted(unknown)[:5])
     return LabelError(
-        f"labels file {path} names {len(unknown)} doc_id(s) not in the run's documents: {shown}"
+        f"labels file {path}: {column} names {len(unknown)} doc_id(s) not in the run's documents: {shown}"
         + (" ..." if len(unknown) > 5 else "")
     )
 
@@ -671,7 +671,6 @@ def cluster_diagnostics(
     Jaccard, minimum and mean edge Jaccard, edge density, domains, and the flags giant (size >=
     giant_size) and low_cohesion (some member below the threshold to its representative: it
     joined by chaining A~B~C)."""
-    n_docs = docs.num_rows
     cluster_of = pc.index_in(clusters["cluster_id"], value_set=pc.unique(clusters["cluster_id"]))
     cluster_of = cluster_of.to_numpy(zero_copy_only=False).astype(np.int64)
     size = clusters["cluster_size"].to_numpy()
@@ -757,5 +756,4 @@ def cluster_diagnostics(
             }
         )
     rows.sort(key=lambda r: (r["flag"] == "ok", r["min_jaccard_to_representative"], -r["size"], r["cluster_id"]))
-    del n_docs
     return _rows_table(rows, columns)
