@@ -400,3 +400,37 @@ def test_edge_level_metrics_separate_chaining_from_the_threshold(labelled_run, t
     current = json.loads(capsys.readouterr().out)["labels"]["current_run"]
     assert current["precision"] == pytest.approx(2 / 3) and current["recall"] == 1.0  # cluster level
     assert current["edge_precision"] == 1.0 and current["edge_recall"] == 1.0  # the pairs themselves
+
+
+def test_evaluate_refuses_a_storage_root_a_writer_holds(labelled_run, capsys):
+    import os
+    import subprocess
+    import sys
+
+    storage = labelled_run / "_storage"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from webdedup_assets.engine.state import writer_lock\n"
+            "with writer_lock(sys.argv[1], purpose='test writer'):\n"
+            "    print('held', flush=True)\n"
+            "    time.sleep(600)\n",
+            str(storage),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(FIXTURE.parents[1])},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["evaluate", "--output", str(labelled_run), "--no-plots"]) == 2
+        assert "is in use by another webdedup writer" in capsys.readouterr().err
+        assert main(["tune", "--output", str(labelled_run), "--num-perm", "64"]) == 2
+        assert "test writer" in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    # the lock goes with the process: evaluate works again
+    assert main(["evaluate", "--output", str(labelled_run), "--no-plots", "--no-reference"]) == 0

@@ -35,6 +35,7 @@ from ..core.fingerprint import shingle_sets
 from ..core.kernel import jaccard_blocks
 from ..core.minhash import candidate_probability
 from .errors import WebdedupError
+from .state import writer_lock
 from .storage import Store, atomic_path, connect, quote_ident
 
 DEFAULT_THRESHOLDS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
@@ -319,7 +320,15 @@ def _bins(floor: float) -> np.ndarray:
     return np.round(np.arange(start, 1.0 + 1e-9, BIN_WIDTH), 6)
 
 
-def evaluate_run(
+def evaluate_run(store: Store, out_dir: Path, **options: Any) -> dict[str, Any]:
+    """Evaluate the run stored in store (see _evaluate_run for the options) while holding the
+    storage root's writer lock shared: a running `webdedup run` on it makes this fail naming the
+    holder, and no writer can replace assets while they are read."""
+    with writer_lock(store.root, exclusive=False, purpose="evaluate"):
+        return _evaluate_run(store, out_dir, **options)
+
+
+def _evaluate_run(
     store: Store,
     out_dir: Path,
     labels_path: Path | None = None,

@@ -31,6 +31,7 @@ from ..core.minhash import MinHashParams, band_keys
 from ..core.tuning import banded_hits, bandings, probability_at, recommend
 from .errors import WebdedupError
 from .evaluate import MAX_REFERENCE_DOCUMENTS, load_shingle_sets
+from .state import writer_lock
 from .storage import Store, atomic_path, connect
 
 DEFAULT_NUM_PERMS = (64, 96, 120, 128, 130, 160)
@@ -80,7 +81,13 @@ def count_candidates(signatures: np.ndarray, bands: int, rows: int, max_pair_slo
     return int(pairs), int(slots)
 
 
-def tune(
+def tune(store: Store, out_dir: Path, **options: Any) -> dict[str, Any]:
+    """Measure and recommend (see _tune) holding the storage root's writer lock shared, like evaluate."""
+    with writer_lock(store.root, exclusive=False, purpose="tune"):
+        return _tune(store, out_dir, **options)
+
+
+def _tune(
     store: Store,
     out_dir: Path,
     threshold: float | None = None,
