@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from . import params
 from .core.minhash import candidate_probability
 from .engine.errors import WebdedupError
+from .evaluate_cli import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 
 PROGRESS_LOGGER = "webdedup.progress"
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
@@ -103,6 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     prob = sub.add_parser("probability", help="P(candidate | Jaccard) for a banding")
     _add_params(prob, params.BandingParams)
     _add_params(prob, params.ScoringParams)
+    add_evaluate_parser(sub)
+    add_tune_parser(sub)
     return parser
 
 
@@ -401,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "evaluate":
+        return cmd_evaluate(args)
+    if args.command == "tune":
+        return cmd_tune(args)
     return cmd_probability(args)
 
 
