@@ -53,8 +53,8 @@ def test_help_text_is_the_model_description_with_default_and_range():
             assert flag(name) in help_text
             if name not in ("rows",):
                 assert " ".join(field.description.split()) in help_text, name
-    assert "Default: 120; an integer >= 1." in help_text
-    assert "Default: 0.8; a number > 0 and <= 1." in help_text
+    assert "Default: 130; an integer >= 1." in help_text
+    assert "Default: 0.7; a number > 0 and <= 1." in help_text
 
 
 BAD_FLAGS = [
@@ -71,7 +71,7 @@ BAD_FLAGS = [
     (["--threshold", "0"], "--threshold 0.0: must be a number > 0 and <= 1"),
     (["--bands", "0"], "--bands 0: must be an integer >= 1"),
     (["--num-perm", "64", "--bands", "5"], "--num-perm 64 is not divisible by --bands 5"),
-    (["--bands", "20", "--rows", "5"], "--bands 20 x --rows 5 = 100 must equal --num-perm 120"),
+    (["--bands", "20", "--rows", "5"], "--bands 20 x --rows 5 = 100 must equal --num-perm 130"),
     (["--max-pair-slots", "-1"], "--max-pair-slots -1: must be an integer >= 0"),
     (["--hot-bucket-size", "1"], "--hot-bucket-size 1: must be an integer >= 2"),
     (["--cc-base-url", ""], "--cc-base-url '': must be non-empty text"),
@@ -103,14 +103,14 @@ def test_probability_validates_too(capsys):
     assert main(["probability", "--threshold", "2"]) == 2
     assert "--threshold 2.0: must be a number > 0 and <= 1" in capsys.readouterr().err
     assert main(["probability"]) == 0
-    assert "J=0.80  P(candidate)=0.9977  <- threshold" in capsys.readouterr().out
+    assert "J=0.70  P(candidate)=0.9916  <- threshold" in capsys.readouterr().out
 
 
 def test_param_error_names_field_value_and_range():
     with pytest.raises(params.ParamError) as err:
         params.FingerprintParams.checked({"num_perm": 0})
     assert str(err.value) == "num_perm 0: must be an integer >= 1"
-    with pytest.raises(params.ParamError, match=r"bands 20 x rows 6 = 120 must equal num_perm 64"):
+    with pytest.raises(params.ParamError, match=r"bands 26 x rows 5 = 130 must equal num_perm 64"):
         params.RunParams.from_stage_values({"fingerprinted": {"num_perm": 64}})
     with pytest.raises(params.ParamError, match=r"bucket_policy 'ring': must be one of fail, star"):
         params.CandidateParams.checked({"bucket_policy": "ring"})
@@ -148,7 +148,7 @@ def _init_failure(result) -> str:
 @pytest.mark.parametrize(
     ("asset", "values", "message"),
     [
-        ("fingerprinted", {"num_perm": 64}, "band_memberships: bands 20 x rows 6 = 120 must equal num_perm 64"),
+        ("fingerprinted", {"num_perm": 64}, "band_memberships: bands 26 x rows 5 = 130 must equal num_perm 64"),
         ("fingerprinted", {"seed": -1}, "invalid config of fingerprinted: seed -1: must be an integer >= 0"),
         ("documents", {"cc_concurrency": 0}, "invalid config of documents: cc_concurrency 0: must be an integer >= 1"),
         ("band_memberships", {"bands": 0}, "invalid config of band_memberships: bands 0: must be an integer >= 1"),

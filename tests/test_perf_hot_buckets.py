@@ -105,12 +105,12 @@ def test_the_default_budget_scales_with_the_corpus_and_still_refuses_the_hot_buc
     with pytest.raises(WebdedupError) as err:
         stage_candidate_pairs(hot_store)  # default parameters
     message = str(err.value)
-    assert f"over the budget of {100 * documents:,} (100 per document x {documents:,} documents" in message
+    assert f"over the budget of {300 * documents:,} (300 per document x {documents:,} documents" in message
     assert f"the largest bucket holds {HOT:,} documents (band " in message
     assert "bucket_policy='star'" in message and "boilerplate" in message
 
 
 def test_pair_slot_budget():
-    assert pair_slot_budget(0, 100, 1_000_000) == 100_000_000  # scales with the corpus
-    assert pair_slot_budget(0, 100, 24) == 1_000_000  # never below the floor
-    assert pair_slot_budget(10, 100, 1_000_000) == 10  # an absolute budget wins
+    assert pair_slot_budget(0, 300, 1_000_000) == 300_000_000  # scales with the corpus
+    assert pair_slot_budget(0, 300, 24) == 1_000_000  # never below the floor
+    assert pair_slot_budget(10, 300, 1_000_000) == 10  # an absolute budget wins

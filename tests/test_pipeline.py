@@ -58,7 +58,7 @@ def test_fixture_default_parameters(fixture_run):
     assert len(checks) == 10
     assert all(c.passed for c in checks.values()), {k: c.passed for k, c in checks.items()}
     manifest = load_manifest(store)
-    assert manifest["parameters"]["fingerprinted"]["num_perm"] == 120
+    assert manifest["parameters"]["fingerprinted"]["num_perm"] == 130
     assert manifest["lsh"]["candidate_probability_at_threshold"] >= 0.95
     assert manifest["input"]["files"][0]["bytes"] > 0
     assert len(manifest["input"]["sha256"]) == 64
@@ -108,7 +108,7 @@ def test_scored_pairs_reasons_and_estimates(fixture_run):
     rows = _rows(store, "scored_pairs", "SELECT exact_jaccard, minhash_estimate, is_duplicate, reason")
     assert len(rows) == 18
     for exact, estimate, is_duplicate, reason in rows:
-        assert is_duplicate == (exact >= 0.8)
+        assert is_duplicate == (exact >= 0.7)
         assert reason in {"jaccard_and_minhash", "jaccard_match"}
         assert abs(exact - estimate) < 0.2
 
@@ -161,7 +161,7 @@ def test_duplicate_pairs_refuses_a_threshold_other_than_scored_pairs(tmp_path):
     again = _materialize(["duplicate_pairs"], config, ops=["duplicate_pairs"], raise_on_error=False)
     assert not again.success
     message = failure_messages(again)[0]
-    assert "duplicate_pairs threshold 0.95 differs from the threshold 0.8 scored_pairs was built with" in message
+    assert "duplicate_pairs threshold 0.95 differs from the threshold 0.7 scored_pairs was built with" in message
 
 
 def test_incompatible_upstream_is_refused_naming_both_values(tmp_path):
@@ -169,11 +169,11 @@ def test_incompatible_upstream_is_refused_naming_both_values(tmp_path):
     assert result.success
     config = job_config(tmp_path / "storage", tmp_path / "output", num_perm=64)
     assert _materialize(["fingerprinted"], config, ops=["fingerprinted"], days=FIXTURE_DAYS).success
-    # band_memberships still configured for 20 x 6 = 120 values: refused, naming both
+    # band_memberships still configured for 26 x 5 = 130 values: refused, naming both
     again = _materialize(["band_memberships"], config, days=FIXTURE_DAYS, raise_on_error=False)
     assert not again.success
     message = failure_messages(again)[0]
-    assert "bands=20 x rows=6 = 120" in message and "num_perm=64" in message
+    assert "bands=26 x rows=5 = 130" in message and "num_perm=64" in message
     # scoring the old candidates against the new fingerprints is refused too
     again = _materialize(["scored_pairs"], config, raise_on_error=False)
     message = failure_messages(again)[0]

@@ -98,8 +98,8 @@ def test_the_state_records_days_inputs_and_parameters(fixture_run):
         day["documents"]["input_files"][0]["sha256"]
         == json.loads((FIXTURE.with_suffix(".expected.json")).read_text())["input_sha256"]
     )
-    assert day["band_memberships"]["rows"] == 40
-    assert state["parameters"]["band_memberships"]["banding"] == {"bands": 20, "rows": 6}
+    assert day["band_memberships"]["rows"] == 2 * 26  # two documents, 26 bands
+    assert state["parameters"]["band_memberships"]["banding"] == {"bands": 26, "rows": 5}
 
 
 def test_global_stages_refuse_storage_that_is_not_one_corpus(tmp_path, capsys):

@@ -83,15 +83,15 @@ class FingerprintParams(ParamGroup):
     """Shingles and MinHash signatures."""
 
     shingle_size: int = Field(default=5, ge=1, description="Tokens per shingle.")
-    num_perm: int = Field(default=120, ge=1, description="MinHash values per document.")
+    num_perm: int = Field(default=130, ge=1, description="MinHash values per document.")
     seed: int = Field(default=1, ge=0, description="Seed of the MinHash permutations.")
 
 
 class BandingParams(ParamGroup):
     """LSH banding of the signatures: bands x rows must equal num_perm."""
 
-    bands: int = Field(default=20, ge=1, description="LSH bands; bands x rows must equal num_perm.")
-    rows: int = Field(default=6, ge=1, description="MinHash values per band.")
+    bands: int = Field(default=26, ge=1, description="LSH bands; bands x rows must equal num_perm.")
+    rows: int = Field(default=5, ge=1, description="MinHash values per band.")
 
 
 class CandidateParams(ParamGroup):
@@ -104,7 +104,7 @@ class CandidateParams(ParamGroup):
         "with the corpus, pair_slots_per_document x documents, at least 1,000,000.",
     )
     pair_slots_per_document: int = Field(
-        default=100,
+        default=300,
         ge=1,
         description="The budget per document when max_pair_slots is 0. An ordinary corpus needs a few (each near-"
         "duplicate pair fills one slot per shared band); one bucket of 50,000 pages needs 25,000 per page.",
@@ -119,7 +119,7 @@ class CandidateParams(ParamGroup):
 class ScoringParams(ParamGroup):
     """The one threshold: scored_pairs' is_duplicate and duplicate_pairs both use it."""
 
-    threshold: float = Field(default=0.8, gt=0, le=1, description="Exact shingle Jaccard a duplicate pair needs.")
+    threshold: float = Field(default=0.7, gt=0, le=1, description="Exact shingle Jaccard a duplicate pair needs.")
 
 
 class RepresentativeParams(ParamGroup):

@@ -1,8 +1,8 @@
 """Run configuration of each asset, generated from the parameter model (`webdedup_assets/params.py`).
 
 Every field, default, range and description comes from the model; nothing is restated here.
-The defaults let the UI and schedules launch with no config (5-token shingles, 120 MinHash
-values in 20 bands of 6 rows, threshold 0.8; see the README for why).
+The defaults let the UI and schedules launch with no config (5-token shingles, 130 MinHash
+values in 26 bands of 5 rows, threshold 0.7: the seed's rule; see the README for why).
 
 Invalid values never reach a stage: building a Config object with an out-of-range value fails
 the step with a description naming the field, the value and the allowed range, and the

@@ -36,7 +36,7 @@ def stage_candidate_pairs(
     max_pair_slots: int = 0,
     bucket_policy: str = "fail",
     hot_bucket_size: int = 1000,
-    pair_slots_per_document: int = 100,
+    pair_slots_per_document: int = 300,
 ) -> dict[str, Any]:
     """Pairs of documents sharing at least one band key, left_doc_id < right_doc_id.
 
