@@ -14,8 +14,9 @@ mix.py holds the hash primitives both share. tests/test_kernel_reference.py,
 tests/test_core_fingerprint.py and tests/test_kernel_normalize.py check the kernels bit for bit
 against core.reference. All kernels release the GIL (nogil) so the engine can run batches on
 several threads, and are cached on disk so a CLI run does not pay the JIT compilation every
-time. numba checks a cached kernel against its own source file only: after editing simd.py or
-mix.py, clear core/kernel/__pycache__ (or set NUMBA_CACHE_DIR) before measuring anything.
+time. numba checks a cached kernel against its own source file only, not the modules it
+inlines: after editing simd.py, mix.py, core/sets.py or core.normalize.CJK_RANGES, clear
+core/kernel/__pycache__ (or set a fresh NUMBA_CACHE_DIR) before testing or measuring.
 """
 
 from __future__ import annotations

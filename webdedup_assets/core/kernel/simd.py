@@ -1,9 +1,10 @@
 """Vector intrinsics for the kernels: the only module that writes LLVM IR (llvmlite).
 
 The hot loops are written for AVX2-class x86 without AVX-512: unaligned 8-byte loads, 64-byte
-compare masks (the tokenizer's block classification) and the MinHash vector step. Each has a
-plain numba fallback (SWAR on 8-byte words) where a load could run past the data buffer. Words
-are read little-endian, as core.hashing defines them, so the kernels refuse a big-endian machine.
+compare masks (the tokenizer's block classification) and the MinHash vector step. The block
+classification falls back to plain numba (SWAR on 8-byte words) where a load would run past the
+data buffer. Words are read little-endian, as core.hashing defines them, so the kernels refuse a
+big-endian machine.
 """
 
 from __future__ import annotations
@@ -185,5 +186,5 @@ def _minhash_blocks(blocks):
     return minhash_blocks
 
 
-minhash_32 = _minhash_blocks(4)
+minhash_32 = _minhash_blocks(4)  # 32 permutations per pass over the shingles (minhash.minhash_row)
 minhash_8 = _minhash_blocks(1)
