@@ -145,8 +145,8 @@ def recall_spread(corpus: Path, limit: int | None, seeds: int) -> None:
     with J their exact shingle Jaccard (webdedup's shingles; the Python tokenizer of the other
     two gives the same sets on this corpus up to rare tokens)."""
     from webdedup_assets.core.fingerprint import fingerprint_texts, shingle_sets
-    from webdedup_assets.core.kernel import jaccard_blocks
     from webdedup_assets.core.minhash import MinHashParams
+    from webdedup_assets.core.sets import jaccard_blocks
 
     ids, bodies = _read_bodies(corpus, limit)
     texts = pa.array(bodies, pa.large_string())

@@ -1,4 +1,5 @@
-"""Fingerprints for Arrow string columns: prepare the text, then run the compiled kernel."""
+"""Fingerprints for Arrow string columns: the compiled kernel, and the exact normalizer for the
+rare documents it flags."""
 
 from __future__ import annotations
 
@@ -26,29 +27,6 @@ def normalize_exact(texts: list[str]) -> pa.LargeStringArray:
     lowered = pa.array([unicodedata.normalize("NFC", t).lower() for t in stripped], pa.large_string())
     data, offsets = string_buffers(lowered)
     return _large(*kernel.collapse_separators(data, offsets, separator))
-
-
-def prepare_texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
-    """ASCII documents pass through raw (the kernel lowercases and splits them). The others are
-    normalized by the compiled table-driven normalizer (core.unicode_tables), which gives
-    exactly normalize_text's output; the documents it flags (characters whose normalization
-    depends on their neighbours) go through normalize_exact, the same steps as normalize_text.
-    Fingerprinting does not need this any more (kernel.token_hashes reads the same tables while
-    it tokenizes); it stays as the check of those tables against normalize_text, and for
-    looking at a normalized batch."""
-    texts = _as_large(texts)
-    ascii_mask = pc.string_is_ascii(texts)
-    if pc.all(ascii_mask).as_py() in (True, None):
-        return texts
-    other = pc.invert(ascii_mask)
-    subset = texts.filter(other)
-    data, offsets = string_buffers(subset)
-    out, out_offsets, flagged = kernel.normalize_batch(data, offsets, *unicode_tables.tables())
-    normalized = _large(out, out_offsets)
-    if flagged.any():
-        exact = normalize_exact(subset.filter(pa.array(flagged)).to_pylist())
-        normalized = pc.replace_with_mask(normalized, pa.array(flagged), exact)
-    return pc.replace_with_mask(texts, other, normalized)
 
 
 def string_buffers(texts: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:

@@ -9,8 +9,8 @@ whitespace, controls) becomes one space, trimmed.
 tokenize: split the normalized text on spaces; inside a word every CJK ideograph, kana and
 Hangul syllable is a token of its own, so text without spaces still gives useful shingles.
 
-The compiled kernel (core.kernel) must reproduce exactly these tokens; it works on raw
-bytes for ASCII documents and on the output of normalize_text for all others.
+The compiled kernel (core.kernel.tokenize) must reproduce exactly these tokens; it reads the raw
+UTF-8 bytes and normalizes as it tokenizes. CJK_RANGES is the one definition both use.
 """
 
 from __future__ import annotations

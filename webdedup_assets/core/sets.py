@@ -62,3 +62,29 @@ def sort_unique(values, start, stop, scratch, counts):
             values[start + unique] = scratch[i]
             unique += 1
     return unique
+
+
+@njit(nogil=True, cache=True)
+def jaccard_blocks(flat_a, starts_a, ends_a, flat_b, starts_b, ends_b, left, right, out):
+    """out[i] = exact Jaccard of sorted unique sets flat_a[starts_a[left[i]]:ends_a[left[i]]] and
+    flat_b[starts_b[right[i]]:ends_b[right[i]]]; 0.0 when both are empty."""
+    for i in range(left.shape[0]):
+        a0, a1 = starts_a[left[i]], ends_a[left[i]]
+        b0, b1 = starts_b[right[i]], ends_b[right[i]]
+        union = (a1 - a0) + (b1 - b0)
+        if union == 0:
+            out[i] = 0.0
+            continue
+        common = 0
+        while a0 < a1 and b0 < b1:
+            x = flat_a[a0]
+            y = flat_b[b0]
+            if x == y:
+                common += 1
+                a0 += 1
+                b0 += 1
+            elif x < y:
+                a0 += 1
+            else:
+                b0 += 1
+        out[i] = common / (union - common)

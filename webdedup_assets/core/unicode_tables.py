@@ -20,8 +20,8 @@ A document is mapped character by character only when every character is context
   read off str.lower() itself (see _casing), so they are the properties CPython uses.
 
 Any document holding another character is flagged and normalized by normalize_text itself,
-so the result is always exactly normalize_text's. tests/test_kernel_normalize.py checks
-every codepoint alone and random mixed strings against normalize_text.
+so the result is always exactly normalize_text's. tests/test_kernel_normalize.py runs every
+codepoint, alone and between neighbours, through the fused tokenizer against core.reference.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def _build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return kind, offsets, codepoints, separator, growth, casing
 
 
-# Token classes: the kinds above refined for the fused tokenizer (core.kernel.token_hashes), so
+# Token classes: the kinds above refined for the fused tokenizer (core.kernel.tokenize.token_hashes), so
 # its per-character step is one table lookup for the common cases.
 CLASS_WORD = 1  # KIND_IDENTITY, not CJK: its bytes go into the current word
 CLASS_CJK = 6  # KIND_IDENTITY and CJK: a token of its own

@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..core.fingerprint import shingle_sets
-from ..core.kernel import jaccard_blocks
+from ..core.minhash import estimate_jaccard
+from ..core.sets import jaccard_blocks
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
 from .storage import Store, connect, scalar, write_batches, write_relation
@@ -207,7 +208,7 @@ def stage_scored_pairs(
             stop = min(begin + PAIRS_PER_CHUNK, len(left))
             chunk = pairs.slice(begin, stop - begin)
             score = exact[begin:stop]
-            estimate = (signatures[left[begin:stop]] == signatures[right[begin:stop]]).mean(axis=1)
+            estimate = estimate_jaccard(signatures[left[begin:stop]], signatures[right[begin:stop]])
             yield pa.record_batch(
                 [
                     chunk.column("left_doc_id").combine_chunks(),
