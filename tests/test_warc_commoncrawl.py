@@ -21,7 +21,7 @@ from webdedup_assets.cli import main  # noqa: E402
 from webdedup_assets.engine.documents import stage_documents  # noqa: E402
 from webdedup_assets.engine.errors import WebdedupError  # noqa: E402
 from webdedup_assets.engine.storage import Store  # noqa: E402
-from webdedup_assets.engine.warc import TERMS_URL, WarcOptions  # noqa: E402
+from webdedup_assets.ingest.options import TERMS_URL, WarcOptions  # noqa: E402
 
 WARC_PATH = "crawl-data/CC-TEST/segments/1/warc/test-00000.warc.gz"
 
@@ -205,7 +205,7 @@ UNSAFE_NAMES = {
 
 
 def test_target_name_checks():
-    from webdedup_assets.engine.warc import target_name_problem
+    from webdedup_assets.ingest.commoncrawl import target_name_problem
 
     for name, expected in UNSAFE_NAMES.items():
         assert expected in (target_name_problem(name) or ""), name
@@ -291,7 +291,7 @@ def test_redirect_to_another_port_is_refused(crawl):
 def test_fetched_gzip_bomb_is_given_up_at_a_bound():
     from test_warc_fixtures import gzip_member, record_bytes
 
-    from webdedup_assets.engine.warc import FetchError, check_member
+    from webdedup_assets.ingest.commoncrawl import FetchError, check_member
 
     bomb = Rec("response", "http://bomb.example/", b"<html><p>" + b"a" * 40_000_000)
     data = gzip_member(record_bytes(bomb, False))

@@ -47,7 +47,7 @@ class DocumentsConfig(dg.Config):
     )
 
     def warc_options(self):
-        from ..engine.warc import WarcOptions
+        from ..ingest.options import WarcOptions
 
         return WarcOptions(
             max_record_bytes=self.warc_max_record_bytes,
