@@ -62,7 +62,7 @@ def discard_staging(store: Store) -> None:
     shutil.rmtree(_staging_dir(store), ignore_errors=True)
 
 
-def _staging_key(warcs: list, targets: list, options: WarcOptions) -> str:
+def _staging_key(warcs: list[InputFile], targets: list[InputFile], options: WarcOptions) -> str:
     spec = {
         "version": CONVERTER_VERSION,
         "warc": [(str(f.path), f.sha256, f.bytes) for f in warcs],
@@ -74,10 +74,10 @@ def _staging_key(warcs: list, targets: list, options: WarcOptions) -> str:
 
 def stage_warc(
     store: Store,
-    files: list,
+    files: list[InputFile],
     options: WarcOptions | None,
     output_dir: Path | None,
-) -> tuple[list, list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[InputFile], list[dict[str, Any]], dict[str, Any]]:
     """Convert WARC inputs (or Common Crawl targets) into one staged Parquet; list what was skipped.
 
     Returns (files for the documents stage: the non-WARC inputs + the staged Parquet,
