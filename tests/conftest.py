@@ -6,7 +6,9 @@ from typing import Any
 import pytest
 
 from webdedup_assets.cli import execute
+from webdedup_assets.defs.config import run_config_ops
 from webdedup_assets.engine.storage import Store
+from webdedup_assets.params import STAGE_GROUPS, RunParams
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "documents.csv"
@@ -14,29 +16,24 @@ FIXTURE = REPO / "fixtures" / "documents.csv"
 CLASSIC = {"shingle_size": 5, "num_perm": 64, "bands": 8, "rows": 8, "threshold": 0.7}
 
 
+def stage_params(**overrides: Any) -> dict[str, Any]:
+    """{group: model} of webdedup_assets.params with the given fields overridden, each group
+    validated alone (so a test can build deliberately inconsistent runs, e.g. new num_perm only)."""
+    groups = {}
+    for group, model in STAGE_GROUPS.items():
+        groups[group] = model.checked({k: v for k, v in overrides.items() if k in model.model_fields})
+    unknown = set(overrides) - {f for model in STAGE_GROUPS.values() for f in model.model_fields}
+    assert not unknown, f"not parameters: {unknown}"
+    return groups
+
+
 def job_config(
-    storage_root: Path,
-    output_dir: Path,
-    input_path: Path | str = FIXTURE,
-    *,
-    shingle_size: int = 5,
-    num_perm: int = 120,
-    seed: int = 1,
-    bands: int = 20,
-    rows: int = 6,
-    threshold: float = 0.8,
-    **candidates: Any,
+    storage_root: Path, output_dir: Path, input_path: Path | str = FIXTURE, **overrides: Any
 ) -> dict[str, Any]:
-    ops = {
-        "documents": {"input_path": str(input_path)},
-        "fingerprinted": {"shingle_size": shingle_size, "num_perm": num_perm, "seed": seed},
-        "band_memberships": {"bands": bands, "rows": rows},
-        "candidate_pairs": candidates,
-        "scored_pairs": {"threshold": threshold},
-        "duplicate_pairs": {"threshold": threshold},
-    }
+    """The run config `webdedup run` would use: the model's defaults with `overrides` (any field)."""
+    run = RunParams.model_construct(**stage_params(**overrides))  # not cross-checked: see stage_params
     return {
-        "ops": {k: {"config": v} for k, v in ops.items()},
+        "ops": run_config_ops(run, str(input_path)),
         "resources": {"storage": {"config": {"storage_root": str(storage_root), "output_dir": str(output_dir)}}},
         "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
     }
@@ -91,3 +88,18 @@ def fixture_run(tmp_path_factory) -> tuple[RunEvents, Store, Path]:
     result, store = run_job(tmp)
     assert result.success, failure_messages(result)
     return result, store, tmp / "output"
+
+
+@pytest.fixture(autouse=True)
+def _drop_progress_handlers():
+    """`webdedup run` (cmd_run) adds a stderr handler to the progress logger on each in-process
+    call and never removes it; under pytest that stderr is a capture closed after the test, so a
+    later test would log into a closed stream ("--- Logging error ---")."""
+    import logging
+
+    from webdedup_assets.cli import PROGRESS_LOGGER
+
+    yield
+    logger = logging.getLogger(PROGRESS_LOGGER)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)

@@ -1,11 +1,15 @@
 """Bad input: a clear error that names the problem, or a documented valid outcome; nothing lost."""
 
+import re
 import subprocess
 import sys
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from webdedup_assets.cli import main
 from webdedup_assets.engine import Store, WebdedupError, stage_documents
 from webdedup_assets.engine.manifest import load_manifest
 
@@ -123,3 +127,143 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "missing required column(s) source, domain, crawled_at, title" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ---- malformed CSV: the file and the line ----------------------------------------------
+
+ROW = "s,d.example,2026-01-01,t,body"
+MALFORMED_CSV = {
+    "ragged_row_too_long": (
+        HEADER + f"a,{ROW}\nb,{ROW},EXTRA\nc,{ROW}\n",
+        r"input.csv: line 3: 7 field\(s\), but the header has 6",
+    ),
+    "ragged_row_too_short_after_a_multiline_field": (
+        HEADER + f'a,s,d.example,2026-01-01,t,"two\nlines"\nb,s,d.example,2026-01-01,t\nc,{ROW}\n',
+        r"input.csv: line 4: 5 field\(s\), but the header has 6",
+    ),
+    "unterminated_quote": (
+        HEADER + f'a,{ROW}\nb,s,d.example,2026-01-01,t,"never closed\nc,{ROW}\n',
+        r"input.csv: line 3: unterminated quoted field: the quote opened in this record is never closed",
+    ),
+    "text_after_a_closing_quote": (
+        HEADER + f'a,{ROW}\nb,s,d.example,2026-01-01,t,"closed" then more\n',
+        r"input.csv: line 3: text after a closing quote",
+    ),
+    "duplicate_header_name": (
+        "doc_id,source,domain,crawled_at,title,body,body\n" + f"a,{ROW},x\n",
+        r"input.csv: line 1: duplicate column name\(s\) in the header: 'body' in columns 6, 7",
+    ),
+    "empty_header_name": (
+        "doc_id,source,domain,crawled_at,title,body,\n" + f"a,{ROW},x\n",
+        r"input.csv: line 1: column\(s\) 7 of the header have no name",
+    ),
+    "semicolon_separated": (
+        HEADER.replace(",", ";") + "a;s;d;2026-01-01;t;b\n",
+        r"input.csv: line 1: the header is one column 'doc_id;source;.*', separated by semicolons; "
+        r"webdedup reads comma-separated \(tab for .tsv\) files",
+    ),
+    "zero_byte_file": ("", r"input.csv: the file is empty \(0 bytes\); a CSV input needs at least its header line"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_CSV))
+@pytest.mark.parametrize("days", [None, ["2026-01-01"]], ids=["whole", "by_day"])
+def test_malformed_csv_names_the_file_and_line(tmp_path, case, days):
+    text, message = MALFORMED_CSV[case]
+    path = _write(tmp_path, text)
+    with pytest.raises(WebdedupError, match=message):
+        stage_documents(Store(tmp_path / "s"), str(path), days=days)
+
+
+def test_header_only_csv_without_newline_is_a_valid_empty_input(tmp_path):
+    path = _write(tmp_path, HEADER.strip())
+    store = Store(tmp_path / "s")
+    assert stage_documents(store, str(path))["rows"] == 0
+
+
+def test_tsv_is_tab_separated_with_commas_in_text(tmp_path):
+    path = _write(tmp_path, HEADER.replace(",", "\t") + "a\ts\td.example\t2026-01-01\tt\tone, two, three\n", "in.tsv")
+    store = Store(tmp_path / "s")
+    stage_documents(store, str(path))
+    assert duckdb.sql(f"SELECT body FROM {store.scan_sql('documents')}").fetchall() == [("one, two, three",)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (HEADER + f"a,{ROW}\nb,{ROW},EXTRA\n", "input.csv: line 3: 7 field(s), but the header has 6"),
+        ("", "input.csv: the file is empty (0 bytes)"),
+    ],
+    ids=["ragged", "empty"],
+)
+def test_cli_malformed_csv_exits_2_naming_file_and_line(tmp_path, capsys, text, message):
+    path = _write(tmp_path, text)
+    assert main(["run", str(path), "--output", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert "column0" not in err and "sniffing" not in err
+
+
+# ---- strict types in Parquet text columns ----------------------------------------------
+
+
+def _parquet(tmp_path, **columns):
+    data = {
+        "doc_id": ["a", "b", "c"],
+        "source": ["s"] * 3,
+        "domain": ["d.example"] * 3,
+        "crawled_at": ["2026-01-01"] * 3,
+        "title": ["t"] * 3,
+        "body": ["x", "y", "z"],
+    }
+    data.update(columns)
+    path = tmp_path / "input.parquet"
+    pq.write_table(pa.table(data), path)
+    return path
+
+
+@pytest.mark.parametrize("days", [None, ["2026-01-01"]], ids=["whole", "by_day"])
+def test_binary_body_holding_utf8_is_decoded_as_text(tmp_path, days):
+    path = _parquet(tmp_path, body=pa.array([b"Caf\xc3\xa9 au lait", b"na\xc3\xafve", None], pa.binary()))
+    store = Store(tmp_path / "s")
+    stage_documents(store, str(path), days=days)
+    rows = duckdb.sql(f"SELECT doc_id, body FROM {store.scan_sql('documents')} ORDER BY doc_id").fetchall()
+    assert rows == [("a", "Café au lait"), ("b", "naïve"), ("c", "")]
+    assert duckdb.sql(f"SELECT typeof(body) FROM {store.scan_sql('documents')} LIMIT 1").fetchall() == [("VARCHAR",)]
+
+
+def test_binary_body_with_invalid_utf8_is_refused_naming_file_column_and_doc_ids(tmp_path):
+    path = _parquet(tmp_path, body=pa.array([b"Caf\xc3\xa9", b"caf\xe9", b"\xff"], pa.binary()))
+    with pytest.raises(
+        WebdedupError,
+        match=r"input.parquet: column body is binary and not valid UTF-8 for 2 document\(s\), "
+        r"first doc_id\(s\): 'b', 'c'",
+    ):
+        stage_documents(Store(tmp_path / "s"), str(path))
+
+
+def test_binary_title_is_checked_too(tmp_path):
+    path = _parquet(tmp_path, title=pa.array([b"ok", b"ok", b"bad\xe9"], pa.large_binary()))
+    with pytest.raises(WebdedupError, match=r"column title is binary and not valid UTF-8 .* 'c'"):
+        stage_documents(Store(tmp_path / "s"), str(path))
+
+
+def test_integer_doc_ids_become_text_other_types_are_refused(tmp_path):
+    store = Store(tmp_path / "s")
+    stage_documents(store, str(_parquet(tmp_path, doc_id=pa.array([10, 2, 3], pa.int64()))))
+    ids = duckdb.sql(f"SELECT doc_id FROM {store.scan_sql('documents')} ORDER BY doc_id").fetchall()
+    assert ids == [("10",), ("2",), ("3",)]
+    for column, values, shown in [
+        ("title", pa.array([1.5, 2.0, 3.0]), "DOUBLE"),
+        ("body", pa.array([True, False, True]), "BOOLEAN"),
+        ("domain", pa.array([[1], [2], [3]]), "BIGINT[]"),
+    ]:
+        with pytest.raises(WebdedupError, match=rf"input.parquet: column {column} has type {re.escape(shown)}; text"):
+            stage_documents(Store(tmp_path / "s2"), str(_parquet(tmp_path, **{column: values})))
+
+
+def test_cli_binary_body_refused_exits_2(tmp_path, capsys):
+    path = _parquet(tmp_path, body=pa.array([b"ok", b"caf\xe9", b"ok"], pa.binary()))
+    assert main(["run", str(path), "--output", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "input.parquet: column body is binary and not valid UTF-8 for 1 document(s), first doc_id(s): 'b'" in err

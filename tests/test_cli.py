@@ -2,7 +2,12 @@ import json
 import subprocess
 import sys
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from webdedup_assets.cli import main
+from webdedup_assets.defs.checks import describe_failure
 
 from .conftest import CLASSIC, FIXTURE
 
@@ -79,3 +84,81 @@ def test_console_script_help():
         "--representative-policy",
     ):
         assert flag in proc.stdout
+
+
+def _drop_from_clusters(monkeypatch, doc_ids):
+    """Make the clusters stage lose documents, so the blocking check every_document_in_one_cluster fails."""
+    from webdedup_assets import engine
+    from webdedup_assets.engine.storage import read_params, write_table
+
+    real = engine.stage_clusters
+
+    def lossy(store, *args, **kwargs):
+        info = real(store, *args, **kwargs)
+        path = store.path("clusters")
+        table = pq.read_table(path)
+        keep = pc.invert(pc.is_in(table.column("doc_id"), pa.array(doc_ids)))
+        write_table(path, table.filter(keep), read_params(path))
+        return info
+
+    monkeypatch.setattr(engine, "stage_clusters", lossy)
+
+
+def test_cli_failed_blocking_check_prints_its_whole_message_with_doc_ids(tmp_path, capsys, monkeypatch):
+    _drop_from_clusters(monkeypatch, ["notice-02", "notice-01"])
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "out"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if "every_document_in_one_cluster" in ln)
+    assert line == (
+        "webdedup: check failed: clusters:every_document_in_one_cluster: documents without cluster: 2; "
+        "first documents without cluster: 'notice-01', 'notice-02'"
+    )
+    assert "blocking asset check failed with ERROR severity:" not in err  # not Dagster's cut-off summary
+    assert "summary" not in capsys.readouterr().out
+
+
+def test_check_failure_description_lists_figures_and_first_offenders():
+    details = {
+        "threshold": 0.8,
+        "pairs_below_threshold": 2,
+        "first_pairs_below_threshold": [["a", "b", 0.5], ["a", "c", 0.7]],
+        "pairs_not_ordered": 0,
+        "first_pairs_not_ordered": [],
+    }
+    assert describe_failure(details) == (
+        "threshold: 0.8; pairs below threshold: 2; first pairs below threshold: ('a', 'b', 0.5), ('a', 'c', 0.7)"
+    )
+
+
+def test_invariants_name_their_first_offenders(tmp_path):
+    from webdedup_assets.engine import Store, invariants
+    from webdedup_assets.engine.storage import write_table
+
+    store = Store(tmp_path)
+    write_table(store.path("documents"), pa.table({"doc_id": ["a", "b", "c", "d"]}), {})
+    write_table(
+        store.path("duplicate_pairs"),
+        pa.table({"left_doc_id": ["a", "c", "b"], "right_doc_id": ["b", "b", "d"], "exact_jaccard": [0.9, 0.5, 0.7]}),
+        {"duplicates": {"threshold": 0.8}},
+    )
+    passed, details = invariants.duplicates_meet_threshold(store)
+    assert not passed
+    assert details["first_pairs_below_threshold"] == [["b", "d", 0.7], ["c", "b", 0.5]]
+    assert details["first_pairs_not_ordered"] == [["c", "b"]]
+    write_table(
+        store.path("clusters"),
+        pa.table({"cluster_id": ["cluster-a", "cluster-a", "cluster-a", "cluster-x"], "doc_id": ["a", "b", "b", "x"]}),
+        {},
+    )
+    passed, details = invariants.every_document_in_one_cluster(store)
+    assert not passed
+    assert details["first_documents_without_cluster"] == ["c", "d"]
+    assert details["first_documents_in_several_clusters"] == ["b"]
+    assert details["first_clustered_ids_not_in_documents"] == ["x"]
+    write_table(
+        store.path("deduped_documents"), pa.table({"cluster_id": ["cluster-a", "cluster-a"], "doc_id": ["a", "b"]}), {}
+    )
+    passed, details = invariants.one_representative_per_cluster(store)
+    assert not passed
+    assert details["first_clusters_without_representative"] == ["cluster-x"]
+    assert details["first_clusters_with_several_representatives"] == [["cluster-a", ["a", "b"]]]

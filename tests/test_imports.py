@@ -25,7 +25,8 @@ GENERATED = {"core/unicode_tables.py"}  # generated Unicode tables: long by natu
 # is split (the test fails on an entry that no longer applies, so this list stays true).
 OVERSIZED = {
     "core/kernel.py": "being split into vector intrinsics, tokenizer and MinHash (issue 11, item 5)",
-    "engine/documents.py": "CSV/Parquet reading and validation, being reworked (strict types, CSV dialect)",
+    "engine/documents.py": "CSV/Parquet reading and validation (strict types, CSV dialect); not yet split",
+    "engine/evaluate.py": "evaluate and tune (quality work): labelled pairs, cluster metrics, diagnostics; not yet split",
 }
 # Cycles outside the ingest package that remain; same rule as OVERSIZED.
 KNOWN_CYCLES = {

@@ -21,6 +21,7 @@ from webdedup_assets.engine import (
     stage_fingerprinted,
     stage_scored_pairs,
 )
+from webdedup_assets.engine.candidates import pair_slot_budget
 from webdedup_assets.engine.storage import write_table
 
 HOT = 50_000
@@ -97,3 +98,19 @@ def test_chain_of_100k_documents_through_the_clusters_stage(tmp_path):
     info = stage_clusters(store)
     assert info["edges"] == n - 1
     assert info["clusters"] == 1 and info["max_cluster_size"] == n
+
+
+def test_the_default_budget_scales_with_the_corpus_and_still_refuses_the_hot_bucket(hot_store):
+    documents = HOT + 20
+    with pytest.raises(WebdedupError) as err:
+        stage_candidate_pairs(hot_store)  # default parameters
+    message = str(err.value)
+    assert f"over the budget of {100 * documents:,} (100 per document x {documents:,} documents" in message
+    assert f"the largest bucket holds {HOT:,} documents (band " in message
+    assert "bucket_policy='star'" in message and "boilerplate" in message
+
+
+def test_pair_slot_budget():
+    assert pair_slot_budget(0, 100, 1_000_000) == 100_000_000  # scales with the corpus
+    assert pair_slot_budget(0, 100, 24) == 1_000_000  # never below the floor
+    assert pair_slot_budget(10, 100, 1_000_000) == 10  # an absolute budget wins

@@ -132,13 +132,13 @@ def _materialize(selection, config, ops=(), days=None, **kwargs):
     )
 
 
-def test_rematerializing_duplicate_pairs_alone_with_a_new_threshold(tmp_path):
+def test_rematerializing_scoring_alone_with_a_new_threshold(tmp_path):
     result, store = run_job(tmp_path)
     assert result.success
     fingerprint_files = {p: p.stat().st_mtime_ns for p in store.files("fingerprinted")}
     config = job_config(tmp_path / "storage", tmp_path / "output", threshold=0.95)
-    downstream = ["duplicate_pairs", "clusters", "deduped_documents", "manifest"]
-    again = _materialize(downstream, config, ops=["duplicate_pairs"])
+    downstream = ["scored_pairs", "duplicate_pairs", "clusters", "deduped_documents", "manifest"]
+    again = _materialize(downstream, config, ops=["scored_pairs"])
     assert again.success
     materialized = {e.asset_key.to_user_string() for e in again.get_asset_materialization_events()}
     assert materialized == set(downstream)
@@ -148,6 +148,20 @@ def test_rematerializing_duplicate_pairs_alone_with_a_new_threshold(tmp_path):
     assert counts["candidate_pairs"] == 18
     assert counts["duplicate_clusters"] == 6 and counts["singletons"] == 12
     assert counts["representatives"] == 18
+    # one threshold: is_duplicate of scored_pairs agrees with duplicate_pairs
+    assert _rows(store, "scored_pairs", "SELECT count(*) FILTER (is_duplicate)") == [(6,)]
+    assert load_manifest(store)["parameters"]["duplicate_pairs"]["threshold"] == 0.95
+
+
+def test_duplicate_pairs_refuses_a_threshold_other_than_scored_pairs(tmp_path):
+    result, store = run_job(tmp_path)
+    assert result.success
+    config = job_config(tmp_path / "storage", tmp_path / "output")
+    config["ops"]["duplicate_pairs"] = {"config": {"threshold": 0.95}}
+    again = _materialize(["duplicate_pairs"], config, ops=["duplicate_pairs"], raise_on_error=False)
+    assert not again.success
+    message = failure_messages(again)[0]
+    assert "duplicate_pairs threshold 0.95 differs from the threshold 0.8 scored_pairs was built with" in message
 
 
 def test_incompatible_upstream_is_refused_naming_both_values(tmp_path):

@@ -10,11 +10,59 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
+from . import params
 from .core.minhash import candidate_probability
 from .engine.errors import WebdedupError
+from .evaluate_cli import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 
 PROGRESS_LOGGER = "webdedup.progress"
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+# Flags whose name is not the parameter's own (`--shingle-size` for shingle_size).
+FLAG_NAMES = {
+    "input_format": "--format",
+    "warc_max_record_bytes": "--max-record-bytes",
+    "cc_accept_terms_of_use": "--accept-commoncrawl-terms",
+    "cc_timeout_seconds": "--cc-timeout",
+    "cc_max_retries": "--cc-retries",
+    "cc_retry_backoff_seconds": "--cc-backoff",
+}
+
+
+def flag(name: str) -> str:
+    """The command line flag of a parameter of webdedup_assets.params."""
+    return FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
+
+
+def _shown(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) and value >= 10_000 else str(value)
+
+
+def _add_params(parser: argparse.ArgumentParser, model: type[BaseModel], **overrides: dict[str, Any]) -> None:
+    """One flag per field of a parameter group: its type, choices, default and help come from the model."""
+    for name, field in model.model_fields.items():
+        options: dict[str, Any] = {"dest": name, "default": field.default}
+        annotation = params.base_type(field.annotation)
+        if annotation is bool:  # a switch; --no-... as well if the model's default is true
+            action = argparse.BooleanOptionalAction if field.default else "store_true"
+            options.update(action=action, help=field.description)
+        else:
+            choices = params.choices(field)
+            allowed = "" if choices else f"; {params.allowed(field)}"  # argparse lists the choices itself
+            options.update(
+                type=type(choices[0]) if choices else annotation,
+                help=f"{field.description} Default: {_shown(field.default)}{allowed}.",
+            )
+            if choices:
+                options["choices"] = list(choices)
+            else:
+                options["metavar"] = {int: "N", float: "X"}.get(annotation, "VALUE")
+        options.update(overrides.get(name, {}))
+        options["help"] = options["help"].replace("%", "%%")  # argparse formats help with %
+        parser.add_argument(flag(name), **options)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run all nine assets and their checks on INPUT and print a summary",
         description="Materialize documents -> ... -> manifest on INPUT in-process (asset checks "
         "included), print progress per stage and a summary. Exit 0 on success, 1 when an asset "
-        "check fails, 2 on bad input or parameters.",
+        "check fails, 2 on bad input or parameters. Every parameter is checked before any stage runs.",
     )
     run.add_argument(
         "input",
@@ -40,116 +88,71 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--storage", default=None, help="storage root for the per-asset Parquet (default: OUTPUT/_storage)"
     )
-    run.add_argument(
-        "--format",
-        dest="input_format",
-        choices=["auto", "csv", "parquet", "warc", "commoncrawl"],
-        default="auto",
-        help="input format (default: from the file suffix); commoncrawl fetches byte ranges of WARC files",
-    )
-    run.add_argument(
-        "--max-record-bytes",
-        type=int,
-        default=16 * 1024 * 1024,
-        help="WARC records or fetched ranges larger than this are rejected (default 16 MiB)",
-    )
-    run.add_argument(
-        "--cc-base-url",
-        default="https://data.commoncrawl.org/",
-        help="base URL or local mirror folder of the Common Crawl WARC paths (default the public bucket)",
-    )
-    run.add_argument(
-        "--accept-commoncrawl-terms",
-        action="store_true",
-        help="acknowledge https://commoncrawl.org/terms-of-use (required for --format commoncrawl)",
-    )
-    run.add_argument("--cc-timeout", type=float, default=30.0, help="seconds per range request (default 30)")
-    run.add_argument("--cc-retries", type=int, default=3, help="retries after a timeout or 5xx (default 3)")
-    run.add_argument("--cc-concurrency", type=int, default=4, help="range requests in flight (default 4)")
-    run.add_argument(
-        "--warc-workers",
-        type=int,
-        default=1,
-        help="processes converting local WARC files (default 1; 0: one per CPU, never more than files)",
-    )
-    run.add_argument("--shingle-size", type=int, default=5, help="tokens per shingle (default 5)")
-    run.add_argument("--num-perm", type=int, default=120, help="MinHash values per document (default 120)")
-    run.add_argument("--seed", type=int, default=1, help="MinHash seed (default 1)")
-    run.add_argument("--bands", type=int, default=20, help="LSH bands (default 20)")
-    run.add_argument(
-        "--rows",
-        type=int,
-        default=None,
-        help="values per band (default: num-perm / bands); bands x rows must equal num-perm",
-    )
-    run.add_argument("--threshold", type=float, default=0.8, help="exact Jaccard for a duplicate (default 0.8)")
-    run.add_argument(
-        "--max-pair-slots",
-        type=int,
-        default=1_000_000,
-        help="budget of pair slots for the band join (default 1,000,000)",
-    )
-    run.add_argument(
-        "--bucket-policy",
-        choices=["fail", "star"],
-        default="fail",
-        help="over-budget behaviour: fail before the join, or star-link hot buckets",
-    )
-    run.add_argument(
-        "--hot-bucket-size",
-        type=int,
-        default=1000,
-        help="bucket size above which the star policy applies (default 1000)",
-    )
-    run.add_argument(
-        "--representative-policy",
-        choices=["newest", "oldest", "longest"],
-        default="newest",
-        help="which member of a cluster is kept (default newest)",
-    )
+    default_rows = params.BandingParams.model_fields["rows"].default
+    for model in params.STAGE_GROUPS.values():
+        _add_params(
+            run,
+            model,
+            rows={
+                "default": None,
+                "help": f"MinHash values per band; bands x rows must equal num-perm. Default: num-perm / bands "
+                f"({default_rows} with the defaults).",
+            },
+        )
     run.add_argument("--quiet", action="store_true", help="no per-stage progress lines")
     run.add_argument("--json", action="store_true", help="print the manifest counts as JSON instead of a table")
     prob = sub.add_parser("probability", help="P(candidate | Jaccard) for a banding")
-    prob.add_argument("--bands", type=int, default=20)
-    prob.add_argument("--rows", type=int, default=6)
-    prob.add_argument("--threshold", type=float, default=0.8)
+    _add_params(prob, params.BandingParams)
+    _add_params(prob, params.ScoringParams)
+    add_evaluate_parser(sub)
+    add_tune_parser(sub)
     return parser
 
 
-def run_config(args: argparse.Namespace, storage_root: Path, output_dir: Path) -> dict[str, Any]:
+def run_params(args: argparse.Namespace) -> params.RunParams:
+    """The parameters of `webdedup run`, validated; a ParamError names the first bad one."""
+
+    def group(name: str, **given: Any) -> Any:
+        model = params.STAGE_GROUPS[name]
+        return model.checked({k: getattr(args, k) for k in model.model_fields} | given)
+
+    fingerprint = group("fingerprint")
     rows = args.rows
     if rows is None:
-        if args.bands < 1 or args.num_perm % args.bands:
-            raise ValueError(
-                f"--num-perm {args.num_perm} is not divisible by --bands {args.bands}; "
-                f"give --rows explicitly or choose bands that divide num-perm"
+        bands = params.BandingParams.checked({"bands": args.bands}).bands
+        if fingerprint.num_perm % bands:
+            raise params.ParamError(
+                ("num_perm", "bands"),
+                "{p0} {num_perm} is not divisible by {p1} {bands}; give --rows explicitly or choose bands "
+                "that divide num-perm",
+                num_perm=fingerprint.num_perm,
+                bands=bands,
             )
-        rows = args.num_perm // args.bands
-    ops = {
-        "documents": {
-            "input_path": str(Path(args.input).expanduser()),
-            "input_format": args.input_format,
-            "warc_max_record_bytes": args.max_record_bytes,
-            "cc_base_url": args.cc_base_url,
-            "cc_accept_terms_of_use": args.accept_commoncrawl_terms,
-            "cc_timeout_seconds": args.cc_timeout,
-            "cc_max_retries": args.cc_retries,
-            "cc_concurrency": args.cc_concurrency,
-            "warc_workers": args.warc_workers,
-        },
-        "fingerprinted": {"shingle_size": args.shingle_size, "num_perm": args.num_perm, "seed": args.seed},
-        "band_memberships": {"bands": args.bands, "rows": rows},
-        "candidate_pairs": {
-            "max_pair_slots": args.max_pair_slots,
-            "bucket_policy": args.bucket_policy,
-            "hot_bucket_size": args.hot_bucket_size,
-        },
-        "scored_pairs": {"threshold": args.threshold},
-        "duplicate_pairs": {"threshold": args.threshold},
-        "deduped_documents": {"representative_policy": args.representative_policy},
+        rows = fingerprint.num_perm // bands
+    groups = {
+        "input": group("input"),
+        "fingerprint": fingerprint,
+        "banding": group("banding", rows=rows),
+        "candidates": group("candidates"),
+        "scoring": group("scoring"),
+        "representative": group("representative"),
     }
+    try:
+        return params.RunParams(**groups)
+    except ValidationError as err:
+        raise params.param_error(params.RunParams, err) from None
+
+
+def run_config(args: argparse.Namespace, storage_root: Path, output_dir: Path) -> dict[str, Any]:
+    """The Dagster run config of `webdedup run`; a ValueError (one line, flags named) when a parameter is bad."""
+    from .defs.config import run_config_ops
+
+    try:
+        run = run_params(args)
+    except params.ParamError as err:
+        raise ValueError(err.render(flag)) from None
     return {
-        "ops": {name: {"config": config} for name, config in ops.items()},
+        "ops": run_config_ops(run, str(Path(args.input).expanduser())),
         "resources": {"storage": {"config": {"storage_root": str(storage_root), "output_dir": str(output_dir)}}},
         "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
     }
@@ -288,11 +291,19 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
     return events + list(result.all_events)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    import dagster as dg
+def _blocking_check_failed(event) -> bool:
+    error = event.step_failure_data.error
+    return error is not None and error.cls_name == "DagsterAssetCheckFailedError"
 
-    from .engine.manifest import load_manifest
-    from .engine.storage import Store
+
+def _print_failed_checks(failed: list[tuple[str, dict[str, Any], str | None]]) -> None:
+    """One line per failed check: its whole message (first offending doc_ids included), else its figures."""
+    for label, details, description in failed:
+        message = description or json.dumps(details, default=str)
+        print(f"webdedup: check failed: {label}: {message}", file=sys.stderr)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
 
     output_dir = Path(args.output).expanduser().resolve()
     storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
@@ -301,13 +312,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    progress = logging.getLogger(PROGRESS_LOGGER)
+    handler = logging.StreamHandler(sys.stderr)
     if not args.quiet:
-        handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("  %(message)s"))
-        progress = logging.getLogger(PROGRESS_LOGGER)
         progress.addHandler(handler)
         progress.setLevel(logging.INFO)
         print(f"webdedup: {args.input} -> {output_dir}", file=sys.stderr)
+    try:
+        return _run_and_report(args, config, output_dir, storage_root)
+    finally:
+        progress.removeHandler(handler)  # a second call in the same process does not print twice
+
+
+def _run_and_report(args: argparse.Namespace, config: dict[str, Any], output_dir: Path, storage_root: Path) -> int:
+    import dagster as dg
+
+    from .engine.manifest import load_manifest
+    from .engine.storage import Store
+
     try:
         events = execute(config["ops"]["documents"]["config"]["input_path"], config, args.input_format)
     except WebdedupError as err:  # e.g. another run holds the folder
@@ -320,6 +343,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     succeeded = False
     for event in events:
         if event.event_type_value == "STEP_FAILURE":
+            if _blocking_check_failed(event):  # its own message is printed below, not Dagster's summary
+                break
             print(f"webdedup: error in {event.step_key}: {_failure_message(event)}", file=sys.stderr)
             return EXIT_ERROR
         if event.event_type_value == "ASSET_CHECK_EVALUATION":
@@ -327,9 +352,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             if not data.passed:
                 label = f"{data.asset_key.to_user_string()}:{data.check_name}"
                 details = {k: v.value for k, v in data.metadata.items()}
-                (skipped_checks if data.severity.value == "WARN" else failed_checks).append((label, details))
+                target = skipped_checks if data.severity.value == "WARN" else failed_checks
+                target.append((label, details, data.description))
         if event.event_type_value == "ASSET_MATERIALIZATION" and event.asset_key.to_user_string() == "manifest":
             succeeded = True
+    if failed_checks and not succeeded:  # a blocking check stopped the run
+        _print_failed_checks(failed_checks)
+        return EXIT_CHECK_FAILED
     if not succeeded:
         print("webdedup: error: the run did not complete", file=sys.stderr)
         return EXIT_ERROR
@@ -350,13 +379,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     if skipped_checks and not args.quiet:
         print(f"  {len(skipped_checks)} count check(s) skipped: {skipped_checks[0][1].get('skipped')}", file=sys.stderr)
     if failed_checks:
-        for label, details in failed_checks:
-            print(f"webdedup: check failed: {label}: {json.dumps(details, default=str)}", file=sys.stderr)
+        _print_failed_checks(failed_checks)
         return EXIT_CHECK_FAILED
     return EXIT_OK
 
 
 def cmd_probability(args: argparse.Namespace) -> int:
+    try:
+        params.BandingParams.checked({"bands": args.bands, "rows": args.rows})
+        params.ScoringParams.checked({"threshold": args.threshold})
+    except params.ParamError as err:
+        print(f"webdedup: error: {err.render(flag)}", file=sys.stderr)
+        return EXIT_ERROR
     for jaccard in sorted({0.3, 0.5, 0.6, 0.7, 0.8, 0.9, args.threshold}):
         mark = "  <- threshold" if jaccard == args.threshold else ""
         print(f"J={jaccard:.2f}  P(candidate)={candidate_probability(jaccard, args.bands, args.rows):.4f}{mark}")
@@ -367,6 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "evaluate":
+        return cmd_evaluate(args)
+    if args.command == "tune":
+        return cmd_tune(args)
     return cmd_probability(args)
 
 

@@ -226,6 +226,7 @@ def candidate_pairs(config: CandidateConfig, storage: WebdedupStorage) -> dg.Mat
         config.max_pair_slots,
         config.bucket_policy,
         config.hot_bucket_size,
+        config.pair_slots_per_document,
     )
     return materialized(storage, "candidate_pairs", info, config.model_dump())
 
@@ -251,19 +252,21 @@ def scored_pairs(config: ScoreConfig, storage: WebdedupStorage) -> dg.Materializ
     kinds=KINDS,
     deps=[scored_pairs],
     description=(
-        "Scored pairs whose exact Jaccard reaches the threshold, marked exact (1.0) or near. Re-run alone "
-        "with a new threshold without re-fingerprinting."
+        "Scored pairs whose exact Jaccard reaches the threshold scored_pairs was built with (one threshold), "
+        "marked exact (1.0) or near. A new threshold: re-materialize scored_pairs and downstream (no "
+        "re-fingerprinting)."
     ),
 )
 def duplicate_pairs(config: DuplicateConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
     info = run_stage(engine.stage_duplicate_pairs, storage.store(), config.threshold)
+    threshold = info["duplicates"]["threshold"]  # scored_pairs' threshold: there is one
     banding = info.get("banding") or {}
     extra = {}
     if banding:
         extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
-            round(candidate_probability(config.threshold, banding["bands"], banding["rows"]), 6)
+            round(candidate_probability(threshold, banding["bands"], banding["rows"]), 6)
         )
-    return materialized(storage, "duplicate_pairs", info, config.model_dump(), **extra)
+    return materialized(storage, "duplicate_pairs", info, {"threshold": threshold}, **extra)
 
 
 @dg.asset(

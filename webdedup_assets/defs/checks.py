@@ -9,8 +9,26 @@ from ..engine.storage import Store
 from .resources import WebdedupStorage
 
 
+def describe_failure(details: dict) -> str:
+    """The whole message of a failed check: every non-empty figure, the first offenders by doc_id."""
+    parts = []
+    for key, value in details.items():
+        if value in (0, [], None, ""):
+            continue
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ", ".join("(" + ", ".join(map(repr, v)) + ")" if isinstance(v, list) else repr(v) for v in value)
+        parts.append(f"{key.replace('_', ' ')}: {value}")
+    return "; ".join(parts)
+
+
 def _result(passed: bool, details: dict) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(passed=bool(passed), metadata={"details": dg.MetadataValue.json(details)})
+    return dg.AssetCheckResult(
+        passed=bool(passed),
+        description=None if passed else describe_failure(details),
+        metadata={"details": dg.MetadataValue.json(details)},
+    )
 
 
 def _invariant(

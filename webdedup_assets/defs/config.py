@@ -1,94 +1,201 @@
-"""Run configuration of each asset, with defaults so the UI and schedules launch with none.
+"""Run configuration of each asset, generated from the parameter model (`webdedup_assets/params.py`).
 
-Defaults: 5-token shingles, 120 MinHash values in 20 bands of 6 rows, threshold 0.8. At the
-threshold a pair becomes a candidate with probability 1 - (1 - 0.8^6)^20 = 0.998; the classic
-8 x 8 at 0.7 gives only 0.378 and stays available through config.
+Every field, default, range and description comes from the model; nothing is restated here.
+The defaults let the UI and schedules launch with no config (5-token shingles, 120 MinHash
+values in 20 bands of 6 rows, threshold 0.8; see the README for why).
+
+Invalid values never reach a stage: building a Config object with an out-of-range value fails
+the step with a description naming the field, the value and the allowed range, and the
+storage resource checks the whole run config (cross-field rules included: bands x rows =
+num_perm, one threshold) before the first step of a run (`validate_run_config`).
 """
 
 from __future__ import annotations
 
+import copy
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from ..params import (
+    STAGE_GROUPS,
+    STAGE_OF_ASSET,
+    InputParams,
+    ParamError,
+    ParamGroup,
+    RunParams,
+    ScoringParams,
+    param_error,
+)
 
 FIXTURE_INPUT = str(Path(__file__).resolve().parents[2] / "fixtures" / "documents.csv")
 DEFAULT_INPUT = os.environ.get("WEBDEDUP_INPUT", FIXTURE_INPUT)
 
 
-class DocumentsConfig(dg.Config):
-    input_path: str = Field(
-        default=DEFAULT_INPUT,
-        description="CSV, Parquet, .warc or .warc.gz file, folder or glob; for commoncrawl a CSV of "
-        "(warc_filename, warc_offset, warc_length) targets.",
-    )
-    input_format: Literal["auto", "csv", "parquet", "warc", "commoncrawl"] = Field(
-        default="auto", description="auto: from each file's suffix; commoncrawl: fetch the targets by byte range."
-    )
-    warc_max_record_bytes: int = Field(
-        default=16 * 1024 * 1024, ge=1, description="WARC records (or fetched ranges) larger than this are rejected."
-    )
-    cc_base_url: str = Field(
-        default="https://data.commoncrawl.org/",
-        description="Where Common Crawl WARC paths are fetched from: an http(s) URL or a local mirror folder.",
-    )
-    cc_accept_terms_of_use: bool = Field(
-        default=False,
-        description="Must be true to fetch from Common Crawl: you accept https://commoncrawl.org/terms-of-use.",
-    )
-    cc_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of one range request.")
-    cc_max_retries: int = Field(default=3, ge=0, description="Retries after a timeout, 5xx or 429.")
-    cc_retry_backoff_seconds: float = Field(default=1.0, ge=0, description="First retry delay; doubles each time.")
-    cc_concurrency: int = Field(default=4, ge=1, description="Range requests in flight.")
-    warc_workers: int = Field(
-        default=1, ge=0, description="Processes converting local WARC files; 0: one per CPU, never more than files."
-    )
+class InvalidConfig(dg.Failure):
+    """A run config value outside its allowed range; the description names field, value and range."""
 
+    def __init__(self, where: str, err: ParamError) -> None:
+        super().__init__(description=f"invalid config of {where}: {err}", allow_retries=False)
+
+
+class StageConfig(dg.Config):
+    """A Dagster Config generated from a parameter group; `params()` gives the frozen model."""
+
+    params_model: ClassVar[type[ParamGroup]] = ParamGroup  # set per generated class
+    asset_name: ClassVar[str] = ""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:  # an out-of-range value: a named failure, not a traceback
+            raise InvalidConfig(self.asset_name or type(self).__name__, param_error(type(self), err)) from None
+
+    def params(self) -> Any:
+        fields = self.params_model.model_fields
+        return self.params_model(**{k: v for k, v in self.model_dump().items() if k in fields})
+
+
+def _config_class(
+    name: str, model: type[ParamGroup], doc: str, base: type[StageConfig] = StageConfig, **extra: Any
+) -> type[StageConfig]:
+    """A Config class with the model's fields (annotation, default, range, description) plus `extra`."""
+    fields: dict[str, Any] = dict(extra)
+    fields.update({k: (f.annotation, copy.copy(f)) for k, f in model.model_fields.items()})
+    cls = create_model(name, __base__=base, __module__=__name__, __doc__=doc, **fields)
+    cls.params_model = model
+    return cls
+
+
+class _InputConfig(StageConfig):
     def warc_options(self):
         from ..ingest.options import WarcOptions
 
+        p: InputParams = self.params()
         return WarcOptions(
-            max_record_bytes=self.warc_max_record_bytes,
-            cc_base_url=self.cc_base_url,
-            cc_accept_terms_of_use=self.cc_accept_terms_of_use,
-            cc_timeout_seconds=self.cc_timeout_seconds,
-            cc_max_retries=self.cc_max_retries,
-            cc_retry_backoff_seconds=self.cc_retry_backoff_seconds,
-            cc_concurrency=self.cc_concurrency,
-            workers=self.warc_workers,
+            max_record_bytes=p.warc_max_record_bytes,
+            cc_base_url=p.cc_base_url,
+            cc_accept_terms_of_use=p.cc_accept_terms_of_use,
+            cc_timeout_seconds=p.cc_timeout_seconds,
+            cc_max_retries=p.cc_max_retries,
+            cc_retry_backoff_seconds=p.cc_retry_backoff_seconds,
+            cc_concurrency=p.cc_concurrency,
+            workers=p.warc_workers,
         )
 
 
-class FingerprintConfig(dg.Config):
-    shingle_size: int = Field(default=5, ge=1, description="Tokens per shingle.")
-    num_perm: int = Field(default=120, ge=1, description="MinHash values per document.")
-    seed: int = Field(default=1, ge=0, description="Seed of the MinHash permutations.")
+_INPUT_PATH = Field(
+    default=DEFAULT_INPUT,
+    min_length=1,
+    description="CSV, Parquet, .warc or .warc.gz file, folder or glob; for commoncrawl a CSV of "
+    "(warc_filename, warc_offset, warc_length) targets. Default: WEBDEDUP_INPUT, else the fixture.",
+)
+
+DocumentsConfig = _config_class(
+    "DocumentsConfig",
+    InputParams,
+    "Input of the documents asset: path and format, WARC and Common Crawl options.",
+    base=_InputConfig,
+    input_path=(str, _INPUT_PATH),
+)
 
 
-class BandConfig(dg.Config):
-    bands: int = Field(default=20, ge=1, description="LSH bands; bands x rows must equal num_perm.")
-    rows: int = Field(default=6, ge=1, description="MinHash values per band.")
+FingerprintConfig = _config_class("FingerprintConfig", STAGE_GROUPS["fingerprint"], "Shingles and MinHash.")
+BandConfig = _config_class("BandConfig", STAGE_GROUPS["banding"], "LSH banding; bands x rows = num_perm.")
+CandidateConfig = _config_class("CandidateConfig", STAGE_GROUPS["candidates"], "The band join and its budget.")
+ScoreConfig = _config_class("ScoreConfig", ScoringParams, "The one duplicate threshold.")
+RepresentativeConfig = _config_class(
+    "RepresentativeConfig", STAGE_GROUPS["representative"], "Which member of a cluster is kept."
+)
+
+DuplicateConfig = create_model(
+    "DuplicateConfig",
+    __base__=StageConfig,
+    __module__=__name__,
+    __doc__="duplicate_pairs uses the threshold scored_pairs was built with.",
+    threshold=(
+        float | None,
+        FieldInfo.merge_field_infos(  # the model's range, but optional
+            ScoringParams.model_fields["threshold"],
+            default=None,
+            description="Leave unset: the threshold scored_pairs was built with is used (one threshold). "
+            "If set it must equal scored_pairs' threshold.",
+        ),
+    ),
+)
+
+CONFIG_OF_ASSET: dict[str, type[StageConfig]] = {
+    "documents": DocumentsConfig,
+    "fingerprinted": FingerprintConfig,
+    "band_memberships": BandConfig,
+    "candidate_pairs": CandidateConfig,
+    "scored_pairs": ScoreConfig,
+    "duplicate_pairs": DuplicateConfig,
+    "deduped_documents": RepresentativeConfig,
+}
+assert set(STAGE_OF_ASSET) <= set(CONFIG_OF_ASSET)
+for _asset, _cls in CONFIG_OF_ASSET.items():
+    _cls.asset_name = _asset
 
 
-class CandidateConfig(dg.Config):
-    max_pair_slots: int = Field(default=1_000_000, ge=0, description="Budget of pair slots the band join may create.")
-    bucket_policy: Literal["fail", "star"] = Field(
-        default="fail", description="fail: stop over budget; star: link hot buckets to their first member."
-    )
-    hot_bucket_size: int = Field(default=1000, ge=2, description="Bucket size above which `star` applies.")
+def _op_config(run_config: Mapping[str, Any], asset: str) -> dict[str, Any] | None:
+    op = (run_config.get("ops") or {}).get(asset)
+    if op is None:
+        return None
+    return dict(op.get("config") or {}) if isinstance(op, Mapping) else {}
 
 
-class ScoreConfig(dg.Config):
-    threshold: float = Field(default=0.8, gt=0, le=1, description="Exact Jaccard for is_duplicate.")
+def validate_run_config(run_config: Mapping[str, Any], selected: set[str] | None = None) -> None:
+    """Check every asset's config in a run config before any stage runs; raise InvalidConfig.
+
+    Each value is checked against its range; then the cross-field rules over the assets of the
+    run (`selected`, default: those configured; an asset of the run without config has the
+    defaults): bands x rows = num_perm when fingerprinted and band_memberships run together,
+    and duplicate_pairs' threshold, when set, equals scored_pairs'. An asset whose upstream is
+    not part of the run is checked by its stage against the stored upstream parameters.
+    """
+    configured = {a: c for a in CONFIG_OF_ASSET if (c := _op_config(run_config, a)) is not None}
+    present = set(configured) | (set(selected or ()) & set(CONFIG_OF_ASSET))
+    groups: dict[str, ParamGroup] = {}
+    for asset in sorted(present, key=list(CONFIG_OF_ASSET).index):
+        values = configured.get(asset, {})
+        if asset == "duplicate_pairs":
+            threshold = values.get("threshold")
+            if threshold is not None:
+                groups["duplicate_threshold"] = ScoringParams.checked({"threshold": threshold})
+            continue
+        values = {k: v for k, v in values.items() if k != "input_path"}
+        try:
+            groups[STAGE_OF_ASSET[asset]] = STAGE_GROUPS[STAGE_OF_ASSET[asset]].checked(values)
+        except ParamError as err:
+            raise InvalidConfig(asset, err) from None
+    if "fingerprint" in groups and "banding" in groups:
+        try:
+            RunParams(fingerprint=groups["fingerprint"], banding=groups["banding"])
+        except ValidationError as err:
+            raise InvalidConfig("band_memberships", param_error(RunParams, err)) from None
+    if "scoring" in groups and "duplicate_threshold" in groups:
+        scored, dup = groups["scoring"].threshold, groups["duplicate_threshold"].threshold  # type: ignore[attr-defined]
+        if scored != dup:
+            raise InvalidConfig(
+                "duplicate_pairs",
+                ParamError(
+                    ("threshold",),
+                    "{p0} {dup} differs from scored_pairs' {p0} {scored}; there is one threshold: "
+                    "set it on scored_pairs and leave duplicate_pairs' unset",
+                    dup=dup,
+                    scored=scored,
+                ),
+            )
 
 
-class DuplicateConfig(dg.Config):
-    threshold: float = Field(default=0.8, gt=0, le=1, description="Exact Jaccard a duplicate pair needs.")
-
-
-class RepresentativeConfig(dg.Config):
-    representative_policy: Literal["newest", "oldest", "longest"] = Field(
-        default="newest", description="newest: newest crawled_at, then most tokens, then smallest doc_id."
-    )
+def run_config_ops(params: RunParams, input_path: str) -> dict[str, Any]:
+    """The `ops` section of a run config for these parameters (what the CLI and tests launch)."""
+    values = params.stage_values()
+    values["documents"] = {"input_path": input_path, **values["documents"]}
+    return {asset: {"config": config} for asset, config in values.items()}

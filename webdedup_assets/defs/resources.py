@@ -23,6 +23,16 @@ class WebdedupStorage(dg.ConfigurableResource):
     storage_root: str = DEFAULT_STORAGE_ROOT
     output_dir: str = DEFAULT_OUTPUT_DIR
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Every asset of a run needs storage: its setup checks the whole run config (ranges and
+        cross-field rules) before the first step of the run computes anything."""
+        run = context.run
+        if run is not None and run.run_config:
+            from .config import validate_run_config
+
+            selected = {key.to_user_string() for key in run.asset_selection or ()}
+            validate_run_config(run.run_config, selected)
+
     def store(self) -> Store:
         return Store(Path(self.storage_root))
 

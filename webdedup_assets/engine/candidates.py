@@ -23,16 +23,26 @@ def _bucket_sql(bm: str, with_hub: bool = True) -> str:
     )
 
 
+MIN_PAIR_SLOTS = 1_000_000  # the scaled budget never goes below this (small corpora, small clusters)
+
+
+def pair_slot_budget(max_pair_slots: int, pair_slots_per_document: int, documents: int) -> int:
+    """max_pair_slots when set, else pair_slots_per_document x documents, at least MIN_PAIR_SLOTS."""
+    return max_pair_slots or max(MIN_PAIR_SLOTS, pair_slots_per_document * documents)
+
+
 def stage_candidate_pairs(
     store: Store,
-    max_pair_slots: int,
+    max_pair_slots: int = 0,
     bucket_policy: str = "fail",
     hot_bucket_size: int = 1000,
+    pair_slots_per_document: int = 100,
 ) -> dict[str, Any]:
     """Pairs of documents sharing at least one band key, left_doc_id < right_doc_id.
 
     Before joining, the pair slots every bucket would create are counted. With the `fail`
-    policy a total over max_pair_slots stops the stage before the join. With `star`, buckets
+    policy a total over the budget (max_pair_slots, or when 0 pair_slots_per_document x
+    documents, see pair_slot_budget) stops the stage before the join. With `star`, buckets
     larger than hot_bucket_size link each member to the bucket's first doc_id only (linear in
     the bucket; the exact Jaccard still verifies every edge), and the budget applies to the
     slots that remain.
@@ -40,8 +50,11 @@ def stage_candidate_pairs(
     started = time.perf_counter()
     if bucket_policy not in BUCKET_POLICIES:
         raise WebdedupError(f"bucket_policy must be one of {', '.join(BUCKET_POLICIES)}, got {bucket_policy!r}")
-    if max_pair_slots < 0:
-        raise WebdedupError(f"max_pair_slots must be >= 0, got {max_pair_slots}")
+    if max_pair_slots < 0 or pair_slots_per_document < 1:
+        raise WebdedupError(
+            f"max_pair_slots must be >= 0 and pair_slots_per_document >= 1, got {max_pair_slots}, "
+            f"{pair_slots_per_document}"
+        )
     check_consistent(store)  # the daily assets hold exactly the corpus' days
     store.params("fingerprinted", check_partitions=True)
     upstream = store.params("band_memberships", check_partitions=True)
@@ -61,12 +74,25 @@ def stage_candidate_pairs(
         slots = star_slots + scalar(
             con, f"SELECT COALESCE(sum(size * (size - 1) // 2), 0) FROM buckets WHERE size <= {hot_limit}"
         )
-    if slots > max_pair_slots:
+    documents = scalar(con, f"SELECT count(*) FROM {docs}")
+    budget = pair_slot_budget(max_pair_slots, pair_slots_per_document, documents)
+    if slots > budget:
+        band, key, sample = con.execute(f"""
+            WITH largest AS (SELECT band_index, band_hash FROM buckets
+                              ORDER BY size DESC, band_index, band_hash LIMIT 1)
+            SELECT l.band_index, l.band_hash, list(m.doc_id ORDER BY m.doc_id)[1:3]
+              FROM largest l JOIN {bm} m USING (band_index, band_hash)
+             GROUP BY l.band_index, l.band_hash""").fetchall()[0]
+        how = (
+            "max_pair_slots"
+            if max_pair_slots
+            else f"{pair_slots_per_document:,} per document x {documents:,} documents (pair_slots_per_document)"
+        )
         raise WebdedupError(
-            f"candidate join would create {slots:,} pair slots, over the budget of "
-            f"{max_pair_slots:,} (max_pair_slots); the largest bucket holds {max_bucket:,} documents. "
-            f"Raise max_pair_slots, or set bucket_policy='star' to link hot buckets to their first "
-            f"member, or strip shared boilerplate from the input"
+            f"candidate join would create {slots:,} pair slots, over the budget of {budget:,} ({how}); "
+            f"the largest bucket holds {max_bucket:,} documents (band {band}, key {key}; e.g. "
+            f"{', '.join(sample)}): text they all share, such as boilerplate. Set bucket_policy='star' to link "
+            f"hot buckets to their first member, strip the shared boilerplate from the input, or raise the budget"
         )
     star_edges = ""
     small_filter = ""
@@ -104,13 +130,14 @@ def stage_candidate_pairs(
         "banding": upstream["banding"],
         "candidates": {
             "max_pair_slots": max_pair_slots,
+            "pair_slots_per_document": pair_slots_per_document,
+            "budget": budget,
             "bucket_policy": bucket_policy,
             "hot_bucket_size": hot_bucket_size,
         },
     }
     rows = write_relation(store.path("candidate_pairs"), relation, params)
     cross = scalar(con, f"SELECT count(*) FROM {store.scan_sql('candidate_pairs')} WHERE cross_domain")
-    documents = scalar(con, f"SELECT count(*) FROM {docs}")
     possible = documents * (documents - 1) // 2
     stats = {
         "rows": rows,

@@ -14,6 +14,7 @@ from ..core.components import component_labels
 from ..core.ranking import policy_order_by
 from .documents import stored_extra_columns
 from .errors import WebdedupError
+from .parallel import ordered_map, thread_count
 from .publish import report_path
 from .storage import Store, connect, quote_ident, scalar, sql_string, write_batches, write_csv, write_table
 
@@ -131,34 +132,50 @@ RANK_COLUMNS = ("cluster_id", "cluster_size", "token_count")
 
 def _representative_rows(files: list[Path], winners: pa.Table, schema: pa.Schema):
     """The winners' full rows, read file by file in stored order (the output order is the
-    documents' order: the same for every run of the same input, with no sort over bodies)."""
+    documents' order: the same for every run of the same input, with no sort over bodies).
+    Files are read on all cores, results taken in file order and written in batches of about
+    64k rows (one row group per small crawl day would make the file slow to write and read)."""
     names = winners.column("filename").to_numpy(zero_copy_only=False)
     row_numbers = winners.column("file_row_number").to_numpy()
+    spans = []  # (file, row group, first winner, end of winners) of every row group holding winners
     for path in files:
         start = int(np.searchsorted(names, str(path), side="left"))
         stop = int(np.searchsorted(names, str(path), side="right"))
         if start == stop:
             continue
-        wanted = row_numbers[start:stop]
-        picked = winners.slice(start, stop - start)
-        offset = 0
-        taken = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
-            end = offset + batch.num_rows
-            upto = taken + int(np.searchsorted(wanted[taken:], end, side="left"))
-            if upto > taken:
-                rows = batch.take(pa.array(wanted[taken:upto] - offset))
-                ranks = picked.slice(taken, upto - taken)
-                columns = [
-                    (rows if f.name in rows.schema.names else ranks).column(f.name).cast(f.type)
-                    if f.name in rows.schema.names or f.name in RANK_COLUMNS
-                    else pa.nulls(rows.num_rows, f.type)  # an extra column this day does not have
-                    for f in schema
-                ]
-                arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
-                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-            taken = upto
-            offset = end
+        metadata = pq.ParquetFile(path).metadata
+        group_start = 0
+        for group in range(metadata.num_row_groups):
+            group_end = group_start + metadata.row_group(group).num_rows
+            end = start + int(np.searchsorted(row_numbers[start:stop], group_end, side="left"))
+            if end > start:
+                spans.append((path, group, group_start, start, end))
+            start, group_start = end, group_end
+
+    def read(span) -> pa.Table:
+        # one row group at a time: memory stays bounded by the row group, not the crawl day
+        path, group, group_start, start, stop = span
+        rows = pq.ParquetFile(path).read_row_group(group, use_threads=False)
+        rows = rows.take(pa.array(row_numbers[start:stop] - group_start))
+        ranks = winners.slice(start, stop - start)
+        columns = [
+            (rows if f.name in rows.schema.names else ranks).column(f.name).cast(f.type)
+            if f.name in rows.schema.names or f.name in RANK_COLUMNS
+            else pa.nulls(rows.num_rows, f.type)  # an extra column this day does not have
+            for f in schema
+        ]
+        return pa.Table.from_arrays(columns, schema=schema)
+
+    pending: list[pa.Table] = []
+    size = 0
+    for table in ordered_map(read, spans, thread_count()):
+        pending.append(table)
+        size += table.num_rows
+        if size >= 65_536:
+            yield from pa.concat_tables(pending).combine_chunks().to_batches()
+            pending, size = [], 0
+    if pending:
+        yield from pa.concat_tables(pending).combine_chunks().to_batches()
 
 
 def cluster_inspection(con, store: Store, extra: list[str]):

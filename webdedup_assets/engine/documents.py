@@ -9,8 +9,10 @@ a document gets no shingles and can never be a candidate). CSV files must be UTF
 from __future__ import annotations
 
 import codecs
+import csv
 import hashlib
 import os
+import re
 import shutil
 import time
 import uuid
@@ -22,7 +24,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..ingest.inputs import WARC_FORMATS, InputFile, day_of_file, resolve_input
+from ..ingest.inputs import WARC_FORMATS, InputFile, day_of_file, format_suffix, resolve_input
 from ..ingest.options import WarcOptions
 from .contract import REQUIRED_COLUMNS
 from .errors import WebdedupError
@@ -90,12 +92,110 @@ def check_utf8(path: Path) -> None:
             raise WebdedupError(f"{path}: invalid UTF-8: the file ends inside a multi-byte character") from None
 
 
+CSV_DELIMITERS = {".tsv": "\t"}  # every other CSV input is comma-separated
+
+
+def _delimiter(path: Path) -> str:
+    return CSV_DELIMITERS.get(format_suffix(path), ",")
+
+
+def _csv_reader(handle, path: Path):
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
+    return csv.reader(handle, delimiter=_delimiter(path), quotechar='"', doublequote=True, strict=True)
+
+
+def csv_header(path: Path) -> list[str]:
+    """The column names of a CSV file, checked: the file is not empty, and no name is empty or
+    repeated. Reads the first record only."""
+    if path.stat().st_size == 0:
+        raise WebdedupError(
+            f"{path}: the file is empty (0 bytes); a CSV input needs at least its header line "
+            f"({','.join(REQUIRED_COLUMNS)})"
+        )
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = _csv_reader(handle, path)
+        try:
+            header = next(reader, [])
+        except csv.Error as err:
+            raise WebdedupError(f"{path}: line 1: cannot read the header: {_csv_problem(err)}") from None
+    if not any(name.strip() for name in header):
+        raise WebdedupError(f"{path}: line 1: the header line is empty; the first line must name the columns")
+    if len(header) == 1:
+        other = next((d for d in (";", "\t", "|", ",") if d in header[0] and d != _delimiter(path)), None)
+        if other is not None:
+            shown = {"\t": "tabs", ";": "semicolons", "|": "'|'", ",": "commas"}[other]
+            wanted = "tab-separated (.tsv)" if _delimiter(path) == "\t" else "comma-separated (tab for .tsv)"
+            raise WebdedupError(
+                f"{path}: line 1: the header is one column {header[0][:80]!r}, separated by {shown}; "
+                f"webdedup reads {wanted} files"
+            )
+    empty = [str(i + 1) for i, name in enumerate(header) if not name.strip()]
+    if empty:
+        raise WebdedupError(f"{path}: line 1: column(s) {', '.join(empty)} of the header have no name")
+    dupes = sorted({name for name in header if header.count(name) > 1})
+    if dupes:
+        where = "; ".join(
+            f"{d!r} in columns {', '.join(str(i + 1) for i, n in enumerate(header) if n == d)}" for d in dupes
+        )
+        raise WebdedupError(f"{path}: line 1: duplicate column name(s) in the header: {where}")
+    return header
+
+
+def _csv_problem(err: csv.Error) -> str:
+    text = str(err)
+    if "unexpected end of data" in text:
+        return "unterminated quoted field: the quote opened in this record is never closed"
+    if "expected after" in text:
+        return f'text after a closing quote ({text}); a quote inside a quoted field is written twice ("")'
+    return text
+
+
+def locate_csv_error(path: Path) -> str | None:
+    """The first structural problem of a CSV file, with its physical line: a record whose
+    number of fields differs from the header's, or bad quoting. None if there is none.
+
+    Python's csv module, streaming: only used to explain a failed read, never on the fast path."""
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = _csv_reader(handle, path)
+        width, start = None, 1
+        try:
+            for row in reader:
+                if width is None:
+                    width = len(row)
+                elif row and len(row) != width:  # blank lines are skipped, as DuckDB does
+                    return f"line {start}: {len(row)} field(s), but the header has {width}"
+                start = reader.line_num + 1
+        except csv.Error as err:
+            return f"line {start}: {_csv_problem(err)}"
+    return None
+
+
+DUCKDB_FILE = re.compile(r"^\s*file = (.+?)\s*$", re.MULTILINE)
+
+
+def read_error(err: duckdb.Error, files: list[InputFile]) -> WebdedupError:
+    """A DuckDB error while reading the input -> a message naming the file and, for CSV, the line."""
+    text = str(err).strip()
+    named = DUCKDB_FILE.search(text)
+    suspects = [f for f in files if f.format == "csv" and (named is None or str(f.path) == named.group(1))]
+    for f in suspects:
+        problem = locate_csv_error(f.path)
+        if problem:
+            return WebdedupError(f"{f.path}: {problem}")
+    where = f"{named.group(1)}: " if named else ""
+    return WebdedupError(f"{where}cannot read the input: {text.splitlines()[0]}")
+
+
 def _source_sql(f: InputFile, strict: bool = True) -> str:
-    """DuckDB table expression reading one input file (CSV columns all as text)."""
+    """DuckDB table expression reading one input file. CSV: comma-separated (tab for .tsv), RFC 4180
+    double quotes, the header read by us, every column as text; no dialect sniffing, so a
+    malformed file fails with its line instead of being read as one column."""
     if f.format == "csv":
+        columns = ", ".join(f"{sql_string(name)}: 'VARCHAR'" for name in csv_header(f.path))
         return (
-            f"read_csv({sql_string(str(f.path))}, header = true, all_varchar = true, "
-            f"max_line_size = {MAX_LINE_BYTES}{', strict_mode = true' if strict else ''})"
+            f"read_csv({sql_string(str(f.path))}, auto_detect = false, header = true, "
+            f"delim = {sql_string(_delimiter(f.path))}, quote = '\"', escape = '\"', columns = {{{columns}}}, "
+            f"max_line_size = {MAX_LINE_BYTES}, strict_mode = {'true' if strict else 'false'})"
         )
     return f"read_parquet({sql_string(str(f.path))})"
 
@@ -106,8 +206,7 @@ def _scan(con: duckdb.DuckDBPyConnection, f: InputFile) -> duckdb.DuckDBPyRelati
             check_utf8(f.path)
         return con.sql(f"SELECT * FROM {_source_sql(f)}")
     except duckdb.Error as err:
-        first_line = str(err).strip().splitlines()[0]
-        raise WebdedupError(f"{f.path}: cannot read as {f.format}: {first_line}") from None
+        raise read_error(err, [f]) from None
 
 
 def _validate_columns(files: list[InputFile], relations: list[duckdb.DuckDBPyRelation]) -> list[str]:
@@ -143,8 +242,9 @@ def _load(con: duckdb.DuckDBPyConnection, files: list[InputFile]) -> list[str]:
     for index, (f, rel) in enumerate(zip(files, relations)):
         view = f"raw_{index}"
         rel.create_view(view)
-        cols = [f"CAST({quote_ident(c)} AS VARCHAR) AS {quote_ident(c)}" for c in TEXT_COLUMNS]
-        cols.append("CAST(crawled_at AS VARCHAR) AS crawled_at_raw")
+        text = _text_columns_sql(con, f, rel, view)
+        cols = [f"{text[c]} AS {quote_ident(c)}" for c in TEXT_COLUMNS]
+        cols.append(f"{text['crawled_at']} AS crawled_at_raw")
         cols += [(f"{quote_ident(c)}" if c in rel.columns else f"NULL AS {quote_ident(c)}") for c in extra]
         cols.append(f"{sql_string(f.path.name)} AS __source_file, {index} AS __file_index")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
@@ -153,11 +253,85 @@ def _load(con: duckdb.DuckDBPyConnection, files: list[InputFile]) -> list[str]:
         f"CREATE TEMP VIEW parsed AS SELECT *, {crawl_day_sql('trim(crawled_at_raw)')} AS crawled_at "
         "FROM (" + " UNION ALL BY NAME ".join(typed_parts) + ")"
     )
-    con.execute(
-        "CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at_raw, crawled_at, __source_file, __file_index FROM parsed"
-    )
+    try:
+        con.execute(
+            "CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at_raw, crawled_at, __source_file, __file_index "
+            "FROM parsed"
+        )
+    except duckdb.Error as err:  # a malformed CSV fails here, on its first bad record
+        raise read_error(err, files) from None
     _validate_rows(con)
     return extra
+
+
+INTEGER_TYPES = {
+    "tinyint",
+    "smallint",
+    "integer",
+    "bigint",
+    "hugeint",
+    "utinyint",
+    "usmallint",
+    "uinteger",
+    "ubigint",
+    "uhugeint",
+}
+
+
+def _text_columns_sql(
+    con: duckdb.DuckDBPyConnection, f: InputFile, rel: duckdb.DuckDBPyRelation, view: str
+) -> dict[str, str]:
+    """SQL giving each text column (and crawled_at) of one input as VARCHAR, by one rule:
+
+    - text (VARCHAR; CSV columns always are) is taken as is;
+    - binary (BLOB) must hold UTF-8 text: decoded strictly, else refused naming file, column and doc_ids;
+    - integers become their decimal text (numeric ids); a column of only NULLs is NULL;
+    - any other type (floating point, decimal, boolean, date, list, struct, ...) is refused in a
+      text column, naming the file, the column and its type. crawled_at may also be a date or timestamp.
+    """
+    types = {c: t for c, t in zip(rel.columns, rel.types)}
+    doc_id = quote_ident("doc_id")
+    label = (
+        f"COALESCE(TRY(decode({doc_id})), CAST({doc_id} AS VARCHAR))"
+        if types["doc_id"].id == "blob"
+        else (f"CAST({doc_id} AS VARCHAR)")
+    )
+    out = {}
+    for column in (*TEXT_COLUMNS, "crawled_at"):
+        name, kind = quote_ident(column), types[column].id
+        if kind == "varchar":
+            out[column] = name
+        elif kind == "blob":
+            _require_utf8(con, f, view, column, label)
+            out[column] = f"decode({name})"
+        elif kind in INTEGER_TYPES or kind == "null":
+            out[column] = f"CAST({name} AS VARCHAR)"
+        elif column == "crawled_at" and (kind == "date" or kind.startswith("timestamp")):
+            out[column] = f"CAST({name} AS VARCHAR)"
+        else:
+            raise WebdedupError(
+                f"{f.path}: column {column} has type {types[column]}; "
+                + (
+                    "crawled_at must be a date, a timestamp or text"
+                    if column == "crawled_at"
+                    else f"text columns ({', '.join(TEXT_COLUMNS)}) must be strings, binary holding UTF-8 text, "
+                    "or integers"
+                )
+            )
+    return out
+
+
+def _require_utf8(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, column: str, label: str) -> None:
+    """A binary column must decode as UTF-8 in every row; else an error naming the first doc_ids."""
+    name = quote_ident(column)
+    bad = f"FROM {view} WHERE {name} IS NOT NULL AND TRY(decode({name})) IS NULL"
+    first = [d for (d,) in con.execute(f"SELECT {label} AS d {bad} ORDER BY d LIMIT 5").fetchall()]
+    if first:
+        total = scalar(con, f"SELECT count(*) {bad}")
+        raise WebdedupError(
+            f"{f.path}: column {column} is binary and not valid UTF-8 for {total} document(s), first doc_id(s): "
+            f"{', '.join(repr(d) for d in first)}; write text columns as UTF-8 strings"
+        )
 
 
 def _validate_rows(con: duckdb.DuckDBPyConnection) -> None:
@@ -266,7 +440,10 @@ def stage_documents(
     stats: dict[str, Any] = {}
     if days is None:
         with atomic_path(store.path("documents")) as temp:
-            copy_query(con, f"SELECT {select} FROM parsed", temp, params)
+            try:
+                copy_query(con, f"SELECT {select} FROM parsed", temp, params)
+            except duckdb.Error as err:
+                raise read_error(err, files) from None
         stats = {"rows": scalar(con, "SELECT count(*) FROM keys")}
         store.write_stats("documents", None, {**stats, "seconds": round(time.perf_counter() - started, 4)})
     else:
@@ -313,7 +490,7 @@ def _write_days(
                     partition_by="__day",
                 )
             except duckdb.Error as err:  # e.g. a Parquet string column that is not UTF-8
-                raise WebdedupError(f"documents: cannot read the input: {str(err).strip().splitlines()[0]}") from None
+                raise read_error(err, files) from None
         seconds = round((time.perf_counter() - started) / max(1, len(present)), 4)
         for day in days:
             if day not in present:
@@ -466,7 +643,7 @@ def input_days(
             rows = con.execute(
                 f"SELECT DISTINCT CAST({day} AS VARCHAR) AS day FROM {_source_sql(f, strict=False)}"
             ).fetchall()
-        except duckdb.Error:
+        except (duckdb.Error, WebdedupError):  # the documents stage names the problem
             return []
         days.update(d for (d,) in rows if d is not None)
     con.close()

@@ -29,6 +29,7 @@ def candidates_well_formed(store: Store) -> tuple[bool, dict[str, Any]]:
     con = connect()
     cand = store.scan_sql("candidate_pairs")
     unordered = scalar(con, f"SELECT count(*) FROM {cand} WHERE NOT left_doc_id < right_doc_id")
+    first_unordered = _first_pairs(con, cand, "NOT left_doc_id < right_doc_id") if unordered else []
     # A semi-join on doc_id (hash join); an OR join condition would be a nested loop join,
     # documents x pairs, which does not finish at a million documents.
     empty_ids = con.execute(f"""
@@ -38,8 +39,20 @@ def candidates_well_formed(store: Store) -> tuple[bool, dict[str, Any]]:
          ORDER BY f.doc_id LIMIT 5""").fetchall()
     return unordered == 0 and not empty_ids, {
         "pairs_not_ordered": unordered,
+        "first_pairs_not_ordered": first_unordered,
         "empty_documents_in_candidates": [d for (d,) in empty_ids],
     }
+
+
+def _first_pairs(con, table: str, where: str, extra: str = "", limit: int = 5) -> list[list]:
+    """The first offending pairs (left_doc_id, right_doc_id[, extra]) in doc_id order."""
+    columns = "left_doc_id, right_doc_id" + (f", {extra}" if extra else "")
+    rows = con.execute(f"SELECT {columns} FROM {table} WHERE {where} ORDER BY 1, 2 LIMIT {limit}").fetchall()
+    return [list(r) for r in rows]
+
+
+def _first_ids(con, sql: str, limit: int = 5) -> list:
+    return [d for (d,) in con.execute(f"{sql} ORDER BY 1 LIMIT {limit}").fetchall()]
 
 
 def duplicates_meet_threshold(store: Store) -> tuple[bool, dict[str, Any]]:
@@ -51,23 +64,28 @@ def duplicates_meet_threshold(store: Store) -> tuple[bool, dict[str, Any]]:
     return below == 0 and unordered == 0, {
         "threshold": threshold,
         "pairs_below_threshold": below,
+        "first_pairs_below_threshold": _first_pairs(con, dup, f"exact_jaccard < {threshold!r}", "exact_jaccard")
+        if below
+        else [],
         "pairs_not_ordered": unordered,
+        "first_pairs_not_ordered": _first_pairs(con, dup, "NOT left_doc_id < right_doc_id") if unordered else [],
     }
 
 
 def every_document_in_one_cluster(store: Store) -> tuple[bool, dict[str, Any]]:
     con = connect()
-    missing, repeated, stray = con.execute(f"""
-        WITH d AS (SELECT doc_id FROM {store.scan_sql("documents")}),
-             c AS (SELECT doc_id, count(*) AS n FROM {store.scan_sql("clusters")} GROUP BY doc_id)
-        SELECT (SELECT count(*) FROM d LEFT JOIN c USING (doc_id) WHERE c.doc_id IS NULL),
-               (SELECT count(*) FROM c WHERE n > 1),
-               (SELECT count(*) FROM c LEFT JOIN d USING (doc_id) WHERE d.doc_id IS NULL)""").fetchall()[0]
-    return missing == 0 and repeated == 0 and stray == 0, {
-        "documents_without_cluster": missing,
-        "documents_in_several_clusters": repeated,
-        "clustered_ids_not_in_documents": stray,
+    con.execute(f"CREATE TEMP VIEW d AS SELECT doc_id FROM {store.scan_sql('documents')}")
+    con.execute(f"CREATE TEMP VIEW c AS SELECT doc_id, count(*) AS n FROM {store.scan_sql('clusters')} GROUP BY doc_id")
+    queries = {
+        "documents_without_cluster": "SELECT d.doc_id FROM d LEFT JOIN c USING (doc_id) WHERE c.doc_id IS NULL",
+        "documents_in_several_clusters": "SELECT doc_id FROM c WHERE n > 1",
+        "clustered_ids_not_in_documents": "SELECT c.doc_id FROM c LEFT JOIN d USING (doc_id) WHERE d.doc_id IS NULL",
     }
+    details: dict[str, Any] = {}
+    for key, sql in queries.items():
+        details[key] = scalar(con, f"SELECT count(*) FROM ({sql})")
+        details[f"first_{key}"] = _first_ids(con, sql) if details[key] else []
+    return all(details[k] == 0 for k in queries), details
 
 
 def one_representative_per_cluster(store: Store) -> tuple[bool, dict[str, Any]]:
@@ -76,11 +94,21 @@ def one_representative_per_cluster(store: Store) -> tuple[bool, dict[str, Any]]:
     reps, distinct = con.execute(
         f"SELECT count(*), count(DISTINCT cluster_id) FROM {store.scan_sql('deduped_documents')}"
     ).fetchall()[0]
-    return reps == clusters == distinct, {
-        "clusters": clusters,
-        "representatives": reps,
-        "clusters_with_representative": distinct,
-    }
+    passed = reps == clusters == distinct
+    details: dict[str, Any] = {"clusters": clusters, "representatives": reps, "clusters_with_representative": distinct}
+    if not passed:
+        deduped, clu = store.scan_sql("deduped_documents"), store.scan_sql("clusters")
+        details["first_clusters_without_representative"] = _first_ids(
+            con, f"SELECT DISTINCT cluster_id FROM {clu} WHERE cluster_id NOT IN (SELECT cluster_id FROM {deduped})"
+        )
+        details["first_clusters_with_several_representatives"] = [
+            [cluster, ids]
+            for cluster, ids in con.execute(
+                f"SELECT cluster_id, list(doc_id ORDER BY doc_id) FROM {deduped} GROUP BY cluster_id "
+                "HAVING count(*) > 1 ORDER BY cluster_id LIMIT 5"
+            ).fetchall()
+        ]
+    return passed, details
 
 
 # ---- pinned counts -------------------------------------------------------------------

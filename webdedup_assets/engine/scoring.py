@@ -247,11 +247,25 @@ def stage_scored_pairs(
     return {**params, **stats}
 
 
-def stage_duplicate_pairs(store: Store, threshold: float) -> dict[str, Any]:
-    """Scored pairs whose exact Jaccard reaches this stage's threshold (re-runnable alone)."""
+def stage_duplicate_pairs(store: Store, threshold: float | None = None) -> dict[str, Any]:
+    """Scored pairs whose exact Jaccard reaches the threshold scored_pairs was built with.
+
+    There is one threshold: is_duplicate in scored_pairs and this stage always agree. A
+    `threshold` given here must equal scored_pairs' (else re-materialize scored_pairs with it)."""
     started = time.perf_counter()
-    check_threshold(threshold)
     upstream = store.params("scored_pairs")
+    scored = (upstream.get("scoring") or {}).get("threshold")
+    if threshold is None:
+        if scored is None:
+            raise WebdedupError("duplicate_pairs: scored_pairs holds no threshold; re-materialize scored_pairs")
+        threshold = scored
+    elif scored is not None and threshold != scored:
+        raise WebdedupError(
+            f"duplicate_pairs threshold {threshold} differs from the threshold {scored} scored_pairs was built "
+            f"with; there is one threshold: re-materialize scored_pairs (and its downstream) with threshold "
+            f"{threshold}"
+        )
+    check_threshold(threshold)
     con = connect(store)
     relation = con.sql(f"""
         SELECT left_doc_id, right_doc_id, left_domain, right_domain, cross_domain, shared_bands,

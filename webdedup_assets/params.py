@@ -1,0 +1,253 @@
+"""The parameter model: the only place where a default, an allowed range or a description lives.
+
+One frozen model per stage group. The Dagster Config classes (`defs/config.py`) and the
+command line flags (`cli.py`) are generated from these fields, so changing a default here
+changes it everywhere. Pure: no Dagster, no environment variables, no files.
+
+Validation errors are `ParamError`s naming the parameter, its value and the allowed range; the
+CLI shows the parameter as its flag (`--num-perm 0: ...`), Dagster as its config field.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import annotated_types
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+
+MIB = 1024 * 1024
+
+
+class ParamError(ValueError):
+    """An invalid parameter value. `render(display)` writes the message with each parameter
+    shown as `display(name)` (a CLI flag, or the config field itself)."""
+
+    def __init__(self, names: tuple[str, ...], template: str, **values: Any) -> None:
+        self.names = names
+        self.template = template
+        self.values = values
+        super().__init__(self.render())
+
+    def render(self, display: Callable[[str], str] = str) -> str:
+        return self.template.format(**{f"p{i}": display(n) for i, n in enumerate(self.names)}, **self.values)
+
+
+class ParamGroup(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def checked(cls, values: Mapping[str, Any] | None = None) -> typing.Self:
+        """Build from a mapping of field values; the first invalid one raises a ParamError."""
+        try:
+            return cls(**dict(values or {}))
+        except ValidationError as err:
+            raise param_error(cls, err) from None
+
+
+class InputParams(ParamGroup):
+    """How the input is read: its format, and the WARC and Common Crawl options."""
+
+    input_format: Literal["auto", "csv", "parquet", "warc", "commoncrawl"] = Field(
+        default="auto",
+        description="Input format; auto: from each file's suffix; commoncrawl: fetch WARC byte ranges of the "
+        "targets listed in a CSV.",
+    )
+    warc_max_record_bytes: int = Field(
+        default=16 * MIB, ge=1, description="WARC records (or fetched ranges) larger than this many bytes are rejected."
+    )
+    cc_base_url: str = Field(
+        default="https://data.commoncrawl.org/",
+        min_length=1,
+        description="Where Common Crawl WARC paths are fetched from: an http(s) URL or a local mirror folder.",
+    )
+    cc_accept_terms_of_use: bool = Field(
+        default=False,
+        description="Must be true to fetch from Common Crawl: you accept https://commoncrawl.org/terms-of-use.",
+    )
+    cc_timeout_seconds: float = Field(default=30.0, gt=0, description="Seconds one range request may take.")
+    cc_max_retries: int = Field(default=3, ge=0, description="Retries of a range request after a timeout, 5xx or 429.")
+    cc_retry_backoff_seconds: float = Field(
+        default=1.0, ge=0, description="Seconds before the first retry; doubles with each retry."
+    )
+    cc_concurrency: int = Field(default=4, ge=1, description="Range requests in flight.")
+    warc_workers: int = Field(
+        default=1, ge=0, description="Processes converting local WARC files; 0: one per CPU, never more than files."
+    )
+
+
+class FingerprintParams(ParamGroup):
+    """Shingles and MinHash signatures."""
+
+    shingle_size: int = Field(default=5, ge=1, description="Tokens per shingle.")
+    num_perm: int = Field(default=120, ge=1, description="MinHash values per document.")
+    seed: int = Field(default=1, ge=0, description="Seed of the MinHash permutations.")
+
+
+class BandingParams(ParamGroup):
+    """LSH banding of the signatures: bands x rows must equal num_perm."""
+
+    bands: int = Field(default=20, ge=1, description="LSH bands; bands x rows must equal num_perm.")
+    rows: int = Field(default=6, ge=1, description="MinHash values per band.")
+
+
+class CandidateParams(ParamGroup):
+    """The global band join and its budget."""
+
+    max_pair_slots: int = Field(
+        default=0,
+        ge=0,
+        description="Absolute budget of pair slots the band join may create (over it: bucket_policy); 0: scale "
+        "with the corpus, pair_slots_per_document x documents, at least 1,000,000.",
+    )
+    pair_slots_per_document: int = Field(
+        default=100,
+        ge=1,
+        description="The budget per document when max_pair_slots is 0. An ordinary corpus needs a few (each near-"
+        "duplicate pair fills one slot per shared band); one bucket of 50,000 pages needs 25,000 per page.",
+    )
+    bucket_policy: Literal["fail", "star"] = Field(
+        default="fail",
+        description="Over budget: fail before the join, or star: link hot buckets to their first member.",
+    )
+    hot_bucket_size: int = Field(default=1000, ge=2, description="Bucket size above which the star policy applies.")
+
+
+class ScoringParams(ParamGroup):
+    """The one threshold: scored_pairs' is_duplicate and duplicate_pairs both use it."""
+
+    threshold: float = Field(default=0.8, gt=0, le=1, description="Exact shingle Jaccard a duplicate pair needs.")
+
+
+class RepresentativeParams(ParamGroup):
+    """Which member of a cluster is kept."""
+
+    representative_policy: Literal["newest", "oldest", "longest"] = Field(
+        default="newest",
+        description="newest: newest crawled_at, then most tokens, then smallest doc_id; oldest: the first copy "
+        "seen; longest: the most tokens.",
+    )
+
+
+def check_banding(fingerprint: FingerprintParams, banding: BandingParams) -> None:
+    if banding.bands * banding.rows != fingerprint.num_perm:
+        raise ParamError(
+            ("bands", "rows", "num_perm"),
+            "{p0} {bands} x {p1} {rows} = {product} must equal {p2} {num_perm}",
+            bands=banding.bands,
+            rows=banding.rows,
+            product=banding.bands * banding.rows,
+            num_perm=fingerprint.num_perm,
+        )
+
+
+class RunParams(ParamGroup):
+    """Every parameter of a run, cross-checked (bands x rows = num_perm)."""
+
+    input: InputParams = InputParams()
+    fingerprint: FingerprintParams = FingerprintParams()
+    banding: BandingParams = BandingParams()
+    candidates: CandidateParams = CandidateParams()
+    scoring: ScoringParams = ScoringParams()
+    representative: RepresentativeParams = RepresentativeParams()
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> RunParams:
+        check_banding(self.fingerprint, self.banding)
+        return self
+
+    @classmethod
+    def from_stage_values(cls, values: Mapping[str, Mapping[str, Any]]) -> RunParams:
+        """From {asset name: {field: value}} (the shape of Dagster run config), defaults for the rest."""
+        groups = {group: STAGE_GROUPS[group].checked(values.get(asset)) for asset, group in STAGE_OF_ASSET.items()}
+        try:
+            return cls(**groups)
+        except ValidationError as err:
+            raise param_error(cls, err) from None
+
+    def stage_values(self) -> dict[str, dict[str, Any]]:
+        """{asset name: {field: value}}: the config each asset takes (the Dagster run config ops)."""
+        return {asset: getattr(self, group).model_dump() for asset, group in STAGE_OF_ASSET.items()}
+
+
+# Which parameter group each asset reads (the Dagster op config). duplicate_pairs reads the
+# threshold scored_pairs stored, so that the two can never disagree.
+STAGE_GROUPS: dict[str, type[ParamGroup]] = {
+    "input": InputParams,
+    "fingerprint": FingerprintParams,
+    "banding": BandingParams,
+    "candidates": CandidateParams,
+    "scoring": ScoringParams,
+    "representative": RepresentativeParams,
+}
+STAGE_OF_ASSET = {
+    "documents": "input",
+    "fingerprinted": "fingerprint",
+    "band_memberships": "banding",
+    "candidate_pairs": "candidates",
+    "scored_pairs": "scoring",
+    "deduped_documents": "representative",
+}
+
+
+# ---- describing fields and errors ------------------------------------------------------
+
+
+def base_type(annotation: Any) -> Any:
+    """int | None -> int; Literal stays."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def choices(field: FieldInfo) -> tuple[Any, ...] | None:
+    annotation = base_type(field.annotation)
+    return typing.get_args(annotation) if typing.get_origin(annotation) is Literal else None
+
+
+def allowed(field: FieldInfo) -> str:
+    """The allowed values of a field in words: 'an integer >= 1', 'a number > 0 and <= 1', 'one of a, b'."""
+    options = choices(field)
+    if options is not None:
+        return "one of " + ", ".join(str(o) for o in options)
+    annotation = base_type(field.annotation)
+    kind = {int: "an integer", float: "a number", bool: "true or false", str: "text"}.get(annotation, "a value")
+    bounds = []
+    for item in field.metadata:
+        for cls, attr, sign in (
+            (annotated_types.Gt, "gt", ">"),
+            (annotated_types.Ge, "ge", ">="),
+            (annotated_types.Lt, "lt", "<"),
+            (annotated_types.Le, "le", "<="),
+        ):
+            if isinstance(item, cls):
+                bounds.append(f"{sign} {getattr(item, attr)}")
+        if isinstance(item, annotated_types.MinLen) and item.min_length == 1:
+            kind = "non-empty text"
+    return f"{kind} {' and '.join(bounds)}".strip()
+
+
+def param_error(model: type[BaseModel], err: ValidationError) -> ParamError:
+    """The first error of a pydantic validation as a ParamError naming field, value and range."""
+    first = err.errors()[0]
+    original = (first.get("ctx") or {}).get("error")
+    if isinstance(original, ParamError):  # raised by a cross-field check
+        return original
+    loc = [str(part) for part in first["loc"]]
+    owner: type[BaseModel] = model
+    for part in loc[:-1]:  # nested group: RunParams.fingerprint.num_perm
+        annotation = owner.model_fields[part].annotation if part in owner.model_fields else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            owner = annotation
+    name = loc[-1] if loc else "?"
+    field = owner.model_fields.get(name)
+    if field is None:
+        if first["type"] == "extra_forbidden":
+            known = ", ".join(owner.model_fields)
+            return ParamError((name,), "unknown parameter {p0} (known: {known})", known=known)
+        return ParamError((name,), "{p0}: {msg}", msg=first["msg"])
+    return ParamError((name,), "{p0} {value!r}: must be {allowed}", value=first.get("input"), allowed=allowed(field))
