@@ -414,3 +414,19 @@ def test_the_http_client_is_injectable(crawl, tmp_path):
     ranges = [f"bytes={s}-{s + n - 1}" for s, n in (spans[0], spans[2])]
     assert client.sent == [("GET", crawl["url"] + WARC_PATH, r, False) for r in ranges]
     assert len(crawl["handler"].requests) == 2
+
+
+def test_the_http_client_uses_the_environment_proxy_like_urllib(monkeypatch):
+    import urllib3
+
+    from webdedup_assets.ingest.commoncrawl import http_client
+
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    options = WarcOptions(cc_base_url="https://data.commoncrawl.org/")
+    assert not isinstance(http_client(options), urllib3.ProxyManager)
+    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
+    client = http_client(options)
+    assert isinstance(client, urllib3.ProxyManager) and client.proxy.host == "proxy.example"
+    monkeypatch.setenv("no_proxy", "commoncrawl.org")
+    assert not isinstance(http_client(options), urllib3.ProxyManager)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import csv
 import re
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import urllib3
 from urllib3.exceptions import MaxRetryError, ProtocolError, ReadTimeoutError
@@ -145,12 +146,21 @@ def retry_policy(options: WarcOptions) -> Retry:
 
 
 def http_client(options: WarcOptions) -> urllib3.PoolManager:
-    """The client of one conversion: a connection per request in flight, the retry policy and timeouts."""
-    return urllib3.PoolManager(
-        maxsize=max(1, options.cc_concurrency),
-        retries=retry_policy(options),
-        timeout=urllib3.Timeout(connect=options.cc_timeout_seconds, read=options.cc_timeout_seconds),
-    )
+    """The client of one conversion: a connection per request in flight, the retry policy and timeouts.
+
+    A proxy set in the environment (https_proxy, http_proxy; no_proxy) is used for the base's
+    scheme and host, as urllib and requests do.
+    """
+    settings = {
+        "maxsize": max(1, options.cc_concurrency),
+        "retries": retry_policy(options),
+        "timeout": urllib3.Timeout(connect=options.cc_timeout_seconds, read=options.cc_timeout_seconds),
+    }
+    base = urlsplit(options.cc_base_url)
+    proxy = urllib.request.getproxies().get(base.scheme)
+    if proxy and not urllib.request.proxy_bypass(base.hostname or ""):
+        return urllib3.ProxyManager(proxy, **settings)
+    return urllib3.PoolManager(**settings)
 
 
 def _mirror_range(base: str, name: str, offset: int, length: int) -> bytes:
