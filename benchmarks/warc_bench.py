@@ -40,7 +40,8 @@ def generate(path: Path, pages: int) -> None:
 
 
 def bench_webdedup(path: Path) -> int:
-    from webdedup_assets.engine.warc import WarcOptions, convert_warc_input
+    from webdedup_assets.ingest.convert import convert_warc_input
+    from webdedup_assets.ingest.options import WarcOptions
 
     out = path.with_suffix(".bench.parquet")
     result = convert_warc_input([(path, path.name)], out, WarcOptions())

@@ -174,7 +174,8 @@ def test_the_whole_pipeline_on_daily_parquet_gives_the_fixture_results(tmp_path)
 
 
 def test_input_days_of_parquet_come_from_the_footer_or_the_column(tmp_path):
-    from webdedup_assets.engine.documents import _days_from_statistics, input_days, resolve_input
+    from webdedup_assets.engine.documents import _days_from_statistics, input_days
+    from webdedup_assets.ingest.inputs import resolve_input
 
     rows = fixture_rows()
     expected = sorted({r["crawled_at"] for r in rows})

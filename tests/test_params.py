@@ -194,8 +194,8 @@ def test_readme_parameter_table_matches_the_model():
 
 
 def test_warc_options_defaults_match_the_model():
-    """engine/warc.py still declares its own defaults (for callers without config): kept equal."""
+    """ingest/options.py still declares its own defaults (for callers without config): kept equal."""
     from webdedup_assets.defs.config import DocumentsConfig
-    from webdedup_assets.engine.warc import WarcOptions
+    from webdedup_assets.ingest.options import WarcOptions
 
     assert DocumentsConfig().warc_options() == WarcOptions()

@@ -21,7 +21,7 @@ from webdedup_assets.cli import main  # noqa: E402
 from webdedup_assets.engine.documents import stage_documents  # noqa: E402
 from webdedup_assets.engine.errors import WebdedupError  # noqa: E402
 from webdedup_assets.engine.storage import Store  # noqa: E402
-from webdedup_assets.engine.warc import TERMS_URL, WarcOptions  # noqa: E402
+from webdedup_assets.ingest.options import TERMS_URL, WarcOptions  # noqa: E402
 
 WARC_PATH = "crawl-data/CC-TEST/segments/1/warc/test-00000.warc.gz"
 
@@ -205,7 +205,7 @@ UNSAFE_NAMES = {
 
 
 def test_target_name_checks():
-    from webdedup_assets.engine.warc import target_name_problem
+    from webdedup_assets.ingest.commoncrawl import target_name_problem
 
     for name, expected in UNSAFE_NAMES.items():
         assert expected in (target_name_problem(name) or ""), name
@@ -291,7 +291,7 @@ def test_redirect_to_another_port_is_refused(crawl):
 def test_fetched_gzip_bomb_is_given_up_at_a_bound():
     from test_warc_fixtures import gzip_member, record_bytes
 
-    from webdedup_assets.engine.warc import FetchError, check_member
+    from webdedup_assets.ingest.commoncrawl import FetchError, check_member
 
     bomb = Rec("response", "http://bomb.example/", b"<html><p>" + b"a" * 40_000_000)
     data = gzip_member(record_bytes(bomb, False))
@@ -300,3 +300,133 @@ def test_fetched_gzip_bomb_is_given_up_at_a_bound():
         check_member(data, WarcOptions(max_record_bytes=1_000_000))
     assert err.value.kind == "over_size_cap"
     assert str(err.value) == "record of more than 16000000 bytes exceeds the cap of 1000000"
+
+
+class ScriptedHandler(RangeHandler):
+    """RangeHandler that first answers each path with its scripted failures: a status code, or "stall"
+    (headers and half the body, then silence past the client's timeout)."""
+
+    script: dict[str, list] = {}
+
+    def do_GET(self):  # noqa: N802
+        pending = self.script.get(self.path)
+        if not pending:
+            return super().do_GET()
+        action = pending.pop(0)
+        self.requests.append(self.path)
+        if action == "stall":
+            self.send_response(206)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"\x1f\x8b\x08" + b"x" * 497)
+            self.wfile.flush()
+            time.sleep(1.0)
+            return
+        self.send_response(action)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+@pytest.fixture
+def scripted(crawl):
+    handler = type("Handler", (ScriptedHandler,), {"root": crawl["root"], "requests": [], "script": {}})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield handler, f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        stop(server, thread)
+
+
+def test_fetch_retries_5xx_and_429_with_doubling_backoff_and_not_4xx(crawl, scripted):
+    from webdedup_assets.ingest.commoncrawl import FetchError, fetch_range
+
+    handler, url = scripted
+    start, length = crawl["spans"][0]
+    expected = (crawl["root"] / WARC_PATH).read_bytes()[start : start + length]
+    options = WarcOptions(cc_max_retries=3, cc_retry_backoff_seconds=0.2, cc_timeout_seconds=5)
+    handler.script["/" + WARC_PATH] = [503, 429]
+    began = time.perf_counter()
+    assert fetch_range(url, WARC_PATH, start, length, options) == expected
+    waited = time.perf_counter() - began
+    assert handler.requests == ["/" + WARC_PATH] * 3
+    assert 0.6 <= waited < 3  # 0.2 s before the first retry, 0.4 s before the second
+
+    handler.requests.clear()
+    handler.script["/" + WARC_PATH] = [500] * 5
+    with pytest.raises(FetchError) as err:
+        fetch_range(url, WARC_PATH, start, length, WarcOptions(cc_max_retries=2, cc_retry_backoff_seconds=0))
+    assert err.value.kind == "fetch_failed"
+    assert str(err.value) == f"HTTP 500 for {url}{WARC_PATH} (after 3 attempts)"
+    assert len(handler.requests) == 3
+
+    handler.requests.clear()
+    handler.script["/" + WARC_PATH] = [403]
+    with pytest.raises(FetchError) as err:
+        fetch_range(url, WARC_PATH, start, length, options)
+    assert str(err.value) == f"HTTP 403 for {url}{WARC_PATH}"
+    assert len(handler.requests) == 1  # a 4xx other than 429 is not retried
+
+
+def test_a_stalled_body_is_retried_under_the_same_policy(crawl, scripted):
+    from webdedup_assets.ingest.commoncrawl import FetchError, fetch_range
+
+    handler, url = scripted
+    start, length = crawl["spans"][0]
+    expected = (crawl["root"] / WARC_PATH).read_bytes()[start : start + length]
+    options = WarcOptions(cc_max_retries=1, cc_retry_backoff_seconds=0, cc_timeout_seconds=0.3)
+    handler.script["/" + WARC_PATH] = ["stall"]
+    assert fetch_range(url, WARC_PATH, start, length, options) == expected
+    assert len(handler.requests) == 2
+
+    handler.requests.clear()
+    handler.script["/" + WARC_PATH] = ["stall", "stall"]
+    with pytest.raises(FetchError) as err:
+        fetch_range(url, WARC_PATH, start, length, options)
+    assert "timeout fetching" in str(err.value) and str(err.value).endswith("(after 2 attempts)")
+    assert len(handler.requests) == 2
+
+
+def test_the_http_client_is_injectable(crawl, tmp_path):
+    import urllib3
+
+    from webdedup_assets.ingest.commoncrawl import http_client
+    from webdedup_assets.ingest.convert import convert_warc_input
+
+    class Recording(urllib3.PoolManager):
+        def __init__(self, options):
+            base = http_client(options)
+            super().__init__(retries=base.connection_pool_kw["retries"], timeout=base.connection_pool_kw["timeout"])
+            self.sent = []
+
+        def request(self, method, url, **kw):
+            self.sent.append((method, url, kw["headers"]["Range"], kw["redirect"]))
+            return super().request(method, url, **kw)
+
+    spans = crawl["spans"]
+    targets = write_targets(tmp_path / "targets.csv", [(WARC_PATH, *spans[0]), (WARC_PATH, *spans[2])])
+    options = WarcOptions(cc_base_url=crawl["url"], cc_accept_terms_of_use=True, cc_concurrency=1)
+    client = Recording(options)
+    result = convert_warc_input([], tmp_path / "docs.parquet", options, targets, http=client)
+    assert result["summary"]["documents"] == 2
+    ranges = [f"bytes={s}-{s + n - 1}" for s, n in (spans[0], spans[2])]
+    assert client.sent == [("GET", crawl["url"] + WARC_PATH, r, False) for r in ranges]
+    assert len(crawl["handler"].requests) == 2
+
+
+def test_the_http_client_uses_the_environment_proxy_like_urllib(monkeypatch):
+    import urllib3
+
+    from webdedup_assets.ingest.commoncrawl import http_client
+
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    options = WarcOptions(cc_base_url="https://data.commoncrawl.org/")
+    assert not isinstance(http_client(options), urllib3.ProxyManager)
+    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
+    client = http_client(options)
+    assert isinstance(client, urllib3.ProxyManager) and client.proxy.host == "proxy.example"
+    monkeypatch.setenv("no_proxy", "commoncrawl.org")
+    assert not isinstance(http_client(options), urllib3.ProxyManager)

@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_warc_fixtures import Rec, corpus, page, truncated_member, write_warc  # noqa: E402
 
 from webdedup_assets.cli import main  # noqa: E402
-from webdedup_assets.engine.warc import PROVENANCE_COLUMNS, doc_id_for  # noqa: E402
+from webdedup_assets.engine.warc_staging import STAGING_FOLDER  # noqa: E402
+from webdedup_assets.ingest.warc.collect import PROVENANCE_COLUMNS, doc_id_for  # noqa: E402
 
 
 def test_warc_folder_end_to_end(tmp_path, capsys):
@@ -118,4 +119,20 @@ def test_documents_asset_reports_skips_in_materialization_metadata(tmp_path):
     # stored beside documents; published as rejected_records.csv with the run's other outputs (by manifest)
     assert pq.read_table(tmp_path / "store" / "rejected_records" / "data.parquet").num_rows == 3
     assert not (tmp_path / "out" / "rejected_records.csv").exists()
-    assert not list((tmp_path / "store" / ".warc_staging").iterdir())  # the staged conversion is discarded
+    assert not (tmp_path / "store" / STAGING_FOLDER).exists()  # the staged conversion is discarded
+
+
+def test_a_conversion_left_by_an_interrupted_run_is_removed_not_reused(tmp_path, capsys):
+    recs = corpus()
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_warc(inputs / "a.warc.gz", [recs["original"], recs["other"]])
+    storage = tmp_path / "store"
+    leftover = storage / STAGING_FOLDER
+    leftover.mkdir(parents=True)
+    (leftover / "0123.parquet").write_bytes(b"not a conversion")  # what a killed run may leave
+    args = ["run", str(inputs), "--output", str(tmp_path / "out"), "--storage", str(storage), "--quiet"]
+    assert main(args) == 0, capsys.readouterr().err
+    assert "removed 1 temporary file(s) left by interrupted runs" in capsys.readouterr().err
+    assert not leftover.exists()
+    assert len(pq.read_table(tmp_path / "out" / "deduped_documents.parquet")) == 2

@@ -20,7 +20,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_warc_fixtures import ARTICLE, JAPANESE, OTHER, RUSSIAN, Rec, gzip_member, page, record_bytes  # noqa: E402
 
 from webdedup_assets.cli import main  # noqa: E402
-from webdedup_assets.engine.warc import WarcOptions, convert_warc_input, dechunk, doc_id_for  # noqa: E402
+from webdedup_assets.ingest.convert import convert_warc_input  # noqa: E402
+from webdedup_assets.ingest.options import WarcOptions  # noqa: E402
+from webdedup_assets.ingest.warc.collect import doc_id_for  # noqa: E402
+from webdedup_assets.ingest.warc.payload import dechunk  # noqa: E402
 
 
 def warc_record(

@@ -1,4 +1,4 @@
-"""WARC reading: framing, charsets, extraction, skip and rejection accounting (engine/warc.py)."""
+"""WARC reading: framing, charsets, extraction, skip and rejection accounting (the ingest package)."""
 
 from __future__ import annotations
 
@@ -28,13 +28,11 @@ from test_warc_fixtures import (  # noqa: E402
     write_warc,
 )
 
-from webdedup_assets.engine.documents import resolve_input  # noqa: E402
-from webdedup_assets.engine.warc import (  # noqa: E402
-    WarcOptions,
-    convert_warc_input,
-    decode_html,
-    doc_id_for,
-)
+from webdedup_assets.ingest.convert import convert_warc_input  # noqa: E402
+from webdedup_assets.ingest.inputs import resolve_input  # noqa: E402
+from webdedup_assets.ingest.options import WarcOptions  # noqa: E402
+from webdedup_assets.ingest.warc.collect import doc_id_for  # noqa: E402
+from webdedup_assets.ingest.warc.html import decode_html  # noqa: E402
 
 
 def convert(tmp_path: Path, *paths: Path, **options):
@@ -279,7 +277,7 @@ def test_hostile_nesting_is_rejected_and_the_next_page_still_read(tmp_path):
 
 
 def test_depth_bound_formula():
-    from webdedup_assets.engine.warc import depth_bound
+    from webdedup_assets.ingest.warc.html import depth_bound
 
     assert depth_bound(100, 2000) == 2000 and depth_bound(25_000, 2000) == 2000
     assert depth_bound(50_000, 2000) == 1000 and depth_bound(10**8, 2000) == 64

@@ -260,11 +260,9 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
     from .engine.documents import input_days
     from .engine.state import clear_days, held_days
     from .engine.storage import Store
-    from .engine.warc import discard_staging
 
     documents = DocumentsConfig(**config["ops"]["documents"]["config"])  # WARC input is converted once, here
     storage = Store(storage_root)
-    discard_staging(storage)  # a conversion left by an interrupted run is not reused
     days = input_days(input_path, input_format, store=storage, warc_options=documents.warc_options())
     stale = [day for day in held_days(storage) if day not in set(days)]
     if stale:
@@ -306,7 +304,6 @@ def _print_failed_checks(failed: list[tuple[str, dict[str, Any], str | None]]) -
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-
 
     output_dir = Path(args.output).expanduser().resolve()
     storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"

@@ -74,7 +74,7 @@ def _config_class(
 
 class _InputConfig(StageConfig):
     def warc_options(self):
-        from ..engine.warc import WarcOptions
+        from ..ingest.options import WarcOptions
 
         p: InputParams = self.params()
         return WarcOptions(

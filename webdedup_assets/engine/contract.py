@@ -1,15 +1,5 @@
-"""The input contract: the columns every document has, and their typed Arrow schema."""
+"""The input contract (defined in webdedup_assets.ingest.contract; re-exported for the engine's importers)."""
 
-import pyarrow as pa
+from ..ingest.contract import CONTRACT_SCHEMA, REQUIRED_COLUMNS
 
-CONTRACT_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("source", pa.string()),
-        ("domain", pa.string()),
-        ("crawled_at", pa.date32()),
-        ("title", pa.string()),
-        ("body", pa.string()),
-    ]
-)
-REQUIRED_COLUMNS = tuple(CONTRACT_SCHEMA.names)
+__all__ = ["CONTRACT_SCHEMA", "REQUIRED_COLUMNS"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import codecs
 import csv
-import glob as globlib
 import hashlib
 import os
 import re
@@ -18,7 +17,6 @@ import shutil
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..ingest.inputs import WARC_FORMATS, InputFile, day_of_file, format_suffix, resolve_input
+from ..ingest.options import WarcOptions
 from .contract import REQUIRED_COLUMNS
 from .errors import WebdedupError
 from .parallel import thread_count
@@ -35,79 +35,15 @@ from .storage import (
     atomic_path,
     connect,
     copy_query,
-    file_sha256,
     quote_ident,
     scalar,
     sql_string,
     write_schema,
 )
-from .warc import WARC_FORMATS, WarcOptions, clear_rejections, discard_staging, stage_warc
+from .warc_staging import clear_rejections, discard_staging, stage_warc
 
 TEXT_COLUMNS = ("doc_id", "source", "domain", "title", "body")
-FORMATS = ("auto", "csv", "parquet", "warc", "commoncrawl")
-SUFFIX_FORMATS = {
-    ".csv": "csv",
-    ".tsv": "csv",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".warc": "warc",
-    ".warc.gz": "warc",
-}
-
-
-def _suffix(path: Path) -> str:
-    """The format-bearing suffix: `.warc.gz` counts as one."""
-    name = path.name.lower()
-    return ".warc.gz" if name.endswith(".warc.gz") else path.suffix.lower()
-
-
 MAX_LINE_BYTES = 1 << 30  # a single CSV record may hold a very large page
-
-
-@dataclass(frozen=True)
-class InputFile:
-    path: Path
-    format: str
-    sha256: str
-    bytes: int
-
-    def describe(self) -> dict[str, Any]:
-        return {"path": str(self.path), "format": self.format, "sha256": self.sha256, "bytes": self.bytes}
-
-
-def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile]:
-    """A file, a folder (its CSV/Parquet files, recursively) or a glob -> sorted files."""
-    if input_format not in FORMATS:
-        raise WebdedupError(f"input_format must be one of {', '.join(FORMATS)}, got {input_format!r}")
-    path = Path(input_path).expanduser()
-    if any(ch in input_path for ch in "*?["):
-        candidates = [Path(p) for p in globlib.glob(str(path), recursive=True)]
-        candidates = [p for p in candidates if p.is_file()]
-        if not candidates:
-            raise WebdedupError(f"input glob {input_path!r} matches no file")
-    elif path.is_dir():
-        candidates = [
-            p for p in path.rglob("*") if p.is_file() and _suffix(p) in SUFFIX_FORMATS and not p.name.startswith(".")
-        ]
-        if input_format != "auto":
-            candidates = [p for p in candidates if SUFFIX_FORMATS[_suffix(p)] == input_format]
-        if not candidates:
-            raise WebdedupError(f"input folder {input_path!r} holds no .csv, .parquet, .warc or .warc.gz file")
-    elif path.is_file():
-        candidates = [path]
-    else:
-        raise WebdedupError(f"input {input_path!r} does not exist")
-    files = []
-    for candidate in sorted(candidates):
-        fmt = input_format
-        if fmt == "auto":
-            fmt = SUFFIX_FORMATS.get(_suffix(candidate), "")
-            if not fmt:
-                raise WebdedupError(
-                    f"cannot tell the format of {candidate} from its name; set input_format to csv, parquet or warc"
-                )
-        files.append(InputFile(candidate.resolve(), fmt, file_sha256(candidate), candidate.stat().st_size))
-    return files
 
 
 def combined_sha256(files: list[InputFile]) -> str:
@@ -160,7 +96,7 @@ CSV_DELIMITERS = {".tsv": "\t"}  # every other CSV input is comma-separated
 
 
 def _delimiter(path: Path) -> str:
-    return CSV_DELIMITERS.get(_suffix(path), ",")
+    return CSV_DELIMITERS.get(format_suffix(path), ",")
 
 
 def _csv_reader(handle, path: Path):
@@ -291,18 +227,6 @@ def _validate_columns(files: list[InputFile], relations: list[duckdb.DuckDBPyRel
 
 def _offenders(con: duckdb.DuckDBPyConnection, sql: str, limit: int = 5) -> list[tuple]:
     return con.execute(f"{sql} LIMIT {limit}").fetchall()
-
-
-DAY_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})")
-
-
-def day_of_file(path: Path) -> str | None:
-    """The crawl day a file name declares (e.g. 2026-03-01.csv, day=2026-03-01/part.parquet)."""
-    for part in reversed(path.parts[-2:]):
-        match = DAY_IN_NAME.search(part)
-        if match:
-            return match.group(1)
-    return None
 
 
 def _load(con: duckdb.DuckDBPyConnection, files: list[InputFile]) -> list[str]:

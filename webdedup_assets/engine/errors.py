@@ -1,5 +1,5 @@
-"""User-facing errors: the message names the problem (file, column, doc_id, parameter)."""
+"""User-facing errors (defined in webdedup_assets.errors; re-exported for the engine's importers)."""
 
+from ..errors import WebdedupError
 
-class WebdedupError(Exception):
-    """Bad input, bad parameters or incompatible upstream data. Shown to users as is."""
+__all__ = ["WebdedupError"]

@@ -9,15 +9,12 @@ the Parquet key-value metadata under the key "webdedup".
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..fileio import atomic_path, file_sha256, write_text  # noqa: F401  (re-exported: storage's importers)
 from .errors import WebdedupError
 
 METADATA_KEY = b"webdedup"
@@ -152,18 +150,6 @@ def _with_params(schema: pa.Schema, params: dict[str, Any]) -> pa.Schema:
     return schema.with_metadata(metadata)
 
 
-@contextmanager
-def atomic_path(target: Path):
-    """Yield a temporary sibling path; move it onto target only if the block succeeds."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        yield temp
-        os.replace(temp, target)
-    finally:
-        temp.unlink(missing_ok=True)
-
-
 def write_batches(
     target: Path,
     schema: pa.Schema,
@@ -285,11 +271,6 @@ def copy_query(
     con.execute(f"COPY ({query}) TO {sql_string(str(target))} ({options})")
 
 
-def write_text(target: Path, text: str) -> None:
-    with atomic_path(target) as temp:
-        temp.write_text(text, encoding="utf-8")
-
-
 def write_csv(target: Path, relation: duckdb.DuckDBPyRelation) -> None:
     with atomic_path(target) as temp:
         relation.write_csv(str(temp), header=True)
@@ -325,22 +306,6 @@ def publish_concatenated(store: Store, asset: str, target: Path, uncompressed: I
             yield from pq.ParquetFile(path).iter_batches(batch_size=65_536)
 
     return write_batches(target, schema, batches(), params, use_dictionary=False, uncompressed=uncompressed)
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes; remembered for the process while the file's identity, size and
-    modification time stay the same (a `webdedup run` reads its input files twice)."""
-    info = os.stat(path)
-    return _sha256_of(str(Path(path).resolve()), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-
-
-@lru_cache(maxsize=4096)
-def _sha256_of(path: str, device: int, inode: int, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def connect(store: Store | None = None) -> duckdb.DuckDBPyConnection:

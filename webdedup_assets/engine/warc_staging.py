@@ -1,0 +1,135 @@
+"""The documents stage's WARC step: convert WARC input (or Common Crawl targets) once per storage root.
+
+The conversion (ingest.convert) is staged under the storage root, keyed by the inputs' sha256,
+the options and the converter version, so that `webdedup run` reads (or fetches) each record
+once although it asks for the input's crawl days before the documents stage runs. The staging
+folder is named like every other run's staging folder (`.staging-*`): what an interrupted run
+left there is removed with the other leftovers when the next writer takes the lock
+(state.remove_leftovers), never reused. `rejected_records` is written here, beside documents.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..ingest.commoncrawl import require_terms
+from ..ingest.convert import CONVERTER_VERSION, convert_warc_input
+from ..ingest.inputs import WARC_FORMATS, InputFile
+from ..ingest.options import WarcOptions
+from ..ingest.warc.collect import REJECTED_SCHEMA
+from .errors import WebdedupError
+from .storage import Store, atomic_path, file_sha256, write_text
+
+PROGRESS = logging.getLogger("webdedup.progress")
+STAGING_FOLDER = ".staging-warc"
+
+
+def write_rejections(rows: list[dict[str, Any]], parquet_path: Path, csv_path: Path | None) -> None:
+    """rejected_records as Parquet (beside the documents asset) and CSV (in the output folder)."""
+    table = pa.Table.from_pylist(rows, schema=REJECTED_SCHEMA)
+    with atomic_path(parquet_path) as temp:
+        pq.write_table(table, temp, compression="zstd")
+    if csv_path is not None:
+        with atomic_path(csv_path) as temp, open(temp, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=REJECTED_SCHEMA.names)
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def clear_rejections(store: Store, output_dir: Path | None) -> None:
+    """A non-WARC run leaves no stale rejected_records from an earlier WARC run."""
+    store.path("rejected_records").unlink(missing_ok=True)
+    if output_dir is not None:
+        (output_dir / "rejected_records.csv").unlink(missing_ok=True)
+
+
+def _staging_dir(store: Store) -> Path:
+    return store.root / STAGING_FOLDER
+
+
+def discard_staging(store: Store) -> None:
+    """Drop the staged conversion once the documents asset is written."""
+    shutil.rmtree(_staging_dir(store), ignore_errors=True)
+
+
+def _staging_key(warcs: list[InputFile], targets: list[InputFile], options: WarcOptions) -> str:
+    spec = {
+        "version": CONVERTER_VERSION,
+        "warc": [(str(f.path), f.sha256, f.bytes) for f in warcs],
+        "targets": [(str(f.path), f.sha256) for f in targets],
+        "options": asdict(options),
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def stage_warc(
+    store: Store,
+    files: list[InputFile],
+    options: WarcOptions | None,
+    output_dir: Path | None,
+) -> tuple[list[InputFile], list[dict[str, Any]], dict[str, Any]]:
+    """Convert WARC inputs (or Common Crawl targets) into one staged Parquet; list what was skipped.
+
+    Returns (files for the documents stage: the non-WARC inputs + the staged Parquet,
+    descriptions of the real inputs with record counts, summary). The conversion is kept under
+    the storage root, keyed by the inputs' sha256 and the options, until `discard_staging`, so
+    that `webdedup run` reads (or fetches) each record once although it asks for the input's
+    crawl days before the documents stage runs.
+    """
+    options = options or WarcOptions()
+    warcs = [f for f in files if f.format == "warc"]
+    targets = [f for f in files if f.format == "commoncrawl"]
+    others = [f for f in files if f.format not in WARC_FORMATS]
+    if targets and (len(targets) > 1 or warcs or others):
+        raise WebdedupError("input_format commoncrawl takes exactly one CSV of targets (warc_filename, offset, length)")
+    names = [f.path.name for f in warcs]
+    names = [n if names.count(n) == 1 else str(f.path) for n, f in zip(names, warcs)]
+    key = _staging_key(warcs, targets, options)
+    staged = _staging_dir(store) / f"{key}.parquet"
+    summary_path = staged.with_suffix(".json")
+    rejected_path = staged.with_suffix(".rejected.parquet")
+    if staged.is_file() and summary_path.is_file() and rejected_path.is_file():
+        result = json.loads(summary_path.read_text())
+        result["rejected_rows"] = pq.read_table(rejected_path).to_pylist()
+    else:
+        discard_staging(store)  # one conversion at a time
+        if targets:
+            require_terms(options)
+        what = f"{targets[0].path.name} (Common Crawl targets)" if targets else f"{len(warcs)} WARC file(s)"
+        PROGRESS.info("%-18s reading %s", "warc input", what)
+        result = convert_warc_input(
+            [(f.path, n) for f, n in zip(warcs, names)], staged, options, targets[0].path if targets else None
+        )
+        done = result["summary"]
+        PROGRESS.info(
+            "%-18s done: %s records -> %s documents, %s skipped or rejected in %.2f s",
+            "warc input",
+            done["records"],
+            done["documents"],
+            done["not_documents"],
+            done["seconds"],
+        )
+        write_rejections(result["rejected_rows"], rejected_path, None)
+        write_text(summary_path, json.dumps({k: v for k, v in result.items() if k != "rejected_rows"}, default=str))
+    described = [f.describe() for f in others]
+    if targets:
+        described.append({**targets[0].describe(), **result["files"][0]})
+    else:
+        described += [{**f.describe(), **d} for f, d in zip(warcs, result["files"])]
+    write_rejections(
+        result["rejected_rows"],
+        store.path("rejected_records"),
+        output_dir / "rejected_records.csv" if output_dir is not None else None,
+    )
+    staged_file = InputFile(staged, "parquet", file_sha256(staged), staged.stat().st_size)
+    return others + [staged_file], described, result["summary"]

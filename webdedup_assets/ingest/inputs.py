@@ -1,0 +1,87 @@
+"""Input files: resolve a path, folder or glob to files, tell each file's format, read its declared day."""
+
+from __future__ import annotations
+
+import glob as globlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import WebdedupError
+from ..fileio import file_sha256
+
+FORMATS = ("auto", "csv", "parquet", "warc", "commoncrawl")
+WARC_FORMATS = ("warc", "commoncrawl")  # converted to a staged Parquet before the documents stage reads them
+SUFFIX_FORMATS = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".warc": "warc",
+    ".warc.gz": "warc",
+}
+DAY_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})")
+
+
+def format_suffix(path: Path) -> str:
+    """The format-bearing suffix: `.warc.gz` counts as one."""
+    name = path.name.lower()
+    return ".warc.gz" if name.endswith(".warc.gz") else path.suffix.lower()
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: Path
+    format: str
+    sha256: str
+    bytes: int
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": str(self.path), "format": self.format, "sha256": self.sha256, "bytes": self.bytes}
+
+
+def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile]:
+    """A file, a folder (its CSV/Parquet files, recursively) or a glob -> sorted files."""
+    if input_format not in FORMATS:
+        raise WebdedupError(f"input_format must be one of {', '.join(FORMATS)}, got {input_format!r}")
+    path = Path(input_path).expanduser()
+    if any(ch in input_path for ch in "*?["):
+        candidates = [Path(p) for p in globlib.glob(str(path), recursive=True)]
+        candidates = [p for p in candidates if p.is_file()]
+        if not candidates:
+            raise WebdedupError(f"input glob {input_path!r} matches no file")
+    elif path.is_dir():
+        candidates = [
+            p
+            for p in path.rglob("*")
+            if p.is_file() and format_suffix(p) in SUFFIX_FORMATS and not p.name.startswith(".")
+        ]
+        if input_format != "auto":
+            candidates = [p for p in candidates if SUFFIX_FORMATS[format_suffix(p)] == input_format]
+        if not candidates:
+            raise WebdedupError(f"input folder {input_path!r} holds no .csv, .parquet, .warc or .warc.gz file")
+    elif path.is_file():
+        candidates = [path]
+    else:
+        raise WebdedupError(f"input {input_path!r} does not exist")
+    files = []
+    for candidate in sorted(candidates):
+        fmt = input_format
+        if fmt == "auto":
+            fmt = SUFFIX_FORMATS.get(format_suffix(candidate), "")
+            if not fmt:
+                raise WebdedupError(
+                    f"cannot tell the format of {candidate} from its name; set input_format to csv, parquet or warc"
+                )
+        files.append(InputFile(candidate.resolve(), fmt, file_sha256(candidate), candidate.stat().st_size))
+    return files
+
+
+def day_of_file(path: Path) -> str | None:
+    """The crawl day a file name declares (e.g. 2026-03-01.csv, day=2026-03-01/part.parquet)."""
+    for part in reversed(path.parts[-2:]):
+        match = DAY_IN_NAME.search(part)
+        if match:
+            return match.group(1)
+    return None
