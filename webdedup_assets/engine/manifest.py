@@ -127,31 +127,5 @@ def stage_manifest(store: Store, output_dir: Path | None = None) -> dict[str, An
     return manifest
 
 
-def domain_summary(con, store: Store):
-    """Per domain: documents, representatives kept, removed, duplicate pairs it takes part in."""
-    return con.sql(domain_summary_sql(store))
-
-
-def domain_summary_sql(store: Store) -> str:
-    return f"""
-        WITH docs AS (SELECT doc_id, domain FROM {store.scan_sql("documents")}),
-        kept AS (SELECT doc_id FROM {store.scan_sql("deduped_documents")}),
-        pairs AS (
-            SELECT left_domain AS domain, cross_domain FROM {store.scan_sql("duplicate_pairs")}
-            UNION ALL
-            SELECT right_domain, cross_domain FROM {store.scan_sql("duplicate_pairs")}),
-        pair_counts AS (
-            SELECT domain, count(*) AS duplicate_pair_ends,
-                   count(*) FILTER (cross_domain) AS cross_domain_pair_ends
-              FROM pairs GROUP BY domain)
-        SELECT d.domain, count(*) AS documents,
-               count(k.doc_id) AS representatives,
-               count(*) - count(k.doc_id) AS removed,
-               COALESCE(any_value(p.duplicate_pair_ends), 0) AS duplicate_pair_ends,
-               COALESCE(any_value(p.cross_domain_pair_ends), 0) AS cross_domain_pair_ends
-          FROM docs d LEFT JOIN kept k USING (doc_id) LEFT JOIN pair_counts p USING (domain)
-         GROUP BY d.domain ORDER BY documents DESC, d.domain"""
-
-
 def load_manifest(store: Store) -> dict[str, Any]:
     return json.loads((store.asset_dir("manifest") / "manifest.json").read_text())

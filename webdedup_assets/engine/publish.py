@@ -56,8 +56,6 @@ def _copy_csv(con, query: str, target: Path) -> None:
 
 def _build(store: Store, staging: Path) -> None:
     """Every output of the stored run, into `staging` (tables in a defined order)."""
-    from .manifest import domain_summary_sql  # manifest imports this module
-
     publish_concatenated(store, "fingerprinted", staging / "fingerprinted.parquet", uncompressed=["signature"])
     for name in STAGE_REPORTS:
         _link_or_copy(report_path(store, name), staging / name)
@@ -84,6 +82,28 @@ def _build(store: Store, staging: Path) -> None:
             )
     finally:
         con.close()
+
+
+def domain_summary_sql(store: Store) -> str:
+    """Per domain: documents, representatives kept, removed, duplicate pairs it takes part in."""
+    return f"""
+        WITH docs AS (SELECT doc_id, domain FROM {store.scan_sql("documents")}),
+        kept AS (SELECT doc_id FROM {store.scan_sql("deduped_documents")}),
+        pairs AS (
+            SELECT left_domain AS domain, cross_domain FROM {store.scan_sql("duplicate_pairs")}
+            UNION ALL
+            SELECT right_domain, cross_domain FROM {store.scan_sql("duplicate_pairs")}),
+        pair_counts AS (
+            SELECT domain, count(*) AS duplicate_pair_ends,
+                   count(*) FILTER (cross_domain) AS cross_domain_pair_ends
+              FROM pairs GROUP BY domain)
+        SELECT d.domain, count(*) AS documents,
+               count(k.doc_id) AS representatives,
+               count(*) - count(k.doc_id) AS removed,
+               COALESCE(any_value(p.duplicate_pair_ends), 0) AS duplicate_pair_ends,
+               COALESCE(any_value(p.cross_domain_pair_ends), 0) AS cross_domain_pair_ends
+          FROM docs d LEFT JOIN kept k USING (doc_id) LEFT JOIN pair_counts p USING (domain)
+         GROUP BY d.domain ORDER BY documents DESC, d.domain"""
 
 
 def publish(store: Store, output_dir: Path, manifest: dict[str, Any]) -> dict[str, int]:
