@@ -206,13 +206,14 @@ def _split_config(config: dict[str, Any], ops: list[str]) -> dict[str, Any]:
 def execute(input_path: str, config: dict[str, Any], input_format: str = "auto") -> list:
     """Materialize every crawl day of the input in one run, then the global stages in a second.
 
-    The daily assets are partitioned by exactly the days present in the input, so a corpus
-    spread over years is one run, not one run per day, and no page is left out for its date.
+    The same Definitions as `dagster dev`: the input's days are registered as the crawl_days
+    partitions of a fresh instance, so a corpus spread over years is one run over exactly its
+    days, not one run per day, and no page is left out for its date.
     Returns the events of both runs (stops after the first if it failed).
     """
     import dagster as dg
 
-    from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, build_defs
+    from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, register_days
     from .defs.config import DocumentsConfig
     from .engine.documents import input_days
     from .engine.storage import Store
@@ -224,8 +225,8 @@ def execute(input_path: str, config: dict[str, Any], input_format: str = "auto")
     days = input_days(input_path, input_format, store=storage, warc_options=documents.warc_options())
     if not days:  # empty or unreadable input: one day so that documents validates and reports it
         days = [datetime.now(UTC).date().isoformat()]
-    defs = build_defs(days)
     instance = dg.DagsterInstance.ephemeral()
+    register_days(instance, days)  # the crawl_days partitions of `dagster dev`: here, exactly the input's days
     daily = defs.resolve_job_def(DAILY_JOB).execute_in_process(
         run_config=_split_config(config, DAILY_ASSETS),
         instance=instance,
