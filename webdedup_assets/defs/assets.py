@@ -146,12 +146,13 @@ def _add_partition_metadata(context: dg.AssetExecutionContext, per_day: dict[str
 
 def run_metadata(info: dict[str, Any], parameters: dict[str, Any], days: list[str], rows: int) -> dict[str, Any]:
     """What every partition of a run shares: the parameters (the automation launches the next
-    runs with them) and the run's range, labelled as the run's so that no day shows totals."""
-    stats = {k: v for k, v in info.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "rows"}
+    runs with them) and the run's range and total, labelled as the run's so that no day shows
+    another day's figures. (Kept small: Dagster stores it once per partition.)"""
     return {
         "parameters": dg.MetadataValue.json(parameters),
-        "run_days": dg.MetadataValue.text(f"{days[0]} .. {days[-1]} ({len(days)} day(s), {rows} rows in all)"),
-        "run_stats": dg.MetadataValue.json(stats),
+        "run_days": dg.MetadataValue.text(
+            f"{days[0]} .. {days[-1]} ({len(days)} day(s), {rows} rows in all, {info.get('seconds', 0):.2f} s)"
+        ),
     }
 
 
