@@ -473,3 +473,35 @@ def test_each_partition_of_a_range_run_reports_its_own_rows_and_preview(split):
     assert seen == 3 * len(by_day)
     twelfth = [e for e in result.get_asset_materialization_events() if e.partition == "2026-03-12"]
     assert {e.materialization.metadata["dagster/row_count"].value for e in twelfth} == {2, 40}
+
+
+def test_discover_crawl_days_adds_the_inputs_days_and_then_only_new_ones(split, stack, monkeypatch):
+    import types
+
+    import webdedup_assets.defs as defs_module
+
+    env, by_day = split
+    config = types.SimpleNamespace(input_path=str(env.input), input_format="auto")
+    monkeypatch.setattr(defs_module, "DocumentsConfig", lambda: config)  # as if WEBDEDUP_INPUT were the folder
+    instance = stack.enter_context(dg.instance_for_test())
+    sensor = env.defs.resolve_sensor_def("discover_crawl_days")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+
+    def tick(cursor=None):
+        context = dg.build_sensor_context(
+            instance=instance, cursor=cursor, repository_def=env.defs.get_repository_def()
+        )
+        result = sensor.evaluate_tick(context)
+        for request in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
+        return result
+
+    first = tick()
+    assert instance.get_dynamic_partitions(CRAWL_DAYS) == sorted(by_day)
+    again = tick(first.cursor)
+    assert not again.dynamic_partitions_requests and "unchanged" in again.skip_message
+    write_day(env.input, "2026-04-02", [{**by_day["2026-03-01"][0], "doc_id": "late", "crawled_at": "2026-04-02"}])
+    later = tick(first.cursor)
+    [request] = later.dynamic_partitions_requests
+    assert request.partition_keys == ["2026-04-02"]
+    assert instance.get_dynamic_partitions(CRAWL_DAYS) == [*sorted(by_day), "2026-04-02"]
