@@ -213,7 +213,7 @@ def execute(input_path: str, config: dict[str, Any], input_format: str = "auto")
     """
     import dagster as dg
 
-    from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, register_days
+    from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, one_planned_event_per_asset, register_days
     from .defs.config import DocumentsConfig
     from .engine.documents import input_days
     from .engine.storage import Store
@@ -227,12 +227,13 @@ def execute(input_path: str, config: dict[str, Any], input_format: str = "auto")
         days = [datetime.now(UTC).date().isoformat()]
     instance = dg.DagsterInstance.ephemeral()
     register_days(instance, days)  # the crawl_days partitions of `dagster dev`: here, exactly the input's days
-    daily = defs.resolve_job_def(DAILY_JOB).execute_in_process(
-        run_config=_split_config(config, DAILY_ASSETS),
-        instance=instance,
-        raise_on_error=False,
-        tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]},
-    )
+    with one_planned_event_per_asset():
+        daily = defs.resolve_job_def(DAILY_JOB).execute_in_process(
+            run_config=_split_config(config, DAILY_ASSETS),
+            instance=instance,
+            raise_on_error=False,
+            tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]},
+        )
     events = list(daily.all_events)
     if not daily.success:
         return events

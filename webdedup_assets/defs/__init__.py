@@ -5,7 +5,10 @@ launched (job, Catalog backfill, CLI), with the parameters of the latest global 
 
 from __future__ import annotations
 
+import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, timedelta
 from typing import Any
 
@@ -31,7 +34,34 @@ IN_PROGRESS = [
     dg.DagsterRunStatus.CANCELING,
 ]
 
-__all__ = ["CRAWL_DAYS", "DAILY_ASSETS", "DAILY_JOB", "GLOBAL_JOB", "build_defs", "defs", "register_days"]
+__all__ = [
+    "CRAWL_DAYS",
+    "DAILY_ASSETS",
+    "DAILY_JOB",
+    "GLOBAL_JOB",
+    "build_defs",
+    "defs",
+    "one_planned_event_per_asset",
+    "register_days",
+]
+PLANNED_EVENTS_ENV = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
+
+
+@contextmanager
+def one_planned_event_per_asset() -> Iterator[None]:
+    """While a range run is created, Dagster (SQLite or in-memory storage) logs one "planned"
+    event per partition per asset unless this switch of dagster 1.13 is set; with it, one per
+    asset (its caveat: a failed run does not mark the partitions failed, which an in-process
+    `webdedup run` with its throwaway instance does not need). 2,000 days: about 5 s less."""
+    before = os.environ.get(PLANNED_EVENTS_ENV)
+    os.environ[PLANNED_EVENTS_ENV] = "true"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PLANNED_EVENTS_ENV, None)
+        else:
+            os.environ[PLANNED_EVENTS_ENV] = before
 
 
 def config_fields(assets_def: dg.AssetsDefinition) -> set[str]:
