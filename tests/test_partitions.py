@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
+from contextlib import ExitStack
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -13,8 +15,8 @@ import duckdb
 import pytest
 
 from webdedup_assets.cli import RANGE_END_TAG, RANGE_START_TAG, main
-from webdedup_assets.defs import DAILY_JOB, GLOBAL_JOB, build_defs
-from webdedup_assets.engine.documents import combined_sha256, resolve_input
+from webdedup_assets.defs import CRAWL_DAYS, DAILY_JOB, GLOBAL_JOB, build_defs, register_days
+from webdedup_assets.engine.documents import combined_sha256, input_days, resolve_input
 from webdedup_assets.engine.manifest import load_manifest
 from webdedup_assets.engine.storage import Store
 
@@ -61,6 +63,7 @@ class Env:
         }
 
     def daily(self, first: str, last: str | None = None):
+        register_days(self.instance, input_days(str(self.input)))  # what discover_crawl_days does
         result = self.defs.resolve_job_def(DAILY_JOB).execute_in_process(
             run_config=self.config(ops=["documents"]),
             instance=self.instance,
@@ -91,6 +94,12 @@ def representatives(store: Store) -> dict[str, str]:
 
 
 @pytest.fixture
+def stack():
+    with ExitStack() as contexts:
+        yield contexts
+
+
+@pytest.fixture
 def split(tmp_path):
     folder = tmp_path / "crawl"
     by_day = split_fixture_by_day(folder)
@@ -105,9 +114,8 @@ def test_backfilling_every_day_then_the_global_stages_gives_the_fixture_counts(s
     pinned["input_sha256"] = combined_sha256(resolve_input(str(env.input)))
     (env.input / "webdedup.expected.json").write_text(json.dumps(pinned))
     result = env.daily(FIRST, LAST)
-    assert materialized_partitions(result, "fingerprinted") == {
-        f"2026-03-{d:02d}" for d in range(1, 23)
-    }  # one run, every day, including days without pages
+    assert materialized_partitions(result, "fingerprinted") == set(by_day)  # one run, every crawl day
+    assert env.instance.get_dynamic_partitions(CRAWL_DAYS) == sorted(by_day)  # the partitions are the data's days
     assert sorted(env.store().partitions("documents")) == sorted(by_day)
     manifest = env.global_stages()
     counts = manifest["counts"]
@@ -195,14 +203,19 @@ def dagster_cli(tmp_path: Path) -> tuple[dict[str, str], str]:
         "WEBDEDUP_STORAGE_ROOT": str(tmp_path / "storage"),
         "WEBDEDUP_OUTPUT_DIR": str(tmp_path / "output"),
     }
+    # the crawl_days partitions of that instance: what the discover_crawl_days sensor adds under `dagster dev`
+    register = (
+        "import sys, dagster as dg; from webdedup_assets.defs import register_days; "
+        "from webdedup_assets.engine.documents import input_days; "
+        "register_days(dg.DagsterInstance.get(), input_days(sys.argv[1]))"
+    )
+    subprocess.run([sys.executable, "-c", register, str(folder)], env=env, cwd=tmp_path, check=True)
     return env, str(Path(sys.executable).with_name("dagster"))
 
 
-def test_three_days_in_parallel_with_the_multiprocess_executor(tmp_path):
-    env, dagster = dagster_cli(tmp_path)
+def test_three_days_in_parallel_runs(tmp_path):
+    env, dagster = dagster_cli(tmp_path)  # creates the instance's storage; the three runs share it
     days = ["2026-03-01", "2026-03-02", "2026-03-03"]
-    # create the instance's storage once; the three runs then share it (as under `dagster dev`)
-    subprocess.run([dagster, "instance", "migrate"], env=env, cwd=tmp_path, check=True, capture_output=True)
     procs = [
         subprocess.Popen(
             [
@@ -227,7 +240,7 @@ def test_three_days_in_parallel_with_the_multiprocess_executor(tmp_path):
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     for proc, out in zip(procs, outputs):
         assert proc.returncode == 0, out[-3000:]
-        assert "Multiprocess executor" in out
+        assert "RUN_SUCCESS" in out
         assert "lock" not in out.lower() or "RUN_SUCCESS" in out
     store = Store(tmp_path / "storage")
     assert store.partitions("band_memberships") == days
@@ -235,25 +248,91 @@ def test_three_days_in_parallel_with_the_multiprocess_executor(tmp_path):
     assert ids == {"billing-canonical", "billing-revision", "billing-mirror"}
 
 
-def test_the_schedule_requests_the_previous_crawl_day():
+def test_the_schedule_adds_and_requests_the_previous_crawl_day():
     defs = build_defs()
     schedule = defs.resolve_schedule_def("webdedup_daily_schedule")
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
-    context = dg.build_schedule_context(
-        scheduled_execution_time=__import__("datetime").datetime(
-            2026, 3, 23, 1, 0, tzinfo=__import__("datetime").timezone.utc
+    with dg.instance_for_test() as instance:  # a schedule needs an instance with a reference
+        context = dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=datetime(2026, 3, 23, 1, 0, tzinfo=UTC),
+            repository_def=defs.get_repository_def(),
         )
+        requests = list(schedule.evaluate_tick(context).run_requests)
+        assert len(requests) == 1 and requests[0].partition_key == "2026-03-22"
+        assert schedule.job_name == DAILY_JOB
+        assert instance.get_dynamic_partitions(CRAWL_DAYS) == ["2026-03-22"]
+
+
+def test_the_schedule_keeps_the_fingerprint_parameters_of_the_latest_run(split, stack):
+    env, _ = split
+    env.instance = stack.enter_context(dg.instance_for_test())
+    config = env.config(ops=["documents"])
+    config["ops"]["fingerprinted"] = {"config": {"shingle_size": 4, "num_perm": 64, "seed": 3}}
+    config["ops"]["band_memberships"] = {"config": {"bands": 16, "rows": 4}}
+    register_days(env.instance, input_days(str(env.input)))
+    result = env.defs.resolve_job_def(DAILY_JOB).execute_in_process(
+        run_config=config,
+        instance=env.instance,
+        raise_on_error=False,
+        tags={RANGE_START_TAG: FIRST, RANGE_END_TAG: LAST},
     )
-    requests = list(schedule.evaluate_tick(context).run_requests)
-    assert len(requests) == 1 and requests[0].partition_key == "2026-03-22"
-    assert requests[0].job_name == DAILY_JOB
+    assert result.success, failure_messages(result)
+    schedule = env.defs.resolve_schedule_def("webdedup_daily_schedule")
+    context = dg.build_schedule_context(
+        instance=env.instance,
+        scheduled_execution_time=datetime(2026, 3, 24, 1, 0, tzinfo=UTC),
+        repository_def=env.defs.get_repository_def(),
+    )
+    [request] = schedule.evaluate_tick(context).run_requests
+    assert request.run_config["ops"] == {
+        "fingerprinted": {"config": {"shingle_size": 4, "num_perm": 64, "seed": 3}},
+        "band_memberships": {"config": {"bands": 16, "rows": 4}},
+    }
 
 
-def test_the_sensor_requests_the_global_stages_after_a_daily_run():
-    defs = build_defs()
+def sensor_tick(defs, instance, cursor=None):
+    sensor = defs.resolve_sensor_def("global_after_daily")
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, repository_def=defs.get_repository_def())
+    return sensor.evaluate_tick(context)
+
+
+def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_the_last_parameters(split):
+    env, by_day = split
+    defs = env.defs
     sensor = defs.resolve_sensor_def("global_after_daily")
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
     assert sensor.job_name == GLOBAL_JOB
+    assert not sensor_tick(defs, env.instance).run_requests  # nothing materialized yet
+    # the daily assets materialized without the daily job (as a Catalog backfill does): one range run
+    register_days(env.instance, input_days(str(env.input)))
+    daily = [a for a in defs.assets if a.key.to_user_string() in ("documents", "fingerprinted", "band_memberships")]
+    result = dg.materialize(
+        daily,
+        instance=env.instance,
+        resources=defs.resources,
+        run_config=env.config(ops=["documents"]),
+        tags={RANGE_START_TAG: FIRST, RANGE_END_TAG: LAST},
+    )
+    assert result.success and result.dagster_run.job_name != DAILY_JOB
+    assert len(materialized_partitions(result, "band_memberships")) == len(by_day)
+    first = sensor_tick(defs, env.instance)
+    assert len(first.run_requests) == 1  # one global run for the whole batch, not one per day
+    assert first.run_requests[0].run_config == {}  # no global run yet: the defaults
+    assert not sensor_tick(defs, env.instance, first.cursor).run_requests  # and no second one (no loop)
+    # a global run with a threshold of 0.9 (the launchpad); the next automated run keeps it
+    config = env.config()
+    config["ops"] = {k: {"config": {"threshold": 0.9}} for k in ("scored_pairs", "duplicate_pairs")}
+    config["ops"]["deduped_documents"] = {"config": {"representative_policy": "longest"}}
+    run = defs.resolve_job_def(GLOBAL_JOB).execute_in_process(run_config=config, instance=env.instance)
+    assert run.success
+    assert not sensor_tick(defs, env.instance, first.cursor).run_requests  # the global run is no trigger
+    env.daily("2026-03-05")  # a re-run of one day by the daily job
+    [request] = sensor_tick(defs, env.instance, first.cursor).run_requests
+    assert request.run_config["ops"]["scored_pairs"] == {"config": {"threshold": 0.9}}
+    assert request.run_config["ops"]["duplicate_pairs"] == {"config": {"threshold": 0.9}}
+    assert request.run_config["ops"]["deduped_documents"] == {"config": {"representative_policy": "longest"}}
+    assert request.run_config["ops"]["candidate_pairs"]["config"]["max_pair_slots"] == 1_000_000
 
 
 def test_cli_range_backfill_then_global_job(tmp_path):
@@ -290,7 +369,7 @@ def test_cli_range_backfill_then_global_job(tmp_path):
     assert counts["candidate_pairs"] == 18 and counts["representatives"] == 12
 
 
-def test_pages_outside_the_partitions_are_reported_with_their_doc_ids(tmp_path, monkeypatch):
+def test_pages_outside_the_partitions_are_reported_with_their_doc_ids(tmp_path):
     folder = tmp_path / "crawl"
     rows = [
         {
@@ -324,9 +403,11 @@ def test_pages_outside_the_partitions_are_reported_with_their_doc_ids(tmp_path, 
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    monkeypatch.setenv("WEBDEDUP_PARTITION_START", "2026-01-01")
     env = Env(tmp_path, folder)
-    result = env.daily("2026-03-01")
+    env.instance.add_dynamic_partitions(CRAWL_DAYS, ["2026-03-01"])  # only one of the three days registered
+    result = env.defs.resolve_job_def(DAILY_JOB).execute_in_process(
+        run_config=env.config(ops=["documents"]), instance=env.instance, partition_key="2026-03-01"
+    )
     documents = next(
         e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "documents"
     )
@@ -367,3 +448,60 @@ def test_cli_run_over_many_days_is_one_daily_run(tmp_path):
     }
     assert len(days) == len({f"{2007 + i % 20}-{1 + i % 12:02d}-{1 + i % 28:02d}" for i in range(300)})
     assert load_manifest(Store(tmp_path / "s"))["counts"]["documents"] == 300
+
+
+def test_each_partition_of_a_range_run_reports_its_own_rows_and_preview(split):
+    env, by_day = split
+    result = env.daily(FIRST, LAST)
+    store = env.store()
+    seen = 0
+    for event in result.get_asset_materialization_events():
+        asset, day = event.asset_key.to_user_string(), event.partition
+        metadata = event.materialization.metadata
+        [(rows,)] = duckdb.sql(f"SELECT count(*) FROM read_parquet('{store.path(asset, day)}')").fetchall()
+        assert metadata["dagster/row_count"].value == rows, (asset, day)
+        assert rows == len(by_day[day]) * (20 if asset == "band_memberships" else 1)
+        preview = metadata["preview"].value
+        if asset != "band_memberships":  # (its preview shows the first 5 of 20 bands of the first document)
+            assert all(r["doc_id"] in preview for r in by_day[day])  # that day's documents, no other day's
+        assert by_day[day][0]["doc_id"] in preview or by_day[day][-1]["doc_id"] in preview
+        others = {r["doc_id"] for d, rs in by_day.items() if d != day for r in rs}
+        assert not any(f"| {doc_id} |" in preview for doc_id in others)
+        assert metadata["path"].value == str(store.path(asset, day))
+        assert metadata["parameters"].value  # shared by the run's partitions: what the automation carries on
+        seen += 1
+    assert seen == 3 * len(by_day)
+    twelfth = [e for e in result.get_asset_materialization_events() if e.partition == "2026-03-12"]
+    assert {e.materialization.metadata["dagster/row_count"].value for e in twelfth} == {2, 40}
+
+
+def test_discover_crawl_days_adds_the_inputs_days_and_then_only_new_ones(split, stack, monkeypatch):
+    import types
+
+    import webdedup_assets.defs as defs_module
+
+    env, by_day = split
+    config = types.SimpleNamespace(input_path=str(env.input), input_format="auto")
+    monkeypatch.setattr(defs_module, "DocumentsConfig", lambda: config)  # as if WEBDEDUP_INPUT were the folder
+    instance = stack.enter_context(dg.instance_for_test())
+    sensor = env.defs.resolve_sensor_def("discover_crawl_days")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+
+    def tick(cursor=None):
+        context = dg.build_sensor_context(
+            instance=instance, cursor=cursor, repository_def=env.defs.get_repository_def()
+        )
+        result = sensor.evaluate_tick(context)
+        for request in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
+        return result
+
+    first = tick()
+    assert instance.get_dynamic_partitions(CRAWL_DAYS) == sorted(by_day)
+    again = tick(first.cursor)
+    assert not again.dynamic_partitions_requests and "unchanged" in again.skip_message
+    write_day(env.input, "2026-04-02", [{**by_day["2026-03-01"][0], "doc_id": "late", "crawled_at": "2026-04-02"}])
+    later = tick(first.cursor)
+    [request] = later.dynamic_partitions_requests
+    assert request.partition_keys == ["2026-04-02"]
+    assert instance.get_dynamic_partitions(CRAWL_DAYS) == [*sorted(by_day), "2026-04-02"]

@@ -1,6 +1,11 @@
-"""Headless UI test: `dagster dev` on 127.0.0.1, the code location loads, the nine assets show,
-a launched materialization succeeds; the whole process group is stopped afterwards."""
+"""Headless UI test: `dagster dev` on 127.0.0.1 (its own process session, stopped afterwards).
 
+What a user does in the UI, over GraphQL: the code location loads with the nine assets; the
+crawl-day partitions are exactly the fixture's days; a Catalog-style backfill of the three daily
+assets (an asset selection over the days, not the daily job) is followed by the global stages
+on their own, in one in-process run; each partition's materialization reports its own rows."""
+
+import csv
 import json
 import os
 import shutil
@@ -10,25 +15,19 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
+import duckdb
 import pytest
 
-from .conftest import REPO
+from .conftest import FIXTURE, REPO
 
 pytestmark = pytest.mark.ui
 
-ASSETS = {
-    "documents",
-    "fingerprinted",
-    "band_memberships",
-    "candidate_pairs",
-    "scored_pairs",
-    "duplicate_pairs",
-    "clusters",
-    "deduped_documents",
-    "manifest",
-}
+DAILY = ["documents", "fingerprinted", "band_memberships"]
+GLOBAL = ["candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "deduped_documents", "manifest"]
+ASSETS = set(DAILY + GLOBAL)
 
 
 def _free_port() -> int:
@@ -37,18 +36,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _graphql(port: int, query: str, variables: dict | None = None) -> dict:
-    body = json.dumps({"query": query, "variables": variables or {}}).encode()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        payload = json.loads(response.read())
-    assert "errors" not in payload, payload
-    return payload["data"]
-
-
-def _wait(predicate, timeout: float, what: str):
+def _wait(predicate, timeout: float, what: str, log: Path | None = None):
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -59,10 +47,54 @@ def _wait(predicate, timeout: float, what: str):
         except OSError as err:
             last = err
         time.sleep(1.0)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+    tail = log.read_text()[-3000:] if log else ""
+    raise AssertionError(f"timed out waiting for {what}; last: {last}\n{tail}")
 
 
-def test_dagster_dev_shows_the_assets_and_runs_the_job(tmp_path):
+class Ui:
+    def __init__(self, port: int, log: Path, storage: Path):
+        self.port, self.log, self.storage = port, log, storage
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        body = json.dumps({"query": query, "variables": variables or {}}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/graphql", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            payload = json.loads(response.read())
+        assert "errors" not in payload, payload
+        return payload["data"]
+
+    def wait(self, predicate, timeout: float, what: str):
+        return _wait(predicate, timeout, what, self.log)
+
+    def partition_keys(self, asset: str) -> list[str]:
+        node = self.graphql(
+            "query($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) { ... on AssetNode { partitionKeys } } }",
+            {"key": {"path": [asset]}},
+        )["assetNodeOrError"]
+        return node["partitionKeys"]
+
+    def materializations(self, asset: str, limit: int = 200) -> list[dict]:
+        data = self.graphql(
+            """query($key: AssetKeyInput!, $limit: Int) { assetOrError(assetKey: $key) { ... on Asset {
+            assetMaterializations(limit: $limit) { partition runId metadataEntries { label
+            ... on IntMetadataEntry { intValue } ... on MarkdownMetadataEntry { mdStr }
+            ... on JsonMetadataEntry { jsonString } } } } } }""",
+            {"key": {"path": [asset]}, "limit": limit},
+        )["assetOrError"]
+        return data.get("assetMaterializations", []) if data else []
+
+    def runs(self) -> list[dict]:
+        data = self.graphql(
+            "{ runsOrError { ... on Runs { results { runId jobName status startTime endTime tags { key value } } } } }"
+        )
+        return data["runsOrError"]["results"]
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("ui")
     port = _free_port()
     home = tmp_path / "dagster_home"
     home.mkdir()
@@ -70,11 +102,13 @@ def test_dagster_dev_shows_the_assets_and_runs_the_job(tmp_path):
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
+        "WEBDEDUP_INPUT": str(FIXTURE),
         "WEBDEDUP_STORAGE_ROOT": str(tmp_path / "storage"),
         "WEBDEDUP_OUTPUT_DIR": str(tmp_path / "output"),
     }
     dagster = Path(sys.executable).with_name("dagster")
-    log = open(tmp_path / "dagster_dev.log", "w")
+    log_path = tmp_path / "dagster_dev.log"
+    log = open(log_path, "w")
     proc = subprocess.Popen(
         [str(dagster), "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
         cwd=tmp_path,
@@ -84,71 +118,25 @@ def test_dagster_dev_shows_the_assets_and_runs_the_job(tmp_path):
         start_new_session=True,
     )
     try:
-        _wait(
+        session = Ui(port, log_path, tmp_path / "storage")
+        session.wait(
             lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5).status == 200,
             180,
             "the webserver",
         )
 
         def location_loaded():
-            data = _graphql(
-                port,
+            data = session.graphql(
                 """{ workspaceOrError { ... on Workspace { locationEntries {
-                name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }""",
+                name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
             )
             entries = data["workspaceOrError"]["locationEntries"]
             return entries and entries[0]["loadStatus"] == "LOADED" and entries[0]
 
-        entry = _wait(location_loaded, 180, "the code location")
+        entry = session.wait(location_loaded, 180, "the code location")
         assert entry["name"] == "webdedup"
         assert entry["locationOrLoadError"]["__typename"] == "RepositoryLocation", entry
-        nodes = _graphql(port, "{ assetNodes { assetKey { path } groupName description } }")["assetNodes"]
-        assert {n["assetKey"]["path"][-1] for n in nodes} == ASSETS
-        assert all(n["groupName"] == "webdedup" and n["description"] for n in nodes)
-
-        # Launch the daily job over the fixture's crawl days as one single-run backfill range; the
-        # global stages then run on their own: the run-status sensor is on by default.
-        launched = _graphql(
-            port,
-            """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
-            __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
-            ... on RunConfigValidationInvalid { errors { message } } } }""",
-            {
-                "params": {
-                    "selector": {
-                        "repositoryLocationName": "webdedup",
-                        "repositoryName": "__repository__",
-                        "jobName": "webdedup_daily",
-                    },
-                    "runConfigData": {},
-                    "executionMetadata": {
-                        "tags": [
-                            {"key": "dagster/asset_partition_range_start", "value": "2026-03-01"},
-                            {"key": "dagster/asset_partition_range_end", "value": "2026-03-22"},
-                        ]
-                    },
-                }
-            },
-        )["launchRun"]
-        assert launched["__typename"] == "LaunchRunSuccess", launched
-        run_id = launched["run"]["runId"]
-
-        def finished(run_id=run_id):
-            status = _graphql(
-                port, """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }""", {"id": run_id}
-            )["runOrError"]["status"]
-            return status if status in {"SUCCESS", "FAILURE", "CANCELED"} else None
-
-        def log_tail():
-            return (tmp_path / "dagster_dev.log").read_text()[-3000:]
-
-        assert _wait(finished, 300, "the daily run") == "SUCCESS", log_tail()
-        manifest_path = tmp_path / "output" / "manifest.json"
-        _wait(manifest_path.exists, 300, "the sensor-triggered global run to write the manifest")
-        manifest = json.loads(manifest_path.read_text())
-        assert manifest["counts"]["candidate_pairs"] == 18 and manifest["counts"]["representatives"] == 12
-        runs = _graphql(port, "{ runsOrError { ... on Runs { results { jobName status } } } }")
-        assert "webdedup_global" in {r["jobName"] for r in runs["runsOrError"]["results"]}
+        yield session
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -157,3 +145,69 @@ def test_dagster_dev_shows_the_assets_and_runs_the_job(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         log.close()
+
+
+def fixture_days() -> Counter:
+    with open(FIXTURE, newline="") as handle:
+        return Counter(row["crawled_at"] for row in csv.DictReader(handle))
+
+
+def test_the_assets_show_and_the_partitions_are_the_datas_days(ui):
+    nodes = ui.graphql("{ assetNodes { assetKey { path } groupName description } }")["assetNodes"]
+    assert {n["assetKey"]["path"][-1] for n in nodes} == ASSETS
+    assert all(n["groupName"] == "webdedup" and n["description"] for n in nodes)
+    days = sorted(fixture_days())
+    # the discover_crawl_days sensor (running by default) adds the input's days, and only those
+    keys = ui.wait(lambda: ui.partition_keys("documents") or None, 120, "the crawl-day partitions")
+    assert keys == days and len(keys) == 22
+    assert ui.partition_keys("band_memberships") == days
+
+
+def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_days_rows(ui):
+    days = fixture_days()
+    ui.wait(lambda: len(ui.partition_keys("documents")) == len(days), 120, "the crawl-day partitions")
+    # Catalog -> select the three daily assets -> Materialize -> the fixture's days: an asset backfill
+    launched = ui.graphql(
+        """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
+        __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
+        {"params": {"assetSelection": [{"path": [a]} for a in DAILY], "partitionNames": sorted(days)}},
+    )["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+
+    def manifest_materialized():
+        return ui.materializations("manifest", limit=1) or None
+
+    ui.wait(manifest_materialized, 600, "the global stages after the backfill (manifest materialized)")
+    runs = ui.runs()
+    daily_runs = [r for r in runs if r["jobName"] == "__ASSET_JOB" and r["status"] == "SUCCESS"]
+    global_runs = [r for r in runs if r["jobName"] == "webdedup_global"]
+    assert len(daily_runs) == 1  # a single-run backfill of 22 days
+    assert len(global_runs) == 1 and global_runs[0]["status"] == "SUCCESS"  # once for the batch
+    tags = {t["key"]: t["value"] for t in global_runs[0]["tags"]}
+    assert tags["webdedup/after_run"] == daily_runs[0]["runId"]
+    manifest = json.loads((ui.storage.parent / "output" / "manifest.json").read_text())
+    assert manifest["counts"]["candidate_pairs"] == 18 and manifest["counts"]["representatives"] == 12
+    # each partition reports its own row count, equal to the rows of that day's Parquet file
+    for asset in DAILY:
+        events = ui.materializations(asset)
+        assert sorted(e["partition"] for e in events) == sorted(days)
+        for event in events:
+            entries = {m["label"]: m for m in event["metadataEntries"]}
+            path = ui.storage / asset / f"part-{event['partition']}.parquet"
+            [(rows,)] = duckdb.sql(f"SELECT count(*) FROM read_parquet('{path}')").fetchall()
+            assert entries["dagster/row_count"]["intValue"] == rows, (asset, event["partition"])
+            assert rows == days[event["partition"]] * (20 if asset == "band_memberships" else 1)
+    twelfth = next(e for e in ui.materializations("documents") if e["partition"] == "2026-03-12")
+    preview = next(m for m in twelfth["metadataEntries"] if m["label"] == "preview")["mdStr"]
+    assert "retention-mirror" in preview and "retention-revision" in preview and "billing" not in preview
+    # the global stages ran in one process
+    events = ui.graphql(
+        """query($id: ID!) { runOrError(runId: $id) { ... on Run { eventConnection(limit: 500) { events {
+        __typename ... on EngineEvent { message } } } } } }""",
+        {"id": global_runs[0]["runId"]},
+    )["runOrError"]["eventConnection"]["events"]
+    messages = [e.get("message", "") for e in events if e["__typename"] == "EngineEvent"]
+    assert any("in process" in m for m in messages), messages
+    seconds = global_runs[0]["endTime"] - global_runs[0]["startTime"]
+    print(f"global run: {seconds:.1f} s")
+    assert seconds < 30

@@ -214,8 +214,9 @@ def execute(input_path: str, config: dict[str, Any], input_format: str = "auto")
     second writer is refused, naming this one), removes what dead runs left there, completes
     a publish a killed run left half done, and clears the crawl days the storage holds that
     this input does not (a line on stderr says so): the results never mix two corpora.
-    The daily assets are partitioned by exactly the days present in the input, so a corpus
-    spread over years is one run, not one run per day, and no page is left out for its date.
+    The same Definitions as `dagster dev`: the input's days are registered as the crawl_days
+    partitions of a fresh instance, so a corpus spread over years is one run over exactly its
+    days, not one run per day, and no page is left out for its date.
     Returns the events of both runs (stops after the first if it failed).
     Raises WebdedupError (e.g. LockBusy) before anything is changed.
     """
@@ -255,7 +256,7 @@ def _tidy(storage_root: Path, output_dir: Path) -> None:
 def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, storage_root: Path) -> list:
     import dagster as dg
 
-    from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, build_defs
+    from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, one_planned_event_per_asset, register_days
     from .defs.config import DocumentsConfig
     from .engine.documents import input_days
     from .engine.state import clear_days, held_days
@@ -273,14 +274,15 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
         )
     if not days:  # empty or unreadable input: one day so that documents validates and reports it
         days = [datetime.now(UTC).date().isoformat()]
-    defs = build_defs(days)
     instance = dg.DagsterInstance.ephemeral()
-    daily = defs.resolve_job_def(DAILY_JOB).execute_in_process(
-        run_config=_split_config(config, DAILY_ASSETS),
-        instance=instance,
-        raise_on_error=False,
-        tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]},
-    )
+    register_days(instance, days)  # the crawl_days partitions of `dagster dev`: here, exactly the input's days
+    with one_planned_event_per_asset():
+        daily = defs.resolve_job_def(DAILY_JOB).execute_in_process(
+            run_config=_split_config(config, DAILY_ASSETS),
+            instance=instance,
+            raise_on_error=False,
+            tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]},
+        )
     events = list(daily.all_events)
     if not daily.success:
         return events
