@@ -19,6 +19,7 @@ from webdedup_assets.defs import CRAWL_DAYS, DAILY_JOB, GLOBAL_JOB, build_defs, 
 from webdedup_assets.engine.documents import combined_sha256, input_days, resolve_input
 from webdedup_assets.engine.manifest import load_manifest
 from webdedup_assets.engine.storage import Store
+from webdedup_assets.params import BandingParams, CandidateParams
 
 from .conftest import FIXTURE, check_results, failure_messages
 
@@ -332,7 +333,9 @@ def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_th
     assert request.run_config["ops"]["scored_pairs"] == {"config": {"threshold": 0.9}}
     assert request.run_config["ops"]["duplicate_pairs"] == {"config": {"threshold": 0.9}}
     assert request.run_config["ops"]["deduped_documents"] == {"config": {"representative_policy": "longest"}}
-    assert request.run_config["ops"]["candidate_pairs"]["config"]["max_pair_slots"] == 1_000_000
+    candidates = request.run_config["ops"]["candidate_pairs"]["config"]
+    assert candidates["max_pair_slots"] == CandidateParams().max_pair_slots  # the defaults it last ran with
+    assert candidates["pair_slots_per_document"] == CandidateParams().pair_slots_per_document
 
 
 def test_cli_range_backfill_then_global_job(tmp_path):
@@ -460,9 +463,9 @@ def test_each_partition_of_a_range_run_reports_its_own_rows_and_preview(split):
         metadata = event.materialization.metadata
         [(rows,)] = duckdb.sql(f"SELECT count(*) FROM read_parquet('{store.path(asset, day)}')").fetchall()
         assert metadata["dagster/row_count"].value == rows, (asset, day)
-        assert rows == len(by_day[day]) * (20 if asset == "band_memberships" else 1)
+        assert rows == len(by_day[day]) * (BandingParams().bands if asset == "band_memberships" else 1)
         preview = metadata["preview"].value
-        if asset != "band_memberships":  # (its preview shows the first 5 of 20 bands of the first document)
+        if asset != "band_memberships":  # (its preview shows the first bands of the first document)
             assert all(r["doc_id"] in preview for r in by_day[day])  # that day's documents, no other day's
         assert by_day[day][0]["doc_id"] in preview or by_day[day][-1]["doc_id"] in preview
         others = {r["doc_id"] for d, rs in by_day.items() if d != day for r in rs}
@@ -472,7 +475,7 @@ def test_each_partition_of_a_range_run_reports_its_own_rows_and_preview(split):
         seen += 1
     assert seen == 3 * len(by_day)
     twelfth = [e for e in result.get_asset_materialization_events() if e.partition == "2026-03-12"]
-    assert {e.materialization.metadata["dagster/row_count"].value for e in twelfth} == {2, 40}
+    assert {e.materialization.metadata["dagster/row_count"].value for e in twelfth} == {2, 2 * BandingParams().bands}
 
 
 def test_discover_crawl_days_adds_the_inputs_days_and_then_only_new_ones(split, stack, monkeypatch):
