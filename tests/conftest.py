@@ -103,3 +103,18 @@ def _drop_progress_handlers():
     logger = logging.getLogger(PROGRESS_LOGGER)
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_defs_state_storage():
+    """Each test starts without a current Dagster defs-state storage.
+
+    Entering a DagsterInstance (instance_for_test, materialize without an instance, sensor and
+    schedule contexts) sets a context variable that points at the instance's state storage;
+    when one of those is left set and its instance is garbage collected, the next Definitions
+    built in this process fails with "Attempted to resolve undefined DagsterInstance weakref"
+    (seen only in some orders of the whole suite)."""
+    from dagster._core.storage.defs_state.base import _current_storage
+
+    _current_storage.set(None)
+    yield
