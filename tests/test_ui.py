@@ -21,6 +21,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from webdedup_assets.params import BandingParams
+
 from .conftest import FIXTURE, REPO
 
 pytestmark = pytest.mark.ui
@@ -196,7 +198,7 @@ def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_days_rows
             path = ui.storage / asset / f"part-{event['partition']}.parquet"
             [(rows,)] = duckdb.sql(f"SELECT count(*) FROM read_parquet('{path}')").fetchall()
             assert entries["dagster/row_count"]["intValue"] == rows, (asset, event["partition"])
-            assert rows == days[event["partition"]] * (20 if asset == "band_memberships" else 1)
+            assert rows == days[event["partition"]] * (BandingParams().bands if asset == "band_memberships" else 1)
     twelfth = next(e for e in ui.materializations("documents") if e["partition"] == "2026-03-12")
     preview = next(m for m in twelfth["metadataEntries"] if m["label"] == "preview")["mdStr"]
     assert "retention-mirror" in preview and "retention-revision" in preview and "billing" not in preview
