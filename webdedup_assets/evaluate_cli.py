@@ -142,11 +142,9 @@ def _print_summary(summary: dict) -> None:
     print(f"  tables and plots in {summary['evaluation_dir']}")
 
 
-def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .engine.errors import WebdedupError
-    from .engine.evaluate import evaluate_run
-    from .engine.storage import Store
-
+def _folders(args: argparse.Namespace) -> tuple[Path | None, Path]:
+    """The run's storage root (None, with the error printed, when there is no stored run) and
+    where tables and plots go."""
     output_dir = Path(args.output).expanduser().resolve()
     storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
     evaluation_dir = output_dir / "evaluation"
@@ -154,6 +152,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         evaluation_dir = Path(args.evaluation_dir).expanduser().resolve()
     if not storage_root.is_dir():
         print(f"webdedup: error: no stored run under {storage_root}; run `webdedup run` first", file=sys.stderr)
+        return None, evaluation_dir
+    return storage_root, evaluation_dir
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .engine.errors import WebdedupError
+    from .engine.evaluate import evaluate_run
+    from .engine.storage import Store
+
+    storage_root, evaluation_dir = _folders(args)
+    if storage_root is None:
         return EXIT_ERROR
     try:
         summary = evaluate_run(
@@ -241,13 +250,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .engine.storage import Store
     from .engine.tune import tune
 
-    output_dir = Path(args.output).expanduser().resolve()
-    storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
-    evaluation_dir = output_dir / "evaluation"
-    if args.evaluation_dir:
-        evaluation_dir = Path(args.evaluation_dir).expanduser().resolve()
-    if not storage_root.is_dir():
-        print(f"webdedup: error: no stored run under {storage_root}; run `webdedup run` first", file=sys.stderr)
+    storage_root, evaluation_dir = _folders(args)
+    if storage_root is None:
         return EXIT_ERROR
     try:
         summary = tune(
