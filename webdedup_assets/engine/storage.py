@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from ..fileio import atomic_path, file_sha256, write_text  # noqa: F401  (re-exported: storage's importers)
 from .errors import WebdedupError
+from .serial import decode, encode
 
 METADATA_KEY = b"webdedup"
 DUCKDB_MEMORY_LIMIT = "2GB"
@@ -117,7 +118,7 @@ class Store:
         target = self.path(asset, partition)
         with atomic_path(target) as temp:
             shutil.copyfile(source, temp)  # copy_file_range/sendfile: in-kernel, no re-encoding
-            write_text(params_sidecar(target), json.dumps(params, sort_keys=True, default=str))
+            write_text(params_sidecar(target), encode(params))
 
 
 def sum_figures(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -138,15 +139,14 @@ def params_sidecar(path: Path) -> Path:
 def read_params(path: Path) -> dict[str, Any]:
     sidecar = params_sidecar(path)
     if sidecar.exists():  # an adopted file: its own footer may carry anything
-        return json.loads(sidecar.read_text())
+        return decode(sidecar.read_text())
     metadata = pq.read_schema(path).metadata or {}
-    raw = metadata.get(METADATA_KEY)
-    return json.loads(raw) if raw else {}
+    return decode(metadata.get(METADATA_KEY))
 
 
 def _with_params(schema: pa.Schema, params: dict[str, Any]) -> pa.Schema:
     metadata = dict(schema.metadata or {})
-    metadata[METADATA_KEY] = json.dumps(params, sort_keys=True, default=str).encode()
+    metadata[METADATA_KEY] = encode(params).encode()
     return schema.with_metadata(metadata)
 
 
@@ -262,7 +262,7 @@ def copy_query(
 ) -> None:
     """DuckDB's parallel Parquet writer (COPY), rows in the query's order, with the stage
     parameters in the key-value metadata like write_batches; partition_by writes a folder."""
-    metadata = sql_string(json.dumps(params, sort_keys=True, default=str))
+    metadata = sql_string(encode(params))
     key = METADATA_KEY.decode()
     options = f"FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 32768, KV_METADATA {{{key}: {metadata}}}"
     if partition_by:
