@@ -70,25 +70,12 @@ class Store:
         listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
         return f"read_parquet([{listing}], union_by_name = true)"
 
-    def params(self, asset: str, check_partitions: bool = False) -> dict[str, Any]:
+    def params(self, asset: str) -> dict[str, Any]:
         """Stored parameters of an asset: of its schema file (the latest partitioned run) or its
-        only file. With check_partitions, every partition must have been built with the same
-        fingerprint and banding parameters (done once by the global stages)."""
+        only file (a global stage compares them with every day's: engine.stage.check_uniform)."""
         files = self.require(asset)
         schema_file = self.schema_path(asset)
-        first = read_params(schema_file if schema_file.exists() else files[0])
-        if not check_partitions:
-            return first
-        for path in files:
-            other = read_params(path)
-            for key in ("fingerprint", "banding"):
-                if key in first and other.get(key) != first.get(key):
-                    raise WebdedupError(
-                        f"partitions of {asset!r} were built with different parameters: the latest run used "
-                        f"{key}={first[key]} but {path.name} has {key}={other.get(key)}; re-materialize "
-                        f"the older partitions with the same parameters"
-                    )
-        return first
+        return read_params(schema_file if schema_file.exists() else files[0])
 
     def stats_path(self, asset: str, partition: str | None = None) -> Path:
         name = "stats.json" if partition is None else f"stats-{partition}.json"
