@@ -81,6 +81,8 @@ def test_the_contract_times_checks_and_writes_stats_of_a_stage(fingerprinted):
     with pytest.raises(WebdedupError, match="needs num_perm=130"):
         DUCKDB.run("band_memberships", store, BandingParams())  # 26 x 5 on 16-value signatures
     assert not store.files("band_memberships")
+    with pytest.raises(TypeError, match="band_memberships takes BandingParams, got ScoringParams"):
+        DUCKDB.run("band_memberships", store, ScoringParams())
 
 
 def test_a_second_engine_implements_a_stage_over_the_same_storage(fingerprinted):
