@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     from webdedup_assets.core.fingerprint import fingerprint_texts
     from webdedup_assets.core.minhash import MinHashParams
     from webdedup_assets.engine import Store, stage_band_memberships, stage_documents, stage_fingerprinted
+    from webdedup_assets.params import BandingParams, FingerprintParams
 
     a, b = MinHashParams(args.num_perm, 1).coefficients()
     fingerprint_texts(pa.array(["warm up the jit", "é"]), args.shingle_size, a, b)
@@ -55,13 +56,15 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(args.repeat):
         c0 = time.process_time()
         t0 = time.perf_counter()
-        fp = stage_fingerprinted(store, args.shingle_size, args.num_perm, 1)
+        fp = stage_fingerprinted(
+            store, FingerprintParams(shingle_size=args.shingle_size, num_perm=args.num_perm, seed=1)
+        )
         t1 = time.perf_counter()
-        bm = stage_band_memberships(store, args.bands, args.rows)
+        bm = stage_band_memberships(store, BandingParams(bands=args.bands, rows=args.rows))
         t2 = time.perf_counter()
         figures.append((t2 - t0, t1 - t0, t2 - t1, time.process_time() - c0))
     best = min(figures)
-    docs = fp["rows"]
+    docs = fp.rows
     pieces = profile(store, args) if args.profile else None
     print(
         json.dumps(
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
                 "docs_per_s": round(docs / best[0]),
                 "cpu_s_of_best": round(best[3], 3),
                 "docs_per_cpu_s": round(docs / best[3]),
-                "band_rows": bm["rows"],
+                "band_rows": bm.rows,
                 **({"one_thread_cpu_s": pieces} if pieces else {}),
                 "peak_rss_mib": round(peak_rss_mib()),
                 "machine": machine(),

@@ -61,6 +61,7 @@ def _shingles(text: str) -> list[str]:
 
 def run_webdedup(corpus: Path, limit: int | None, work: Path):
     from webdedup_assets.engine import Store, stage_band_memberships, stage_documents, stage_fingerprinted
+    from webdedup_assets.params import BandingParams, FingerprintParams
 
     store = Store(work / "store")
     source = corpus / "documents"
@@ -76,8 +77,8 @@ def run_webdedup(corpus: Path, limit: int | None, work: Path):
 
     fingerprint_texts(pa.array(["warm up", "é"]), SHINGLE, *MinHashParams(NUM_PERM, SEED).coefficients())
     started = time.perf_counter()
-    stage_fingerprinted(store, SHINGLE, NUM_PERM, SEED)
-    stage_band_memberships(store, BANDS, ROWS)
+    stage_fingerprinted(store, FingerprintParams(shingle_size=SHINGLE, num_perm=NUM_PERM, seed=SEED))
+    stage_band_memberships(store, BandingParams(bands=BANDS, rows=ROWS))
     seconds = time.perf_counter() - started
     table = pq.read_table(store.path("fingerprinted"), columns=["doc_id", "signature"])
     signatures = table.column("signature").combine_chunks().flatten().to_numpy().reshape(table.num_rows, NUM_PERM)

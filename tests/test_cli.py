@@ -87,21 +87,22 @@ def test_console_script_help():
 
 
 def _drop_from_clusters(monkeypatch, doc_ids):
-    """Make the clusters stage lose documents, so the blocking check every_document_in_one_cluster fails."""
-    from webdedup_assets import engine
+    """Make the DuckDB engine's clusters stage lose documents, so the blocking check
+    every_document_in_one_cluster fails."""
+    from webdedup_assets.engine import DUCKDB
     from webdedup_assets.engine.storage import read_params, write_table
 
-    real = engine.stage_clusters
+    real = DUCKDB.stages["clusters"]
 
-    def lossy(store, *args, **kwargs):
-        info = real(store, *args, **kwargs)
-        path = store.path("clusters")
+    def lossy(run):
+        output = real(run)
+        path = run.store.path("clusters")
         table = pq.read_table(path)
         keep = pc.invert(pc.is_in(table.column("doc_id"), pa.array(doc_ids)))
         write_table(path, table.filter(keep), read_params(path))
-        return info
+        return output
 
-    monkeypatch.setattr(engine, "stage_clusters", lossy)
+    monkeypatch.setitem(DUCKDB.stages, "clusters", lossy)
 
 
 def test_cli_failed_blocking_check_prints_its_whole_message_with_doc_ids(tmp_path, capsys, monkeypatch):

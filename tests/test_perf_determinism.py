@@ -14,6 +14,7 @@ from webdedup_assets.core.fingerprint import fingerprint_texts
 from webdedup_assets.core.minhash import MinHashParams
 from webdedup_assets.engine import Store, stage_documents, stage_fingerprinted
 from webdedup_assets.engine import fingerprint as engine_fingerprint
+from webdedup_assets.params import FingerprintParams
 
 TEXTS = ["Plain ASCII text about near duplicates.", "Ünïcödé ΣΟΦΙΑ 日本語のテキスト 한국어", "", "x"] * 50
 
@@ -38,7 +39,7 @@ def test_fingerprinted_is_identical_for_any_thread_count_and_batch_size(tmp_path
     tables = []
     monkeypatch.setattr(engine_fingerprint, "BATCH_ROWS", 7)  # many batches in flight
     for threads in (1, 2, 3, 1):
-        stage_fingerprinted(store, 5, 24, 3, threads=threads)
+        stage_fingerprinted(store, FingerprintParams(shingle_size=5, num_perm=24, seed=3), threads=threads)
         tables.append(pq.read_table(store.path("fingerprinted")))
     assert all(t.equals(tables[0]) for t in tables[1:])
     assert tables[0].column("doc_id").to_pylist() == pq.read_table(store.path("documents")).column("doc_id").to_pylist()

@@ -23,6 +23,7 @@ from webdedup_assets.engine import (
 )
 from webdedup_assets.engine.candidates import pair_slot_budget
 from webdedup_assets.engine.storage import write_table
+from webdedup_assets.params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
 
 HOT = 50_000
 BOILERPLATE = "Home | About | Contact | Privacy | Terms. Accept all cookies. Sign up for our newsletter. © 2026"
@@ -52,29 +53,31 @@ def hot_store(tmp_path_factory):
     write_input(root / "input.parquet", [BOILERPLATE] * HOT + others)
     store = Store(root / "store")
     stage_documents(store, str(root / "input.parquet"))
-    stage_fingerprinted(store, 5, 16, 1)
-    stage_band_memberships(store, 4, 4)
+    stage_fingerprinted(store, FingerprintParams(shingle_size=5, num_perm=16, seed=1))
+    stage_band_memberships(store, BandingParams(bands=4, rows=4))
     return store
 
 
 def test_hot_bucket_fails_closed_before_the_join(hot_store):
     with pytest.raises(WebdedupError, match="max_pair_slots") as err:
-        stage_candidate_pairs(hot_store, max_pair_slots=1_000_000, bucket_policy="fail")
+        stage_candidate_pairs(hot_store, CandidateParams(max_pair_slots=1_000_000, bucket_policy="fail"))
     assert f"{HOT:,} documents" in str(err.value)
     assert "bucket_policy='star'" in str(err.value)
     assert not hot_store.files("candidate_pairs")
 
 
 def test_star_policy_links_the_hot_bucket_linearly_into_one_cluster(hot_store):
-    info = stage_candidate_pairs(hot_store, max_pair_slots=1_000_000, bucket_policy="star", hot_bucket_size=1000)
-    assert info["rows"] == HOT - 1  # one star edge per member, not HOT * (HOT - 1) / 2
-    assert info["pair_slots"] <= 4 * (HOT - 1)
-    scored = stage_scored_pairs(hot_store, 0.8)
-    assert scored["duplicates"] == HOT - 1
-    stage_duplicate_pairs(hot_store, 0.8)
+    policy = CandidateParams(max_pair_slots=1_000_000, bucket_policy="star", hot_bucket_size=1000)
+    info = stage_candidate_pairs(hot_store, policy)
+    assert info.rows == HOT - 1  # one star edge per member, not HOT * (HOT - 1) / 2
+    assert info.figures["pair_slots"] <= 4 * (HOT - 1)
+    assert info.parameters["candidates"] == {**policy.model_dump(), "budget": 1_000_000}  # stored as used
+    scored = stage_scored_pairs(hot_store, ScoringParams(threshold=0.8))
+    assert scored.figures["duplicates"] == HOT - 1
+    stage_duplicate_pairs(hot_store, ScoringParams(threshold=0.8))
     clusters = stage_clusters(hot_store)
-    assert clusters["max_cluster_size"] == HOT
-    assert clusters["clusters"] == 1 + 20
+    assert clusters.figures["max_cluster_size"] == HOT
+    assert clusters.figures["clusters"] == 1 + 20
     table = pq.read_table(hot_store.path("clusters")).to_pandas()
     hot = table[table.doc_id < f"p{HOT:06d}"]
     assert set(hot.cluster_id) == {"cluster-p000000"}
@@ -96,8 +99,8 @@ def test_chain_of_100k_documents_through_the_clusters_stage(tmp_path):
     pairs = pa.table({"left_doc_id": ids[:-1], "right_doc_id": ids[1:]})
     write_table(store.path("duplicate_pairs"), pairs, {"fingerprint": {}, "duplicates": {"threshold": 0.8}})
     info = stage_clusters(store)
-    assert info["edges"] == n - 1
-    assert info["clusters"] == 1 and info["max_cluster_size"] == n
+    assert info.figures["edges"] == n - 1
+    assert info.figures["clusters"] == 1 and info.figures["max_cluster_size"] == n
 
 
 def test_the_default_budget_scales_with_the_corpus_and_still_refuses_the_hot_bucket(hot_store):

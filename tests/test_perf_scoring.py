@@ -19,6 +19,7 @@ from webdedup_assets.engine import (
     stage_fingerprinted,
     stage_scored_pairs,
 )
+from webdedup_assets.params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda straße café 日本 語 über naïve".split()
 
@@ -58,14 +59,14 @@ def store(tmp_path_factory):
     )
     store = Store(root / "store")
     stage_documents(store, str(root / "in.parquet"))
-    stage_fingerprinted(store, 3, 32, 1)
-    stage_band_memberships(store, 16, 2)
-    stage_candidate_pairs(store, 10_000_000)
+    stage_fingerprinted(store, FingerprintParams(shingle_size=3, num_perm=32, seed=1))
+    stage_band_memberships(store, BandingParams(bands=16, rows=2))
+    stage_candidate_pairs(store, CandidateParams(max_pair_slots=10_000_000))
     return store
 
 
 def scored(store: Store, **kwargs) -> pa.Table:
-    stage_scored_pairs(store, 0.7, **kwargs)
+    stage_scored_pairs(store, ScoringParams(threshold=0.7), **kwargs)
     return pq.read_table(store.path("scored_pairs"))
 
 

@@ -161,7 +161,10 @@ def test_duplicate_pairs_refuses_a_threshold_other_than_scored_pairs(tmp_path):
     again = _materialize(["duplicate_pairs"], config, ops=["duplicate_pairs"], raise_on_error=False)
     assert not again.success
     message = failure_messages(again)[0]
-    assert "duplicate_pairs threshold 0.95 differs from the threshold 0.7 scored_pairs was built with" in message
+    assert message.startswith(
+        "duplicate_pairs: scored_pairs was built with threshold=0.7 but duplicate_pairs needs threshold=0.95; "
+        "there is one threshold"
+    )
 
 
 def test_incompatible_upstream_is_refused_naming_both_values(tmp_path):
@@ -173,11 +176,16 @@ def test_incompatible_upstream_is_refused_naming_both_values(tmp_path):
     again = _materialize(["band_memberships"], config, days=FIXTURE_DAYS, raise_on_error=False)
     assert not again.success
     message = failure_messages(again)[0]
-    assert "bands=26 x rows=5 = 130" in message and "num_perm=64" in message
+    assert message.startswith(
+        "band_memberships: fingerprinted was built with num_perm=64 but band_memberships needs num_perm=130 "
+        "(bands=26 x rows=5 = 130)"
+    )
     # scoring the old candidates against the new fingerprints is refused too
     again = _materialize(["scored_pairs"], config, raise_on_error=False)
     message = failure_messages(again)[0]
-    assert "candidate_pairs was built with fingerprint" in message and "'num_perm': 64" in message
+    assert message.startswith("scored_pairs: candidate_pairs was built with fingerprint={")
+    assert "'num_perm': 130" in message and "but scored_pairs needs fingerprint={" in message
+    assert "'num_perm': 64" in message.split("needs")[1]
 
 
 def test_count_checks_warn_with_the_reason_for_an_input_without_expectations(tmp_path):

@@ -1,8 +1,12 @@
-"""The nine assets. Thin: read config, call the engine stage, report metadata."""
+"""The nine assets. Thin: read config, run the stage of the contract (engine.stage), report metadata.
+
+The global stages are one regular mapping (GLOBAL_STAGES -> build_global_asset); the daily ones
+add per-crawl-day metadata (report_days); documents and manifest call their engine functions."""
 
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -11,8 +15,10 @@ import pyarrow.parquet as pq
 from .. import engine
 from ..core.minhash import candidate_probability
 from ..engine.preview import markdown_table, partition_previews, preview
+from ..engine.stage import StageResult
 from ..engine.state import writer_lock
 from ..engine.storage import Store
+from ..params import ParamGroup, ScoringParams
 from .config import (
     BandConfig,
     CandidateConfig,
@@ -21,6 +27,7 @@ from .config import (
     FingerprintConfig,
     RepresentativeConfig,
     ScoreConfig,
+    StageConfig,
 )
 from .partitions import CRAWL_DAYS
 from .resources import WebdedupStorage
@@ -30,50 +37,56 @@ KINDS = {"parquet", "duckdb"}
 
 
 PROGRESS = logging.getLogger("webdedup.progress")
-STAGE_ASSETS = {"fingerprint_days": "fingerprinted", "band_days": "band_memberships"}
-
-
 DAILY_STAGES = {"documents", "fingerprinted", "band_memberships"}
 # A stage waits this long for the storage's writer lock (another run's global stages, a
 # `webdedup run`) before it fails naming the holder.
 LOCK_TIMEOUT_SECONDS = 600.0
 
 
-def run_stage(stage: Callable[..., dict[str, Any]], store: Store, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Run an engine stage under the storage's writer lock (shared by the daily stages of
-    different days, exclusive for the global ones); engine errors become a dagster Failure
-    whose description is the user-facing message."""
-    name = STAGE_ASSETS.get(stage.__name__, stage.__name__.removeprefix("stage_"))
+def run_stage(name: str, store: Store, call: Callable[[], Any]) -> Any:
+    """Run a stage under the storage's writer lock (shared by the daily stages of different
+    days, exclusive for the global ones); engine errors become a dagster Failure whose
+    description is the user-facing message."""
     PROGRESS.info("%-18s running", name)
     try:
         with writer_lock(store.root, exclusive=name not in DAILY_STAGES, timeout=LOCK_TIMEOUT_SECONDS, purpose=name):
-            info = stage(store, *args, **kwargs)
+            result = call()
     except engine.WebdedupError as err:
         PROGRESS.info("%-18s failed", name)
         raise dg.Failure(description=str(err), allow_retries=False) from None
-    seconds = info.get("seconds") or info.get("timings_seconds", {}).get("manifest")
-    rows = info.get("rows", info.get("counts", {}).get("representatives"))
+    if isinstance(result, StageResult):
+        rows, seconds = result.rows, result.seconds
+    else:  # documents and manifest: a dict of figures
+        rows = result.get("rows", result.get("counts", {}).get("representatives"))
+        seconds = result.get("seconds") or result.get("timings_seconds", {}).get("manifest")
     PROGRESS.info("%-18s done: %s rows in %.2f s", name, rows, seconds or 0.0)
-    return info
+    return result
+
+
+def run_contract(
+    name: str, storage: WebdedupStorage, params: ParamGroup | None, days: list[str] | None = None
+) -> StageResult:
+    """A stage of the contract (engine.stage) on the DuckDB engine, under run_stage."""
+    store = storage.store()
+    return run_stage(name, store, lambda: engine.DUCKDB.run(name, store, params, days))
 
 
 def materialized(
     storage: WebdedupStorage,
-    asset: str,
-    info: dict[str, Any],
+    result: StageResult,
     parameters: dict[str, Any],
     order_by: str | None = None,
-    partition: str | None = None,
     **extra: Any,
 ) -> dg.MaterializeResult:
-    """Row count, parameters, figures, a Markdown preview (of `partition` when given) and the path."""
+    """Row count, parameters, figures, a Markdown preview and the path."""
     store = storage.store()
-    stats = {k: v for k, v in info.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "rows"}
+    asset = result.stage
+    numeric = {k: v for k, v in result.figures.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     metadata: dict[str, Any] = {
-        "dagster/row_count": dg.MetadataValue.int(int(info["rows"])),
+        "dagster/row_count": dg.MetadataValue.int(int(result.rows)),
         "parameters": dg.MetadataValue.json(parameters),
-        "stats": dg.MetadataValue.json(stats),
-        "preview": dg.MetadataValue.md(preview(store, asset, order_by=order_by, partition=partition)),
+        "stats": dg.MetadataValue.json({**numeric, "seconds": result.seconds}),
+        "preview": dg.MetadataValue.md(preview(store, asset, order_by=order_by)),
         "path": dg.MetadataValue.path(str(store.asset_dir(asset))),
     }
     metadata.update(extra)
@@ -155,14 +168,14 @@ def _add_partition_metadata(context: dg.AssetExecutionContext, per_day: dict[str
     step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata=merged)
 
 
-def run_metadata(info: dict[str, Any], parameters: dict[str, Any], days: list[str], rows: int) -> dict[str, Any]:
+def run_metadata(seconds: float, parameters: dict[str, Any], days: list[str], rows: int) -> dict[str, Any]:
     """What every partition of a run shares: the parameters (the automation launches the next
     runs with them) and the run's range and total, labelled as the run's so that no day shows
     another day's figures. (Kept small: Dagster stores it once per partition.)"""
     return {
         "parameters": dg.MetadataValue.json(parameters),
         "run_days": dg.MetadataValue.text(
-            f"{days[0]} .. {days[-1]} ({len(days)} day(s), {rows} rows in all, {info.get('seconds', 0):.2f} s)"
+            f"{days[0]} .. {days[-1]} ({len(days)} day(s), {rows} rows in all, {seconds or 0:.2f} s)"
         ),
     }
 
@@ -195,14 +208,18 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
     ) -> dg.MaterializeResult:
         days = _days(context)
         coverage = _coverage(context)
+        store = storage.store()
         info = run_stage(
-            engine.stage_documents,
-            storage.store(),
-            config.input_path,
-            config.input_format,
-            days=days,
-            coverage=coverage,
-            warc_options=config.warc_options(),
+            "documents",
+            store,
+            lambda: engine.stage_documents(
+                store,
+                config.input_path,
+                config.input_format,
+                days=days,
+                coverage=coverage,
+                warc_options=config.warc_options(),
+            ),
         )
         warc = {}
         if info.get("warc"):  # WARC input: what was skipped or rejected, by kind (listed in rejected_records)
@@ -221,7 +238,7 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         rows = report_days(context, storage, "documents", days)
         return dg.MaterializeResult(
             metadata={
-                **run_metadata(info, config.model_dump(), days, rows),
+                **run_metadata(info.get("seconds"), config.model_dump(), days, rows),
                 "documents_outside_partitions": dg.MetadataValue.int(outside),
                 "doc_ids_outside_partitions": dg.MetadataValue.json(info.get("doc_ids_outside_partitions", [])),
                 **warc,
@@ -240,11 +257,9 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         context: dg.AssetExecutionContext, config: FingerprintConfig, storage: WebdedupStorage
     ) -> dg.MaterializeResult:
         days = _days(context)
-        info = run_stage(
-            engine.fingerprint_days, storage.store(), days, config.shingle_size, config.num_perm, config.seed
-        )
+        result = run_contract("fingerprinted", storage, config.params(), days)
         rows = report_days(context, storage, "fingerprinted", days)
-        return dg.MaterializeResult(metadata=run_metadata(info, config.model_dump(), days, rows))
+        return dg.MaterializeResult(metadata=run_metadata(result.seconds, config.model_dump(), days, rows))
 
     @dg.asset(
         **daily,
@@ -258,7 +273,7 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         context: dg.AssetExecutionContext, config: BandConfig, storage: WebdedupStorage
     ) -> dg.MaterializeResult:
         days = _days(context)
-        info = run_stage(engine.band_days, storage.store(), days, config.bands, config.rows)
+        result = run_contract("band_memberships", storage, config.params(), days)
         curve = [
             (j, round(candidate_probability(j, config.bands, config.rows), 4))
             for j in (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
@@ -266,7 +281,7 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         rows = report_days(context, storage, "band_memberships", days)
         return dg.MaterializeResult(
             metadata={
-                **run_metadata(info, config.model_dump(), days, rows),
+                **run_metadata(result.seconds, config.model_dump(), days, rows),
                 "candidate_probability": dg.MetadataValue.md(markdown_table(["jaccard", "P(candidate)"], curve)),
             }
         )
@@ -274,100 +289,110 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
     return [documents, fingerprinted, band_memberships]
 
 
-@dg.asset(
-    group_name=GROUP,
-    kinds=KINDS,
-    deps=["band_memberships"],
-    description=(
-        "Candidate pairs from one global self-join on (band_index, band_hash), left_doc_id < right_doc_id, "
-        "with the number of shared bands. Pair slots are counted per bucket first and the join refuses to "
-        "run over the budget."
-    ),
-)
-def candidate_pairs(config: CandidateConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(
-        engine.stage_candidate_pairs,
-        storage.store(),
-        config.max_pair_slots,
-        config.bucket_policy,
-        config.hot_bucket_size,
-        config.pair_slots_per_document,
-    )
-    return materialized(storage, "candidate_pairs", info, config.model_dump())
-
-
-@dg.asset(
-    group_name=GROUP,
-    kinds=KINDS,
-    deps=[candidate_pairs],
-    description=(
-        "Every candidate with its exact shingle Jaccard, MinHash estimate, is_duplicate (exact >= threshold) "
-        "and reason."
-    ),
-)
-def scored_pairs(config: ScoreConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_scored_pairs, storage.store(), config.threshold)
-    return materialized(
-        storage, "scored_pairs", info, config.model_dump(), reasons=dg.MetadataValue.json(info["reasons"])
-    )
-
-
-@dg.asset(
-    group_name=GROUP,
-    kinds=KINDS,
-    deps=[scored_pairs],
-    description=(
-        "Scored pairs whose exact Jaccard reaches the threshold scored_pairs was built with (one threshold), "
-        "marked exact (1.0) or near. A new threshold: re-materialize scored_pairs and downstream (no "
-        "re-fingerprinting)."
-    ),
-)
-def duplicate_pairs(config: DuplicateConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_duplicate_pairs, storage.store(), config.threshold)
-    threshold = info["duplicates"]["threshold"]  # scored_pairs' threshold: there is one
-    banding = info.get("banding") or {}
+def _duplicate_metadata(result: StageResult) -> tuple[dict[str, Any], dict[str, Any]]:
+    threshold = result.parameters["duplicates"]["threshold"]  # scored_pairs' threshold: there is one
+    banding = result.parameters.get("banding") or {}
     extra = {}
     if banding:
         extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
             round(candidate_probability(threshold, banding["bands"], banding["rows"]), 6)
         )
-    return materialized(storage, "duplicate_pairs", info, {"threshold": threshold}, **extra)
+    return {"threshold": threshold}, extra
 
 
-@dg.asset(
-    group_name=GROUP,
-    kinds=KINDS,
-    deps=[duplicate_pairs],
-    description=(
+@dataclass(frozen=True)
+class GlobalAsset:
+    """One global stage of the contract as an asset: its config, and how its metadata differs."""
+
+    stage: str
+    deps: str
+    description: str
+    config: type[StageConfig] | None = None
+    order_by: str | None = None
+    # The stage's parameters from its config (default: config.params()).
+    params: Callable[[Any], ParamGroup | None] | None = None
+    # (parameters shown, extra metadata) from the result (default: the config, none).
+    metadata: Callable[[StageResult], tuple[dict[str, Any], dict[str, Any]]] | None = None
+
+
+GLOBAL_STAGES = [
+    GlobalAsset(
+        "candidate_pairs",
+        "band_memberships",
+        "Candidate pairs from one global self-join on (band_index, band_hash), left_doc_id < right_doc_id, "
+        "with the number of shared bands. Pair slots are counted per bucket first and the join refuses to "
+        "run over the budget.",
+        CandidateConfig,
+    ),
+    GlobalAsset(
+        "scored_pairs",
+        "candidate_pairs",
+        "Every candidate with its exact shingle Jaccard, MinHash estimate, is_duplicate (exact >= threshold) "
+        "and reason.",
+        ScoreConfig,
+        metadata=lambda r: (r.parameters["scoring"], {"reasons": dg.MetadataValue.json(r.figures["reasons"])}),
+    ),
+    GlobalAsset(
+        "duplicate_pairs",
+        "scored_pairs",
+        "Scored pairs whose exact Jaccard reaches the threshold scored_pairs was built with (one threshold), "
+        "marked exact (1.0) or near. A new threshold: re-materialize scored_pairs and downstream (no "
+        "re-fingerprinting).",
+        DuplicateConfig,
+        params=lambda c: ScoringParams(threshold=c.threshold) if c.threshold is not None else None,
+        metadata=_duplicate_metadata,
+    ),
+    GlobalAsset(
+        "clusters",
+        "duplicate_pairs",
         "Connected components over duplicate pairs (union-find). Every document is in exactly one cluster; "
-        "cluster_id = 'cluster-' + the smallest doc_id, stable when unrelated documents arrive."
+        "cluster_id = 'cluster-' + the smallest doc_id, stable when unrelated documents arrive.",
+        order_by="cluster_size DESC, cluster_id, doc_id",
     ),
-)
-def clusters(storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_clusters, storage.store())
-    return materialized(storage, "clusters", info, {}, order_by="cluster_size DESC, cluster_id, doc_id")
-
-
-@dg.asset(
-    group_name=GROUP,
-    kinds=KINDS,
-    deps=[clusters],
-    description=(
+    GlobalAsset(
+        "deduped_documents",
+        "clusters",
         "One representative per cluster with every input column; default policy: newest crawled_at, then "
-        "most tokens, then smallest doc_id."
+        "most tokens, then smallest doc_id.",
+        RepresentativeConfig,
+        order_by="cluster_size DESC, cluster_id",
     ),
-)
-def deduped_documents(config: RepresentativeConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
-    info = run_stage(engine.stage_deduped_documents, storage.store(), config.representative_policy)
-    return materialized(
-        storage, "deduped_documents", info, config.model_dump(), order_by="cluster_size DESC, cluster_id"
+]
+
+
+def build_global_asset(spec: GlobalAsset) -> dg.AssetsDefinition:
+    """The asset of a global stage: read the config, run the stage, report its metadata."""
+
+    def compute(config: Any, storage: WebdedupStorage) -> dg.MaterializeResult:
+        if config is None:
+            params = None
+        else:
+            params = spec.params(config) if spec.params else config.params()
+        result = run_contract(spec.stage, storage, params)
+        parameters, extra = (
+            spec.metadata(result) if spec.metadata else (config.model_dump() if config is not None else {}, {})
+        )
+        return materialized(storage, result, parameters, order_by=spec.order_by, **extra)
+
+    if spec.config is None:
+
+        def stage_asset(storage: WebdedupStorage) -> dg.MaterializeResult:
+            return compute(None, storage)
+
+    else:
+
+        def stage_asset(config: spec.config, storage: WebdedupStorage) -> dg.MaterializeResult:  # type: ignore[name-defined]
+            return compute(config, storage)
+
+    return dg.asset(name=spec.stage, group_name=GROUP, kinds=KINDS, deps=[spec.deps], description=spec.description)(
+        stage_asset
     )
 
 
 @dg.asset(
     group_name=GROUP,
     kinds={"json"},
-    deps=[deduped_documents],
+    deps=["deduped_documents"],
     description=(
         "Parameters of every stage as used, counts and ratios, P(candidate | threshold), input checksums, "
         "package versions and per-stage timings (manifest.json)."
@@ -376,7 +401,7 @@ def deduped_documents(config: RepresentativeConfig, storage: WebdedupStorage) ->
 def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
     store = storage.store()
     with writer_lock(storage.outputs(), timeout=LOCK_TIMEOUT_SECONDS, purpose="publish"):
-        result = run_stage(engine.stage_manifest, store, storage.outputs())
+        result = run_stage("manifest", store, lambda: engine.stage_manifest(store, storage.outputs()))
     counts = result["counts"]
     return dg.MaterializeResult(
         metadata={
@@ -391,4 +416,4 @@ def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
     )
 
 
-GLOBAL_ASSETS = [candidate_pairs, scored_pairs, duplicate_pairs, clusters, deduped_documents, manifest]
+GLOBAL_ASSETS = [*(build_global_asset(spec) for spec in GLOBAL_STAGES), manifest]

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
+from ..params import CandidateParams
 from .errors import WebdedupError
 from .publish import report_path
-from .state import check_consistent
+from .stage import DUCKDB, StageOutput, StageResult, StageRun
 from .storage import Store, connect, scalar, write_csv, write_relation
-
-BUCKET_POLICIES = ("fail", "star")
 
 
 def _bucket_sql(bm: str, with_hub: bool = True) -> str:
@@ -31,13 +27,13 @@ def pair_slot_budget(max_pair_slots: int, pair_slots_per_document: int, document
     return max_pair_slots or max(MIN_PAIR_SLOTS, pair_slots_per_document * documents)
 
 
-def stage_candidate_pairs(
-    store: Store,
-    max_pair_slots: int = 0,
-    bucket_policy: str = "fail",
-    hot_bucket_size: int = 1000,
-    pair_slots_per_document: int = 300,
-) -> dict[str, Any]:
+def stage_candidate_pairs(store: Store, params: CandidateParams | None = None) -> StageResult:
+    """Candidate pairs through the contract (default parameters when none are given)."""
+    return DUCKDB.run("candidate_pairs", store, params)
+
+
+@DUCKDB.implements("candidate_pairs")
+def candidate_pairs(run: StageRun) -> StageOutput:
     """Pairs of documents sharing at least one band key, left_doc_id < right_doc_id.
 
     Before joining, the pair slots every bucket would create are counted. With the `fail`
@@ -47,17 +43,9 @@ def stage_candidate_pairs(
     the bucket; the exact Jaccard still verifies every edge), and the budget applies to the
     slots that remain.
     """
-    started = time.perf_counter()
-    if bucket_policy not in BUCKET_POLICIES:
-        raise WebdedupError(f"bucket_policy must be one of {', '.join(BUCKET_POLICIES)}, got {bucket_policy!r}")
-    if max_pair_slots < 0 or pair_slots_per_document < 1:
-        raise WebdedupError(
-            f"max_pair_slots must be >= 0 and pair_slots_per_document >= 1, got {max_pair_slots}, "
-            f"{pair_slots_per_document}"
-        )
-    check_consistent(store)  # the daily assets hold exactly the corpus' days
-    store.params("fingerprinted", check_partitions=True)
-    upstream = store.params("band_memberships", check_partitions=True)
+    store, params = run.store, run.params
+    max_pair_slots, pair_slots_per_document = params.max_pair_slots, params.pair_slots_per_document
+    bucket_policy, hot_bucket_size = params.bucket_policy, params.hot_bucket_size
     _require_unique_doc_ids(store)
     con = connect(store)
     bm = store.scan_sql("band_memberships")
@@ -124,19 +112,8 @@ def stage_candidate_pairs(
           FROM pairs p JOIN {docs} l ON l.doc_id = p.left_doc_id
                        JOIN {docs} r ON r.doc_id = p.right_doc_id
          ORDER BY p.left_doc_id, p.right_doc_id""")
-    params = {
-        "stage": "candidate_pairs",
-        "fingerprint": upstream["fingerprint"],
-        "banding": upstream["banding"],
-        "candidates": {
-            "max_pair_slots": max_pair_slots,
-            "pair_slots_per_document": pair_slots_per_document,
-            "budget": budget,
-            "bucket_policy": bucket_policy,
-            "hot_bucket_size": hot_bucket_size,
-        },
-    }
-    rows = write_relation(store.path("candidate_pairs"), relation, params)
+    run.derive(budget=budget)
+    rows = write_relation(store.path("candidate_pairs"), relation, run.parameters)
     cross = scalar(con, f"SELECT count(*) FROM {store.scan_sql('candidate_pairs')} WHERE cross_domain")
     possible = documents * (documents - 1) // 2
     stats = {
@@ -150,12 +127,10 @@ def stage_candidate_pairs(
         "max_bucket_size": max_bucket,
         "pair_slots": slots,
         "all_pairs_slots": all_pairs_slots,
-        "seconds": round(time.perf_counter() - started, 4),
     }
-    store.write_stats("candidate_pairs", None, stats)
     # Reports published with the run (engine.publish); figures only, no timings, so that the
     # same input gives the same file.
-    figures = {k: v for k, v in stats.items() if k != "seconds"}
+    figures = stats
     con.execute("SET preserve_insertion_order = true")  # the files keep the queries' ORDER BY
     write_csv(
         report_path(store, "candidate_summary.csv"),
@@ -174,7 +149,7 @@ def stage_candidate_pairs(
          ORDER BY b.size DESC, b.band_index, b.band_hash"""),
     )
     con.close()
-    return {**params, **stats}
+    return StageOutput(rows, {k: v for k, v in stats.items() if k != "rows"})
 
 
 def _require_unique_doc_ids(store: Store) -> None:

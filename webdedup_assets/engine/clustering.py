@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -12,21 +10,28 @@ import pyarrow.parquet as pq
 
 from ..core.components import component_labels
 from ..core.ranking import policy_order_by
+from ..params import RepresentativeParams
 from .documents import stored_extra_columns
 from .errors import WebdedupError
 from .parallel import ordered_map, thread_count
 from .publish import report_path
+from .stage import DUCKDB, StageOutput, StageResult, StageRun
 from .storage import Store, connect, quote_ident, scalar, sql_string, write_batches, write_csv, write_table
 
 
-def stage_clusters(store: Store) -> dict[str, Any]:
+def stage_clusters(store: Store) -> StageResult:
+    """Clusters through the contract (no parameters of its own)."""
+    return DUCKDB.run("clusters", store)
+
+
+@DUCKDB.implements("clusters")
+def clusters(run: StageRun) -> StageOutput:
     """Connected components over duplicate pairs; every document in exactly one cluster.
 
     Documents are numbered in doc_id order and union-find keeps the smallest number as the
     root, so cluster_id = 'cluster-' + the smallest doc_id of the component.
     """
-    started = time.perf_counter()
-    upstream = store.params("duplicate_pairs")
+    store = run.store
     con = connect(store)
     con.execute(f"""CREATE TEMP TABLE ids AS
         SELECT doc_id, CAST(row_number() OVER (ORDER BY doc_id) - 1 AS BIGINT) AS node
@@ -54,35 +59,37 @@ def stage_clusters(store: Store) -> dict[str, Any]:
         else pa.array([], pa.string())
     )
     table = pa.table({"doc_id": ids, "cluster_id": cluster_ids, "cluster_size": pa.array(sizes, pa.int64())})
-    params = {"stage": "clusters", "fingerprint": upstream["fingerprint"], "duplicates": upstream.get("duplicates")}
-    rows = write_table(store.path("clusters"), table, params)
+    rows = write_table(store.path("clusters"), table, run.parameters)
     clusters_sql = store.scan_sql("clusters")
     n_clusters, dup_clusters, singletons, largest = con.execute(f"""
         SELECT count(DISTINCT cluster_id), count(DISTINCT cluster_id) FILTER (cluster_size > 1),
                count(*) FILTER (cluster_size = 1), COALESCE(max(cluster_size), 0) FROM {clusters_sql}""").fetchall()[0]
-    stats = {
-        "rows": rows,
+    figures = {
         "clusters": n_clusters,
         "duplicate_clusters": dup_clusters,
         "singletons": singletons,
         "max_cluster_size": largest,
         "edges": int(edge_left.size),
-        "seconds": round(time.perf_counter() - started, 4),
     }
-    store.write_stats("clusters", None, stats)
     con.close()
-    return {**params, **stats}
+    return StageOutput(rows, figures)
 
 
-def stage_deduped_documents(store: Store, representative_policy: str) -> dict[str, Any]:
+def stage_deduped_documents(store: Store, params: RepresentativeParams | None = None) -> StageResult:
+    """Representatives through the contract (default policy when no parameters are given)."""
+    return DUCKDB.run("deduped_documents", store, params)
+
+
+@DUCKDB.implements("deduped_documents")
+def deduped_documents(run: StageRun) -> StageOutput:
     """One representative per cluster, chosen by the policy (default: newest crawled_at,
     then most tokens, then smallest doc_id); every input column is kept."""
-    started = time.perf_counter()
+    store = run.store
     try:
-        order_by = policy_order_by(representative_policy)
+        order_by = policy_order_by(run.params.representative_policy)
     except ValueError as err:
         raise WebdedupError(str(err)) from None
-    upstream = store.params("clusters")
+    run.derive(order_by=order_by)
     con = connect(store)
     extra = stored_extra_columns(store)
     # Rank on narrow columns only (no bodies in the window sort); each document is located by
@@ -106,25 +113,19 @@ def stage_deduped_documents(store: Store, representative_policy: str) -> dict[st
     schema = pa.schema(
         [*doc_schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
     )
-    params = {
-        "stage": "deduped_documents",
-        "fingerprint": upstream["fingerprint"],
-        "representatives": {"representative_policy": representative_policy, "order_by": order_by},
-    }
-    rows = write_batches(store.path("deduped_documents"), schema, _representative_rows(files, winners, schema), params)
+    rows = write_batches(
+        store.path("deduped_documents"), schema, _representative_rows(files, winners, schema), run.parameters
+    )
     documents = scalar(con, "SELECT count(*) FROM ranked")
-    stats = {
-        "rows": rows,
+    figures = {
         "documents": documents,
         "removed": documents - rows,
         "retained_ratio": round(rows / documents, 4) if documents else 0.0,
-        "seconds": round(time.perf_counter() - started, 4),
     }
-    store.write_stats("deduped_documents", None, stats)
     con.execute("SET preserve_insertion_order = true")
     write_csv(report_path(store, "cluster_inspection.csv"), cluster_inspection(con, store, extra))
     con.close()
-    return {**params, **stats}
+    return StageOutput(rows, figures)
 
 
 RANK_COLUMNS = ("cluster_id", "cluster_size", "token_count")

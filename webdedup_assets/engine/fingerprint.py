@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..core.fingerprint import fingerprint_texts
 from ..core.hashing import FINGERPRINT_VERSION
-from ..core.minhash import MinHashParams, band_keys, validate_banding
+from ..core.minhash import MinHashParams, band_keys
+from ..params import BandingParams, FingerprintParams
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
+from .stage import DUCKDB, StageOutput, StageResult, StageRun
 from .storage import PartitionWriter, Store
 
 BATCH_ROWS = 8192
@@ -40,11 +39,6 @@ def _source_files(store: Store, asset: str, partition: str | None):
             raise WebdedupError(f"upstream {asset!r} partition {partition} has not been materialized")
         return [path]
     return store.require(asset)
-
-
-def fingerprint_params(shingle_size: int, num_perm: int, seed: int) -> dict[str, Any]:
-    """What defines a fingerprint; stored with every artifact built from one."""
-    return {"shingle_size": shingle_size, "num_perm": num_perm, "seed": seed, "version": FINGERPRINT_VERSION}
 
 
 def _pieces(
@@ -79,44 +73,38 @@ def _split(out: pa.RecordBatch, group: list[tuple[str | None, pa.RecordBatch]], 
 
 
 def stage_fingerprinted(
-    store: Store,
-    shingle_size: int,
-    num_perm: int,
-    seed: int,
-    partition: str | None = None,
-    threads: int | None = None,
-) -> dict[str, Any]:
-    """Signatures for the documents of one partition (or the unpartitioned asset)."""
-    return fingerprint_partitions(store, [partition], shingle_size, num_perm, seed, threads)
+    store: Store, params: FingerprintParams, days: list[str] | None = None, threads: int | None = None
+) -> StageResult:
+    """Signatures of the documents of `days` (None: the unpartitioned asset), through the contract."""
+    return DUCKDB.run("fingerprinted", store, params, days, threads=threads)
 
 
-def fingerprint_partitions(
-    store: Store,
-    partitions: list[str | None],
-    shingle_size: int,
-    num_perm: int,
-    seed: int,
-    threads: int | None = None,
-) -> dict[str, Any]:
-    """Signatures for every document of `partitions` in one streamed pass (bounded memory, all
-    cores, see engine.parallel), written as one file per partition with its own stats.
+def stage_band_memberships(store: Store, params: BandingParams, days: list[str] | None = None) -> StageResult:
+    """Band keys of the fingerprints of `days` (None: the unpartitioned asset), through the contract."""
+    return DUCKDB.run("band_memberships", store, params, days)
 
-    threads: kernel worker threads (default $WEBDEDUP_THREADS or the CPU count); the output
-    does not depend on it."""
-    started = time.perf_counter()
-    if shingle_size < 1:
-        raise WebdedupError(f"shingle_size must be >= 1, got {shingle_size}")
+
+@DUCKDB.implements("fingerprinted")
+def fingerprint_partitions(run: StageRun) -> StageOutput:
+    """Signatures for every document of the run's partitions in one streamed pass (bounded
+    memory, all cores, see engine.parallel), written as one file per partition.
+
+    threads (option): kernel worker threads (default $WEBDEDUP_THREADS or the CPU count); the
+    output does not depend on it."""
+    store, params = run.store, run.params
+    num_perm = params.num_perm
     try:
-        coeff_a, coeff_b = MinHashParams(num_perm, seed).coefficients()
+        coeff_a, coeff_b = MinHashParams(num_perm, params.seed).coefficients()
     except ValueError as err:
         raise WebdedupError(str(err)) from None
+    run.derive(version=FINGERPRINT_VERSION)
     schema = fingerprint_schema(num_perm)
-    workers = thread_count(threads)
+    workers = thread_count(run.options.get("threads"))
 
     def compute(group):
         bodies = pa.chunked_array([b.column("body") for _, b in group], type=group[0][1].schema.field("body").type)
         doc_ids = pa.chunked_array([b.column("doc_id") for _, b in group])
-        tokens, shingles, signatures = fingerprint_texts(bodies.combine_chunks(), shingle_size, coeff_a, coeff_b)
+        tokens, shingles, signatures = fingerprint_texts(bodies.combine_chunks(), params.shingle_size, coeff_a, coeff_b)
         flat = pa.array(signatures.reshape(-1), type=pa.uint32())
         out = pa.record_batch(
             [
@@ -135,22 +123,16 @@ def fingerprint_partitions(
             offset += n
         return out, group, figures
 
-    fingerprint = fingerprint_params(shingle_size, num_perm, seed)
     # No dictionary encoding (doc_ids are unique, signatures random: 3x less write CPU), and
     # signatures uncompressed: zstd saves 12 % of them and costs every reader a decompression.
     writer = PartitionWriter(
-        store,
-        "fingerprinted",
-        schema,
-        lambda p: {"stage": "fingerprinted", "fingerprint": fingerprint, "partition": p},
-        use_dictionary=False,
-        uncompressed=["signature"],
+        store, "fingerprinted", schema, run.partition_parameters, use_dictionary=False, uncompressed=["signature"]
     )
     totals: dict[str | None, dict[str, int]] = {}
     try:
         # A reader thread decodes the next batches while `workers` threads run the kernel
         # (nogil); results come back in input order, so the files are the same for any count.
-        groups = prefetch(_pieces(store, "documents", partitions, ["doc_id", "body"]), depth=workers + 1)
+        groups = prefetch(_pieces(store, "documents", run.partitions, ["doc_id", "body"]), depth=workers + 1)
         for out, group, figures in ordered_map(compute, groups, workers):
             for (partition, piece), (n_tokens, n_empty) in zip(_split(out, group), figures):
                 writer.write(partition, piece)
@@ -162,38 +144,19 @@ def fingerprint_partitions(
     except BaseException:
         writer.abort()
         raise
-    seconds = time.perf_counter() - started
-    share = round(seconds / max(1, len(rows)), 4)
-    for partition, written in rows.items():
-        store.write_stats("fingerprinted", partition, {"rows": written, **totals[partition], "seconds": share})
-    documents = sum(rows.values())
-    stats = {
-        "rows": documents,
-        **{k: sum(t[k] for t in totals.values()) for k in ("documents", "tokens", "empty_documents")},
-        "seconds": round(seconds, 4),
-        "threads": workers,
-        "docs_per_second": round(documents / seconds, 1) if seconds > 0 else None,
-    }
-    return {"stage": "fingerprinted", "fingerprint": fingerprint, "partition_rows": rows, **stats}
+    figures = {k: sum(t[k] for t in totals.values()) for k in ("documents", "tokens", "empty_documents")}
+    return StageOutput(sum(rows.values()), {**figures, "threads": workers}, rows, totals, schema)
 
 
-def stage_band_memberships(store: Store, bands: int, rows: int, partition: str | None = None) -> dict[str, Any]:
-    """Band keys of one partition (or the unpartitioned asset)."""
-    return band_partitions(store, [partition], bands, rows)
-
-
-def band_partitions(store: Store, partitions: list[str | None], bands: int, rows: int) -> dict[str, Any]:
-    """Band keys of every document of `partitions` in one streamed pass, one file per partition."""
-    started = time.perf_counter()
-    upstream = store.params("fingerprinted")
-    fingerprint = upstream["fingerprint"]
-    try:
-        validate_banding(fingerprint["num_perm"], bands, rows)
-    except ValueError as err:
-        raise WebdedupError(f"band_memberships: {err} (from the fingerprinted asset)") from None
-    for partition in partitions:
+@DUCKDB.implements("band_memberships")
+def band_partitions(run: StageRun) -> StageOutput:
+    """Band keys of every document of the run's partitions in one streamed pass, one file per
+    partition (the contract has checked bands x rows against the fingerprints' num_perm)."""
+    store, bands, rows = run.store, run.params.bands, run.params.rows
+    num_perm = run.upstream["fingerprinted"]["fingerprint"]["num_perm"]
+    for partition in run.partitions:
         for path in _source_files(store, "fingerprinted", partition):
-            if pq.read_schema(path).field("signature").type.list_size != fingerprint["num_perm"]:
+            if pq.read_schema(path).field("signature").type.list_size != num_perm:
                 raise WebdedupError(f"{path} holds signatures of another num_perm; re-materialize fingerprinted")
     totals: dict[str | None, dict[str, int]] = {}
 
@@ -209,20 +172,15 @@ def band_partitions(store: Store, partitions: list[str | None], bands: int, rows
             keys = band_keys(signatures, bands, rows)
         return group, with_shingles, batch, keys
 
-    banding = {"bands": bands, "rows": rows}
     writer = PartitionWriter(
-        store,
-        "band_memberships",
-        BAND_SCHEMA,
-        lambda p: {"stage": "band_memberships", "fingerprint": fingerprint, "banding": banding, "partition": p},
-        use_dictionary=["doc_id", "band_index"],
+        store, "band_memberships", BAND_SCHEMA, run.partition_parameters, use_dictionary=["doc_id", "band_index"]
     )
     band_numbers = np.arange(bands, dtype=np.int16)
     try:
         # A reader thread decodes the next batches while this one computes band keys; groups of
         # 4 x BATCH_ROWS documents keep row groups as large as one write per 32k documents.
         for group, with_shingles, batch, keys in map(
-            keyed, prefetch(_pieces(store, "fingerprinted", partitions, rows=4 * BATCH_ROWS), 2)
+            keyed, prefetch(_pieces(store, "fingerprinted", run.partitions, rows=4 * BATCH_ROWS), 2)
         ):
             offset = key_offset = 0
             for partition, piece in group:
@@ -248,19 +206,5 @@ def band_partitions(store: Store, partitions: list[str | None], bands: int, rows
     except BaseException:
         writer.abort()
         raise
-    seconds = time.perf_counter() - started
-    share = round(seconds / max(1, len(written)), 4)
-    for partition, n in written.items():
-        store.write_stats("band_memberships", partition, {"rows": n, **totals[partition], "seconds": share})
-    stats = {
-        "rows": sum(written.values()),
-        **{k: sum(t[k] for t in totals.values()) for k in ("documents_banded", "documents_without_shingles")},
-        "seconds": round(seconds, 4),
-    }
-    return {
-        "stage": "band_memberships",
-        "fingerprint": fingerprint,
-        "banding": banding,
-        "partition_rows": written,
-        **stats,
-    }
+    figures = {k: sum(t[k] for t in totals.values()) for k in ("documents_banded", "documents_without_shingles")}
+    return StageOutput(sum(written.values()), figures, written, totals, BAND_SCHEMA)

@@ -6,9 +6,6 @@ bounded group of documents at a time (see stage_scored_pairs), never the whole c
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,8 +14,10 @@ import pyarrow.parquet as pq
 from ..core.fingerprint import shingle_sets
 from ..core.minhash import estimate_jaccard
 from ..core.sets import jaccard_blocks
+from ..params import ScoringParams
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
+from .stage import DUCKDB, StageOutput, StageResult, StageRun
 from .storage import Store, connect, scalar, write_batches, write_relation
 
 PAIRS_PER_CHUNK = 200_000
@@ -42,11 +41,6 @@ SCORED_SCHEMA = pa.schema(
 )
 
 
-def check_threshold(threshold: float) -> None:
-    if not 0.0 < threshold <= 1.0:
-        raise WebdedupError(f"threshold must be in (0, 1], got {threshold}")
-
-
 def reasons(exact: np.ndarray, estimate: np.ndarray, threshold: float) -> np.ndarray:
     """jaccard_and_minhash | jaccard_match | minhash_only_rejected | below_jaccard_threshold."""
     exact_ok = exact >= threshold
@@ -56,15 +50,6 @@ def reasons(exact: np.ndarray, estimate: np.ndarray, threshold: float) -> np.nda
         np.where(estimate_ok, "jaccard_and_minhash", "jaccard_match"),
         np.where(estimate_ok, "minhash_only_rejected", "below_jaccard_threshold"),
     )
-
-
-def _require_same_lineage(store: Store, asset: str, key: str, expected: dict) -> None:
-    found = store.params(asset).get(key)
-    if found != expected:
-        raise WebdedupError(
-            f"{asset} was built with {key} {found} but fingerprinted now holds {expected}; "
-            f"re-materialize {asset} (and the assets between) before scoring"
-        )
 
 
 def _member_groups(shingle_counts: np.ndarray, budget_bytes: int) -> np.ndarray:
@@ -131,10 +116,16 @@ def _parallel_jaccard(set_a, set_b, left: np.ndarray, right: np.ndarray, threads
 
 def stage_scored_pairs(
     store: Store,
-    threshold: float,
+    params: ScoringParams | None = None,
     threads: int | None = None,
     memory_budget_bytes: int = SCORING_MEMORY_BYTES,
-) -> dict[str, Any]:
+) -> StageResult:
+    """Scored pairs through the contract (options: kernel threads, the shingle-set memory budget)."""
+    return DUCKDB.run("scored_pairs", store, params, threads=threads, memory_budget_bytes=memory_budget_bytes)
+
+
+@DUCKDB.implements("scored_pairs")
+def scored_pairs(run: StageRun) -> StageOutput:
     """Exact shingle Jaccard and MinHash estimate for every candidate pair.
 
     Candidate pairs are read once, in their stored (left_doc_id, right_doc_id) order. Their
@@ -144,12 +135,11 @@ def stage_scored_pairs(
     all threads) and the pairs of that block scored. On a typical corpus all members fit in
     one group: one pass over the documents, no re-sorting, no LIMIT/OFFSET.
     """
-    started = time.perf_counter()
-    check_threshold(threshold)
-    fingerprint = store.params("fingerprinted")["fingerprint"]
-    _require_same_lineage(store, "candidate_pairs", "fingerprint", fingerprint)
+    store, threshold = run.store, run.params.threshold
+    memory_budget_bytes = run.options.get("memory_budget_bytes", SCORING_MEMORY_BYTES)
+    fingerprint = run.upstream["fingerprinted"]["fingerprint"]
     shingle_size = fingerprint["shingle_size"]
-    workers = thread_count(threads)
+    workers = thread_count(run.options.get("threads"))
     pairs = pa.concat_tables(pq.read_table(p) for p in store.require("candidate_pairs"))
     pairs = pairs.cast(pa.schema([SCORED_SCHEMA.field(n) for n in pairs.column_names if n in SCORED_SCHEMA.names]))
     members = pc.unique(pa.concat_arrays([c.combine_chunks() for c in (pairs["left_doc_id"], pairs["right_doc_id"])]))
@@ -225,48 +215,32 @@ def stage_scored_pairs(
                 schema=SCORED_SCHEMA,
             )
 
-    params = {
-        "stage": "scored_pairs",
-        "fingerprint": fingerprint,
-        "banding": store.params("candidate_pairs").get("banding"),
-        "scoring": {"threshold": threshold},
-    }
-    rows = write_batches(store.path("scored_pairs"), SCORED_SCHEMA, batches(), params)
+    rows = write_batches(store.path("scored_pairs"), SCORED_SCHEMA, batches(), run.parameters)
     scored = store.scan_sql("scored_pairs")
     by_reason = dict(con.execute(f"SELECT reason, count(*) FROM {scored} GROUP BY reason").fetchall())
-    stats = {
-        "rows": rows,
+    figures = {
         "duplicates": scalar(con, f"SELECT count(*) FROM {scored} WHERE is_duplicate"),
         "reasons": by_reason,
         "member_documents": len(members),
         "document_passes": passes,
         "threads": workers,
-        "seconds": round(time.perf_counter() - started, 4),
     }
-    store.write_stats("scored_pairs", None, stats)
     con.close()
-    return {**params, **stats}
+    return StageOutput(rows, figures)
 
 
-def stage_duplicate_pairs(store: Store, threshold: float | None = None) -> dict[str, Any]:
+def stage_duplicate_pairs(store: Store, params: ScoringParams | None = None) -> StageResult:
+    """Duplicate pairs through the contract; without parameters, scored_pairs' threshold."""
+    return DUCKDB.run("duplicate_pairs", store, params)
+
+
+@DUCKDB.implements("duplicate_pairs")
+def duplicate_pairs(run: StageRun) -> StageOutput:
     """Scored pairs whose exact Jaccard reaches the threshold scored_pairs was built with.
 
-    There is one threshold: is_duplicate in scored_pairs and this stage always agree. A
-    `threshold` given here must equal scored_pairs' (else re-materialize scored_pairs with it)."""
-    started = time.perf_counter()
-    upstream = store.params("scored_pairs")
-    scored = (upstream.get("scoring") or {}).get("threshold")
-    if threshold is None:
-        if scored is None:
-            raise WebdedupError("duplicate_pairs: scored_pairs holds no threshold; re-materialize scored_pairs")
-        threshold = scored
-    elif scored is not None and threshold != scored:
-        raise WebdedupError(
-            f"duplicate_pairs threshold {threshold} differs from the threshold {scored} scored_pairs was built "
-            f"with; there is one threshold: re-materialize scored_pairs (and its downstream) with threshold "
-            f"{threshold}"
-        )
-    check_threshold(threshold)
+    There is one threshold: is_duplicate in scored_pairs and this stage always agree (the
+    contract refuses a threshold other than scored_pairs')."""
+    store, threshold = run.store, run.params.threshold
     con = connect(store)
     relation = con.sql(f"""
         SELECT left_doc_id, right_doc_id, left_domain, right_domain, cross_domain, shared_bands,
@@ -275,25 +249,16 @@ def stage_duplicate_pairs(store: Store, threshold: float | None = None) -> dict[
           FROM {store.scan_sql("scored_pairs")}
          WHERE exact_jaccard >= {threshold!r}
          ORDER BY left_doc_id, right_doc_id""")
-    params = {
-        "stage": "duplicate_pairs",
-        "fingerprint": upstream["fingerprint"],
-        "banding": upstream.get("banding"),
-        "duplicates": {"threshold": threshold},
-    }
-    rows = write_relation(store.path("duplicate_pairs"), relation, params)
+    rows = write_relation(store.path("duplicate_pairs"), relation, run.parameters)
     dup = store.scan_sql("duplicate_pairs")
     exact, cross = con.execute(
         f"SELECT count(*) FILTER (kind = 'exact'), count(*) FILTER (cross_domain) FROM {dup}"
     ).fetchall()[0]
-    stats = {
-        "rows": rows,
+    figures = {
         "exact_duplicate_pairs": exact,
         "near_duplicate_pairs": rows - exact,
         "cross_domain_duplicates": cross,
         "same_domain_duplicates": rows - cross,
-        "seconds": round(time.perf_counter() - started, 4),
     }
-    store.write_stats("duplicate_pairs", None, stats)
     con.close()
-    return {**params, **stats}
+    return StageOutput(rows, figures)

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from ..fileio import atomic_path, file_sha256, write_text  # noqa: F401  (re-exported: storage's importers)
 from .errors import WebdedupError
+from .serial import decode, encode
 
 METADATA_KEY = b"webdedup"
 DUCKDB_MEMORY_LIMIT = "2GB"
@@ -69,25 +70,12 @@ class Store:
         listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
         return f"read_parquet([{listing}], union_by_name = true)"
 
-    def params(self, asset: str, check_partitions: bool = False) -> dict[str, Any]:
+    def params(self, asset: str) -> dict[str, Any]:
         """Stored parameters of an asset: of its schema file (the latest partitioned run) or its
-        only file. With check_partitions, every partition must have been built with the same
-        fingerprint and banding parameters (done once by the global stages)."""
+        only file (a global stage compares them with every day's: engine.stage.check_uniform)."""
         files = self.require(asset)
         schema_file = self.schema_path(asset)
-        first = read_params(schema_file if schema_file.exists() else files[0])
-        if not check_partitions:
-            return first
-        for path in files:
-            other = read_params(path)
-            for key in ("fingerprint", "banding"):
-                if key in first and other.get(key) != first.get(key):
-                    raise WebdedupError(
-                        f"partitions of {asset!r} were built with different parameters: the latest run used "
-                        f"{key}={first[key]} but {path.name} has {key}={other.get(key)}; re-materialize "
-                        f"the older partitions with the same parameters"
-                    )
-        return first
+        return read_params(schema_file if schema_file.exists() else files[0])
 
     def stats_path(self, asset: str, partition: str | None = None) -> Path:
         name = "stats.json" if partition is None else f"stats-{partition}.json"
@@ -117,7 +105,7 @@ class Store:
         target = self.path(asset, partition)
         with atomic_path(target) as temp:
             shutil.copyfile(source, temp)  # copy_file_range/sendfile: in-kernel, no re-encoding
-            write_text(params_sidecar(target), json.dumps(params, sort_keys=True, default=str))
+            write_text(params_sidecar(target), encode(params))
 
 
 def sum_figures(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -138,15 +126,14 @@ def params_sidecar(path: Path) -> Path:
 def read_params(path: Path) -> dict[str, Any]:
     sidecar = params_sidecar(path)
     if sidecar.exists():  # an adopted file: its own footer may carry anything
-        return json.loads(sidecar.read_text())
+        return decode(sidecar.read_text())
     metadata = pq.read_schema(path).metadata or {}
-    raw = metadata.get(METADATA_KEY)
-    return json.loads(raw) if raw else {}
+    return decode(metadata.get(METADATA_KEY))
 
 
 def _with_params(schema: pa.Schema, params: dict[str, Any]) -> pa.Schema:
     metadata = dict(schema.metadata or {})
-    metadata[METADATA_KEY] = json.dumps(params, sort_keys=True, default=str).encode()
+    metadata[METADATA_KEY] = encode(params).encode()
     return schema.with_metadata(metadata)
 
 
@@ -262,7 +249,7 @@ def copy_query(
 ) -> None:
     """DuckDB's parallel Parquet writer (COPY), rows in the query's order, with the stage
     parameters in the key-value metadata like write_batches; partition_by writes a folder."""
-    metadata = sql_string(json.dumps(params, sort_keys=True, default=str))
+    metadata = sql_string(encode(params))
     key = METADATA_KEY.decode()
     options = f"FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 32768, KV_METADATA {{{key}: {metadata}}}"
     if partition_by:
