@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from ..core.fingerprint import fingerprint_texts
 from ..core.hashing import FINGERPRINT_VERSION
 from ..core.minhash import MinHashParams, band_keys, validate_banding
+from ..progress import Task
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
 from .storage import PartitionWriter, Store
@@ -67,6 +68,10 @@ def _pieces(
                     group, size = [], 0
     if group:
         yield group
+
+
+def _rows_of(store: Store, asset: str, partitions: list[str | None]) -> int:
+    return sum(pq.read_metadata(p).num_rows for part in partitions for p in _source_files(store, asset, part))
 
 
 def _split(out: pa.RecordBatch, group: list[tuple[str | None, pa.RecordBatch]], rows_per_input: int = 1):
@@ -147,6 +152,7 @@ def fingerprint_partitions(
         uncompressed=["signature"],
     )
     totals: dict[str | None, dict[str, int]] = {}
+    shown = Task("fingerprinted", lambda: _rows_of(store, "documents", partitions), "docs")
     try:
         # A reader thread decodes the next batches while `workers` threads run the kernel
         # (nogil); results come back in input order, so the files are the same for any count.
@@ -158,10 +164,13 @@ def fingerprint_partitions(
                 day["documents"] += piece.num_rows
                 day["tokens"] += n_tokens
                 day["empty_documents"] += n_empty
+            shown.advance(out.num_rows)
         rows = writer.close()
     except BaseException:
         writer.abort()
         raise
+    finally:
+        shown.close()
     seconds = time.perf_counter() - started
     share = round(seconds / max(1, len(rows)), 4)
     for partition, written in rows.items():

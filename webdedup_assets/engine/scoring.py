@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from ..core.fingerprint import shingle_sets
 from ..core.minhash import estimate_jaccard
 from ..core.sets import jaccard_blocks
+from ..progress import task
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
 from .storage import Store, connect, scalar, write_batches, write_relation
@@ -192,15 +193,19 @@ def stage_scored_pairs(
             passes += 1
         return loaded[g]
 
-    for g1 in range(len(bounds) - 1):
-        in_g1 = np.flatnonzero(left_group == g1)
-        if not len(in_g1):
-            continue
-        set_a = group(g1, keep=-1)
-        for g2 in np.unique(right_group[in_g1]):
-            block = in_g1[right_group[in_g1] == g2]
-            set_b = group(int(g2), keep=g1)
-            exact[block] = _parallel_jaccard(set_a, set_b, left[block] - bounds[g1], right[block] - bounds[g2], workers)
+    with task("scored_pairs", len(left), "pairs") as shown:
+        for g1 in range(len(bounds) - 1):
+            in_g1 = np.flatnonzero(left_group == g1)
+            if not len(in_g1):
+                continue
+            set_a = group(g1, keep=-1)
+            for g2 in np.unique(right_group[in_g1]):
+                block = in_g1[right_group[in_g1] == g2]
+                set_b = group(int(g2), keep=g1)
+                exact[block] = _parallel_jaccard(
+                    set_a, set_b, left[block] - bounds[g1], right[block] - bounds[g2], workers
+                )
+                shown.advance(len(block))
     loaded.clear()
 
     def batches():

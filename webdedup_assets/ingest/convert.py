@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import urllib3
 
 from ..fileio import atomic_path, file_sha256
+from ..progress import task
 from .commoncrawl import read_commoncrawl
 from .options import WarcOptions
 from .warc.collect import DOCUMENT_SCHEMA, Collector, FileReport, doc_id_for, rejection_row
@@ -81,6 +82,9 @@ def convert_files(files: list[tuple[Path, str]], target: Path, options: WarcOpti
             PROGRESS.warning("warc input: worker processes failed to start; converting in this process")
     if results is None:
         results = [convert_file(*job) for job in jobs]
+    with task("warc input", len(results), "files") as shown:  # per file: workers are other processes
+        for result in results:
+            shown.advance(1, records=result.report.records)
     documents: dict[str, str] = {}
     with atomic_path(target) as temp:
         with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
