@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -20,6 +21,9 @@ def test_cli_run_prints_the_summary_and_writes_outputs(tmp_path, capsys):
     assert "representatives             12" in captured.out
     assert "retained_ratio              0.5" in captured.out
     assert "fingerprinted      done: 24 rows" in captured.err
+    # live progress, as plain lines (stderr is not a terminal here), with the stages' own counts
+    assert re.search(r"^  fingerprinted +24 docs in [0-9.]+ s, [0-9,]+ docs/s$", captured.err, re.M), captured.err
+    assert re.search(r"^  scored_pairs +18 pairs in [0-9.]+ s", captured.err, re.M), captured.err
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["duplicate_pairs"] == 18
     assert (tmp_path / "out" / "_storage" / "documents" / "part-2026-03-01.parquet").exists()
@@ -44,6 +48,7 @@ def test_cli_classic_parameters_and_json(tmp_path, capsys):
     )
     captured = capsys.readouterr()
     assert code == 0, captured.err
+    assert "docs/s" not in captured.err and "pairs in" not in captured.err  # --quiet: no progress
     counts = json.loads(captured.out)
     assert counts["candidate_pairs"] == 18 and counts["representatives"] == 12
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
@@ -162,3 +167,30 @@ def test_invariants_name_their_first_offenders(tmp_path):
     assert not passed
     assert details["first_clusters_without_representative"] == ["cluster-x"]
     assert details["first_clusters_with_several_representatives"] == [["cluster-a", ["a", "b"]]]
+
+
+def test_progress_tasks_plain_lines_and_live_bars():
+    import io
+
+    from webdedup_assets.progress import installed, task
+    from webdedup_assets.progress_cli import stderr_sink
+
+    counted = []
+    with task("fingerprinted", total=lambda: counted.append(1) or 5, unit="docs") as shown:
+        shown.advance(5)
+    assert counted == []  # no sink installed: nothing is shown and the total is never counted
+
+    plain = io.StringIO()
+    with installed(stderr_sink(plain)), task("cc ranges", total=5, unit="ranges") as shown:
+        shown.advance(2, failed=0)
+        shown.advance(3, failed=1)
+    assert re.fullmatch(r"  cc ranges +5 ranges in [0-9.]+ s, [0-9,]+ ranges/s, failed 1\n", plain.getvalue())
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    live = Terminal()
+    with installed(stderr_sink(live)), task("fingerprinted", total=4, unit="docs") as shown:
+        shown.advance(4)
+    assert "fingerprinted" in live.getvalue() and "100%" in live.getvalue()

@@ -76,15 +76,19 @@ def convert_files(files: list[tuple[Path, str]], target: Path, options: WarcOpti
     if workers > 1:
         context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
         try:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-                results = list(pool.map(convert_file, *zip(*jobs)))
+            with (
+                ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool,
+                task("warc files", len(jobs), "files") as shown,
+            ):
+                done = []
+                for result in pool.map(convert_file, *zip(*jobs)):  # in input order, as each is done
+                    done.append(result)
+                    shown.advance(1, records=sum(r.report.records for r in done))
+                results = done
         except BrokenProcessPool:  # e.g. a __main__ that spawn cannot re-import (a script on stdin)
             PROGRESS.warning("warc input: worker processes failed to start; converting in this process")
     if results is None:
         results = [convert_file(*job) for job in jobs]
-    with task("warc input", len(results), "files") as shown:  # per file: workers are other processes
-        for result in results:
-            shown.advance(1, records=result.report.records)
     documents: dict[str, str] = {}
     with atomic_path(target) as temp:
         with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
