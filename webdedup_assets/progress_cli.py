@@ -50,7 +50,7 @@ class PlainLines:
         self.done += n
         self.figures.update(figures)
         now = time.monotonic()
-        if now - self.last >= PLAIN_INTERVAL:
+        if now - self.last >= PLAIN_INTERVAL and (self.total is None or self.done < self.total):
             self.last = now
             print(self._line(final=False), file=self.stream, flush=True)
 
