@@ -72,7 +72,7 @@ def _num(value: float | None, digits: int = 4) -> str:
 
 def format_explain(a: dict[str, Any]) -> str:
     left, right, p = a["left"], a["right"], a["parameters"]
-    width = max(len(left["doc_id"]), len(right["doc_id"]), 12)
+    width = max(len(str(left[k])) for k in ("doc_id", "domain", "crawled_at", "cluster_id"))
     lines = [
         f"{'':<22}{left['doc_id']:<{width}}  {right['doc_id']}",
         f"{'domain':<22}{left['domain']!s:<{width}}  {right['domain']}",
