@@ -4,6 +4,8 @@ CI logs. `webdedup run --quiet` installs no sink at all."""
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -66,9 +68,9 @@ class Bar:
 
         self.bar = tqdm(
             total=total,
-            desc=f"  {name:<18}",
+            desc=f"  {name}",
             unit=f" {unit}",
-            unit_scale=True,
+            unit_scale=unit == "B",  # bytes as kB/MB/GB; counts as they are
             file=stream,
             mininterval=0.2,
             dynamic_ncols=True,
@@ -92,10 +94,18 @@ def announce_cold_kernels() -> None:
         print("webdedup: compiling kernels (first run only, ~15 s)", file=sys.stderr, flush=True)
 
 
+def _columns(stream: TextIO) -> int:
+    """The terminal's width (a terminal of unknown or no width gets plain lines, not empty bars)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return 80  # a terminal-like stream without a descriptor (tests)
+
+
 def stderr_sink(stream: TextIO | None = None):
     """The sink `webdedup` installs: bars on a terminal, plain lines otherwise."""
     stream = stream if stream is not None else sys.stderr
-    live = hasattr(stream, "isatty") and stream.isatty()
+    live = hasattr(stream, "isatty") and stream.isatty() and _columns(stream) >= 40
 
     def sink(name: str, total: int | None, unit: str):
         return (Bar if live else PlainLines)(name, total, unit, stream)
