@@ -194,3 +194,23 @@ def test_progress_tasks_plain_lines_and_live_bars():
     with installed(stderr_sink(live)), task("fingerprinted", total=4, unit="docs") as shown:
         shown.advance(4)
     assert "fingerprinted" in live.getvalue() and "100%" in live.getvalue()
+
+
+def test_progress_of_a_warc_file_counts_its_bytes_and_records(tmp_path, capsys):
+    from pathlib import Path
+
+    from .test_warc_fixtures import Rec, corpus, write_warc
+
+    recs = corpus()
+    path = tmp_path / "a.warc.gz"
+    write_warc(path, [Rec("warcinfo", ""), *recs.values()])
+    code = main(["run", str(path), "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    found = re.search(r"^  warc records +([0-9,]+) B in [0-9.]+ s, [0-9,]+ B/s, records (\d+)$", err, re.M)
+    assert found, err
+    assert int(found.group(1).replace(",", "")) == Path(path).stat().st_size
+    assert int(found.group(2)) == len(recs) + 1
+
+    code = main(["run", str(path), "--output", str(tmp_path / "quiet"), "--quiet"])
+    assert code == 0 and "warc records" not in capsys.readouterr().err
