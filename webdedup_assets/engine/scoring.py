@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from ..core.fingerprint import shingle_sets
 from ..core.minhash import estimate_jaccard
 from ..core.sets import jaccard_blocks
-from ..progress import task
+from ..progress import Task
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
 from .storage import Store, connect, scalar, write_batches, write_relation
@@ -103,7 +103,9 @@ def _load_sets(con, store: Store, first: int, stop: int, shingle_size: int, thre
         sets, offsets = shingle_sets(batch.column("body"), shingle_size)
         return sets, offsets, batch.column("node").to_numpy() - first
 
+    shown = Task("shingle sets", stop - first, "docs")  # the documents of the candidates, read for scoring
     for sets, offsets, local in ordered_map(compute, prefetch(reader, depth=threads + 1), threads):
+        shown.advance(len(local))
         if cursor + len(sets) > capacity:
             raise WebdedupError(
                 "scored_pairs: the documents give more shingles than fingerprinted counted; "
@@ -113,6 +115,7 @@ def _load_sets(con, store: Store, first: int, stop: int, shingle_size: int, thre
         starts[local] = offsets[:-1] + cursor
         ends[local] = offsets[1:] + cursor
         cursor += len(sets)
+    shown.close()
     return flat[:cursor], starts, ends
 
 
@@ -193,19 +196,18 @@ def stage_scored_pairs(
             passes += 1
         return loaded[g]
 
-    with task("scored_pairs", len(left), "pairs") as shown:
-        for g1 in range(len(bounds) - 1):
-            in_g1 = np.flatnonzero(left_group == g1)
-            if not len(in_g1):
-                continue
-            set_a = group(g1, keep=-1)
-            for g2 in np.unique(right_group[in_g1]):
-                block = in_g1[right_group[in_g1] == g2]
-                set_b = group(int(g2), keep=g1)
-                exact[block] = _parallel_jaccard(
-                    set_a, set_b, left[block] - bounds[g1], right[block] - bounds[g2], workers
-                )
-                shown.advance(len(block))
+    shown = Task("scored_pairs", len(left), "pairs")
+    for g1 in range(len(bounds) - 1):
+        in_g1 = np.flatnonzero(left_group == g1)
+        if not len(in_g1):
+            continue
+        set_a = group(g1, keep=-1)
+        for g2 in np.unique(right_group[in_g1]):
+            block = in_g1[right_group[in_g1] == g2]
+            set_b = group(int(g2), keep=g1)
+            exact[block] = _parallel_jaccard(set_a, set_b, left[block] - bounds[g1], right[block] - bounds[g2], workers)
+            shown.advance(len(block))
+    shown.close()
     loaded.clear()
 
     def batches():
