@@ -176,9 +176,9 @@ def test_progress_tasks_plain_lines_and_live_bars():
     from webdedup_assets.progress_cli import stderr_sink
 
     counted = []
-    with task("fingerprinted", total=lambda: counted.append(1) or 5, unit="docs") as shown:
+    with installed(None), task("fingerprinted", total=lambda: counted.append(1) or 5, unit="docs") as shown:
         shown.advance(5)
-    assert counted == []  # no sink installed: nothing is shown and the total is never counted
+    assert counted == []  # --quiet: nothing is shown and the total is never counted
 
     plain = io.StringIO()
     with installed(stderr_sink(plain)), task("cc ranges", total=5, unit="ranges") as shown:
@@ -214,3 +214,23 @@ def test_progress_of_a_warc_file_counts_its_bytes_and_records(tmp_path, capsys):
 
     code = main(["run", str(path), "--output", str(tmp_path / "quiet"), "--quiet"])
     assert code == 0 and "warc records" not in capsys.readouterr().err
+
+
+def test_progress_outside_the_cli_goes_to_a_log_sink(caplog):
+    import logging
+
+    from webdedup_assets import progress
+    from webdedup_assets.progress import installed, log_sink, set_default, task
+
+    previous = progress._default  # the Dagster layer's, once webdedup_assets.defs is imported
+    logger = logging.getLogger("test.webdedup.progress")
+    set_default(log_sink(logger))
+    try:
+        with caplog.at_level(logging.INFO, logger=logger.name), task("scored_pairs", 3, "pairs") as shown:
+            shown.advance(3)
+        with installed(None), task("scored_pairs", 3, "pairs") as shown:  # --quiet wins over the default
+            shown.advance(3)
+    finally:
+        set_default(previous)
+    lines = [r.getMessage() for r in caplog.records if r.name == logger.name]
+    assert len(lines) == 1 and re.fullmatch(r"scored_pairs +3 pairs in [0-9.]+ s, [0-9,]+ pairs/s", lines[0])
