@@ -1,5 +1,5 @@
 # Quick start: `make demo` runs the main job on the fixture, `make test` runs the tests.
-# Both create .venv with Python 3.11 (or python3) and install the package first.
+# Both create .venv with Python 3.11 (or python3), install the package and compile its kernels first.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -10,6 +10,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m webdedup_assets.core.kernel.warm
 	touch $@
 
 install: $(BIN)/.installed

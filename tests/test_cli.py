@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -20,6 +21,9 @@ def test_cli_run_prints_the_summary_and_writes_outputs(tmp_path, capsys):
     assert "representatives             12" in captured.out
     assert "retained_ratio              0.5" in captured.out
     assert "fingerprinted      done: 24 rows" in captured.err
+    # live progress, as plain lines (stderr is not a terminal here), with the stages' own counts
+    assert re.search(r"^  fingerprinted +24 docs in [0-9.]+ s, [0-9,]+ docs/s$", captured.err, re.M), captured.err
+    assert re.search(r"^  scored_pairs +18 pairs in [0-9.]+ s", captured.err, re.M), captured.err
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["duplicate_pairs"] == 18
     assert (tmp_path / "out" / "_storage" / "documents" / "part-2026-03-01.parquet").exists()
@@ -44,6 +48,7 @@ def test_cli_classic_parameters_and_json(tmp_path, capsys):
     )
     captured = capsys.readouterr()
     assert code == 0, captured.err
+    assert "docs/s" not in captured.err and "pairs in" not in captured.err  # --quiet: no progress
     counts = json.loads(captured.out)
     assert counts["candidate_pairs"] == 18 and counts["representatives"] == 12
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
@@ -163,3 +168,70 @@ def test_invariants_name_their_first_offenders(tmp_path):
     assert not passed
     assert details["first_clusters_without_representative"] == ["cluster-x"]
     assert details["first_clusters_with_several_representatives"] == [["cluster-a", ["a", "b"]]]
+
+
+def test_progress_tasks_plain_lines_and_live_bars():
+    import io
+
+    from webdedup_assets.progress import installed, task
+    from webdedup_assets.progress_cli import stderr_sink
+
+    counted = []
+    with installed(None), task("fingerprinted", total=lambda: counted.append(1) or 5, unit="docs") as shown:
+        shown.advance(5)
+    assert counted == []  # --quiet: nothing is shown and the total is never counted
+
+    plain = io.StringIO()
+    with installed(stderr_sink(plain)), task("cc ranges", total=5, unit="ranges") as shown:
+        shown.advance(2, failed=0)
+        shown.advance(3, failed=1)
+    assert re.fullmatch(r"  cc ranges +5 ranges in [0-9.]+ s, [0-9,]+ ranges/s, failed 1\n", plain.getvalue())
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    live = Terminal()
+    with installed(stderr_sink(live)), task("fingerprinted", total=4, unit="docs") as shown:
+        shown.advance(4)
+    assert "fingerprinted" in live.getvalue() and "100%" in live.getvalue()
+
+
+def test_progress_of_a_warc_file_counts_its_bytes_and_records(tmp_path, capsys):
+    from pathlib import Path
+
+    from .test_warc_fixtures import Rec, corpus, write_warc
+
+    recs = corpus()
+    path = tmp_path / "a.warc.gz"
+    write_warc(path, [Rec("warcinfo", ""), *recs.values()])
+    code = main(["run", str(path), "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    found = re.search(r"^  warc records +([0-9,]+) B in [0-9.]+ s, [0-9,]+ B/s, records (\d+)$", err, re.M)
+    assert found, err
+    assert int(found.group(1).replace(",", "")) == Path(path).stat().st_size
+    assert int(found.group(2)) == len(recs) + 1
+
+    code = main(["run", str(path), "--output", str(tmp_path / "quiet"), "--quiet"])
+    assert code == 0 and "warc records" not in capsys.readouterr().err
+
+
+def test_progress_outside_the_cli_goes_to_a_log_sink(caplog):
+    import logging
+
+    from webdedup_assets import progress
+    from webdedup_assets.progress import installed, log_sink, set_default, task
+
+    previous = progress._default  # the Dagster layer's, once webdedup_assets.defs is imported
+    logger = logging.getLogger("test.webdedup.progress")
+    set_default(log_sink(logger))
+    try:
+        with caplog.at_level(logging.INFO, logger=logger.name), task("scored_pairs", 3, "pairs") as shown:
+            shown.advance(3)
+        with installed(None), task("scored_pairs", 3, "pairs") as shown:  # --quiet wins over the default
+            shown.advance(3)
+    finally:
+        set_default(previous)
+    lines = [r.getMessage() for r in caplog.records if r.name == logger.name]
+    assert len(lines) == 1 and re.fullmatch(r"scored_pairs +3 pairs in [0-9.]+ s, [0-9,]+ pairs/s", lines[0])

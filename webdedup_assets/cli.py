@@ -16,6 +16,9 @@ from . import params
 from .core.minhash import candidate_probability
 from .engine.errors import WebdedupError
 from .evaluate_cli import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
+from .explain_cli import add_explain_parsers, cmd_explain, cmd_inspect
+from .progress import installed
+from .progress_cli import announce_cold_kernels, stderr_sink
 
 PROGRESS_LOGGER = "webdedup.progress"
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
@@ -99,13 +102,14 @@ def _parser() -> argparse.ArgumentParser:
                 f"({default_rows} with the defaults).",
             },
         )
-    run.add_argument("--quiet", action="store_true", help="no per-stage progress lines")
+    run.add_argument("--quiet", action="store_true", help="no progress on stderr (per-stage lines, live counts)")
     run.add_argument("--json", action="store_true", help="print the manifest counts as JSON instead of a table")
     prob = sub.add_parser("probability", help="P(candidate | Jaccard) for a banding")
     _add_params(prob, params.BandingParams)
     _add_params(prob, params.ScoringParams)
     add_evaluate_parser(sub)
     add_tune_parser(sub)
+    add_explain_parsers(sub)
     return parser
 
 
@@ -321,8 +325,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.addHandler(handler)
         progress.setLevel(logging.INFO)
         print(f"webdedup: {args.input} -> {output_dir}", file=sys.stderr)
+        announce_cold_kernels()
     try:
-        return _run_and_report(args, config, output_dir, storage_root)
+        with installed(None if args.quiet else stderr_sink()):
+            return _run_and_report(args, config, output_dir, storage_root)
     finally:
         progress.removeHandler(handler)  # a second call in the same process does not print twice
 
@@ -407,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_evaluate(args)
     if args.command == "tune":
         return cmd_tune(args)
+    if args.command in ("explain", "inspect"):
+        return cmd_explain(args) if args.command == "explain" else cmd_inspect(args)
     return cmd_probability(args)
 
 

@@ -30,11 +30,15 @@ def normalize_exact(texts: list[str]) -> pa.LargeStringArray:
 
 
 def string_buffers(texts: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
-    """Zero-copy (data bytes, int64 offsets) views of a large_string array."""
+    """Zero-copy read-only (data bytes, int64 offsets) views of a large_string array."""
     buffers = texts.buffers()
     offsets = np.frombuffer(buffers[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
     data = buffers[2]
     data_view = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(1, np.uint8)
+    # Read-only whatever the buffers' origin (Arrow buffers of files and DuckDB are immutable, fresh
+    # ones are not): numba then compiles one specialization per kernel, not one per combination.
+    data_view.flags.writeable = False
+    offsets.flags.writeable = False
     return data_view, offsets
 
 

@@ -16,11 +16,16 @@ import dagster as dg
 
 from ..engine.documents import WARC_FORMATS, combined_sha256, input_days, resolve_input
 from ..engine.errors import WebdedupError
+from ..progress import log_sink, set_default
 from .assets import GLOBAL_ASSETS, build_daily_assets
 from .checks import CHECKS
 from .config import DocumentsConfig
 from .partitions import CRAWL_DAYS, crawl_days, new_days, register_days
 from .resources import WebdedupStorage
+
+# Progress of long stages (docs/s, pairs scored, WARC records, Common Crawl ranges) as log lines of
+# the run in the UI; `webdedup run` shows it on stderr instead (or not at all with --quiet).
+set_default(log_sink(dg.get_dagster_logger("webdedup.progress")))
 
 DAILY_JOB = "webdedup_daily"
 GLOBAL_JOB = "webdedup_global"

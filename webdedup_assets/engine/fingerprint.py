@@ -10,6 +10,7 @@ from ..core.fingerprint import fingerprint_texts
 from ..core.hashing import FINGERPRINT_VERSION
 from ..core.minhash import MinHashParams, band_keys
 from ..params import BandingParams, FingerprintParams
+from ..progress import Task
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
 from .stage import DUCKDB, StageOutput, StageResult, StageRun
@@ -61,6 +62,10 @@ def _pieces(
                     group, size = [], 0
     if group:
         yield group
+
+
+def _rows_of(store: Store, asset: str, partitions: list[str | None]) -> int:
+    return sum(pq.read_metadata(p).num_rows for part in partitions for p in _source_files(store, asset, part))
 
 
 def _split(out: pa.RecordBatch, group: list[tuple[str | None, pa.RecordBatch]], rows_per_input: int = 1):
@@ -129,6 +134,7 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
         store, "fingerprinted", schema, run.partition_parameters, use_dictionary=False, uncompressed=["signature"]
     )
     totals: dict[str | None, dict[str, int]] = {}
+    shown = Task("fingerprinted", lambda: _rows_of(store, "documents", run.partitions), "docs")
     try:
         # A reader thread decodes the next batches while `workers` threads run the kernel
         # (nogil); results come back in input order, so the files are the same for any count.
@@ -140,10 +146,13 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
                 day["documents"] += piece.num_rows
                 day["tokens"] += n_tokens
                 day["empty_documents"] += n_empty
+            shown.advance(out.num_rows)
         rows = writer.close()
     except BaseException:
         writer.abort()
         raise
+    finally:
+        shown.close()
     figures = {k: sum(t[k] for t in totals.values()) for k in ("documents", "tokens", "empty_documents")}
     return StageOutput(sum(rows.values()), {**figures, "threads": workers}, rows, totals, schema)
 

@@ -15,6 +15,7 @@ from ..core.fingerprint import shingle_sets
 from ..core.minhash import estimate_jaccard
 from ..core.sets import jaccard_blocks
 from ..params import ScoringParams
+from ..progress import Task
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
 from .stage import DUCKDB, StageOutput, StageResult, StageRun
@@ -87,7 +88,9 @@ def _load_sets(con, store: Store, first: int, stop: int, shingle_size: int, thre
         sets, offsets = shingle_sets(batch.column("body"), shingle_size)
         return sets, offsets, batch.column("node").to_numpy() - first
 
+    shown = Task("shingle sets", stop - first, "docs")  # the documents of the candidates, read for scoring
     for sets, offsets, local in ordered_map(compute, prefetch(reader, depth=threads + 1), threads):
+        shown.advance(len(local))
         if cursor + len(sets) > capacity:
             raise WebdedupError(
                 "scored_pairs: the documents give more shingles than fingerprinted counted; "
@@ -97,6 +100,7 @@ def _load_sets(con, store: Store, first: int, stop: int, shingle_size: int, thre
         starts[local] = offsets[:-1] + cursor
         ends[local] = offsets[1:] + cursor
         cursor += len(sets)
+    shown.close()
     return flat[:cursor], starts, ends
 
 
@@ -182,6 +186,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
             passes += 1
         return loaded[g]
 
+    shown = Task("scored_pairs", len(left), "pairs")
     for g1 in range(len(bounds) - 1):
         in_g1 = np.flatnonzero(left_group == g1)
         if not len(in_g1):
@@ -191,6 +196,8 @@ def scored_pairs(run: StageRun) -> StageOutput:
             block = in_g1[right_group[in_g1] == g2]
             set_b = group(int(g2), keep=g1)
             exact[block] = _parallel_jaccard(set_a, set_b, left[block] - bounds[g1], right[block] - bounds[g2], workers)
+            shown.advance(len(block))
+    shown.close()
     loaded.clear()
 
     def batches():

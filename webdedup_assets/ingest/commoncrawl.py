@@ -21,6 +21,7 @@ from urllib3.exceptions import MaxRetryError, ProtocolError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from ..errors import WebdedupError
+from ..progress import task
 from .options import TERMS_URL, WarcOptions
 from .warc.collect import Collector
 from .warc.framing import INFLATE_LIMIT_FACTOR, frame_plain, inflate_member
@@ -297,8 +298,14 @@ def read_commoncrawl(
         except Exception as err:  # e.g. a malformed URL: listed for this target, the run goes on
             return target, None, FetchError("fetch_failed", f"{type(err).__name__}: {err}")
 
-    with ThreadPoolExecutor(max_workers=max(1, options.cc_concurrency)) as pool:
+    failed = 0
+    with (
+        ThreadPoolExecutor(max_workers=max(1, options.cc_concurrency)) as pool,
+        task("cc ranges", len(targets), "ranges") as shown,
+    ):
         for (_line, name, offset, length), inflated, err in pool.map(fetch, targets):
+            failed += err is not None
+            shown.advance(1, failed=failed)
             if err is not None:
                 collector.report(name).records += 1
                 collector.reject(name, offset, length, err.kind, str(err))

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import urllib3
 
 from ..fileio import atomic_path, file_sha256
+from ..progress import task
 from .commoncrawl import read_commoncrawl
 from .options import WarcOptions
 from .warc.collect import DOCUMENT_SCHEMA, Collector, FileReport, doc_id_for, rejection_row
@@ -75,8 +76,15 @@ def convert_files(files: list[tuple[Path, str]], target: Path, options: WarcOpti
     if workers > 1:
         context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
         try:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-                results = list(pool.map(convert_file, *zip(*jobs)))
+            with (
+                ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool,
+                task("warc files", len(jobs), "files") as shown,
+            ):
+                done = []
+                for result in pool.map(convert_file, *zip(*jobs)):  # in input order, as each is done
+                    done.append(result)
+                    shown.advance(1, records=sum(r.report.records for r in done))
+                results = done
         except BrokenProcessPool:  # e.g. a __main__ that spawn cannot re-import (a script on stdin)
             PROGRESS.warning("warc input: worker processes failed to start; converting in this process")
     if results is None:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from fastwarc.warc import WarcRecord, WarcRecordType
 
+from ...progress import task
 from ..options import WarcOptions
 from .collect import Collector, doc_id_for
 from .framing import MAX_HEADER_BYTES, Framed, frame_gzip, frame_plain
@@ -204,5 +205,10 @@ def read_warc_file(collector: Collector, path: Path, name: str, options: WarcOpt
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         gz = buf[:2] == b"\x1f\x8b"
         framer = frame_gzip if gz else frame_plain
-        for framed in framer(buf, options.max_record_bytes):
-            handle_framed(collector, name, framed)
+        with task("warc records", size, "B") as shown:  # bytes read of this file, with its records so far
+            done = 0
+            for records, framed in enumerate(framer(buf, options.max_record_bytes), start=1):
+                handle_framed(collector, name, framed)
+                end = framed.offset + framed.length
+                shown.advance(max(0, end - done), records=records)
+                done = max(done, end)

@@ -1,0 +1,151 @@
+"""`webdedup explain` and `webdedup inspect`: parsers and printing, hooked into cli.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_ERROR = 0, 2
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", default="output", help="output folder of the run (default: output)")
+    parser.add_argument("--storage", default=None, help="storage root of the run (default: OUTPUT/_storage)")
+    parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+
+def add_explain_parsers(sub) -> None:
+    explain = sub.add_parser(
+        "explain",
+        help="why two pages are (or are not) duplicates",
+        description="For two doc_ids of the run stored under --output: token and shingle counts, shared "
+        "shingles, exact Jaccard, MinHash estimate, the bands they share (or, when they never became a "
+        "candidate, P(candidate | J) for this banding), the verdict and its reason, whether they share a "
+        "cluster, and the words that differ. Exit 2 on an unknown doc_id.",
+    )
+    explain.add_argument("left", metavar="LEFT_DOC_ID")
+    explain.add_argument("right", metavar="RIGHT_DOC_ID")
+    _common(explain)
+    inspect = sub.add_parser(
+        "inspect",
+        help="the members of a cluster and why its representative won",
+        description="For a cluster_id (or the cluster of a doc_id) of the run stored under --output: its "
+        "members with domain, date, token count and exact Jaccard to the representative, and the ordering "
+        "key of the representative policy that chose it. Exit 2 on an unknown id.",
+    )
+    inspect.add_argument("ident", metavar="CLUSTER_ID|DOC_ID")
+    _common(inspect)
+
+
+def _store(args: argparse.Namespace):
+    from .engine.storage import Store
+
+    output_dir = Path(args.output).expanduser().resolve()
+    root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
+    if not root.is_dir():
+        raise FileNotFoundError(f"no stored run under {root}; run `webdedup run INPUT --output {args.output}` first")
+    return Store(root)
+
+
+def _answer(args: argparse.Namespace, compute) -> tuple[int, Any]:
+    from .engine.errors import WebdedupError
+    from .engine.state import writer_lock
+
+    try:
+        store = _store(args)
+        from .progress_cli import announce_cold_kernels
+
+        announce_cold_kernels()
+        with writer_lock(store.root, exclusive=False, timeout=30.0, purpose=f"webdedup {args.command}"):
+            return EXIT_OK, compute(store)
+    except (WebdedupError, FileNotFoundError) as err:
+        print(f"webdedup: error: {err}", file=sys.stderr)
+        return EXIT_ERROR, None
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_explain(a: dict[str, Any]) -> str:
+    left, right, p = a["left"], a["right"], a["parameters"]
+    width = max(len(str(left[k])) for k in ("doc_id", "domain", "crawled_at", "cluster_id"))
+    lines = [
+        f"{'':<22}{left['doc_id']:<{width}}  {right['doc_id']}",
+        f"{'domain':<22}{left['domain']!s:<{width}}  {right['domain']}",
+        f"{'crawled_at':<22}{left['crawled_at']!s:<{width}}  {right['crawled_at']}",
+        f"{'tokens':<22}{left['token_count']!s:<{width}}  {right['token_count']}",
+        f"{'shingles':<22}{left['shingle_count']!s:<{width}}  {right['shingle_count']}",
+        f"{'cluster':<22}{left['cluster_id']!s:<{width}}  {right['cluster_id']}",
+        "",
+        f"{'shared shingles':<22}{a['shared_shingles']} ({p['shingle_size']}-word shingles)",
+        f"{'exact Jaccard':<22}{_num(a['exact_jaccard'])}"
+        + (f" (threshold {p['threshold']})" if p["threshold"] is not None else ""),
+        f"{'MinHash estimate':<22}{_num(a['minhash_estimate'])} ({p['num_perm']} values)",
+    ]
+    if a["shared_bands"]:
+        shown = ", ".join(map(str, a["shared_bands"][:20])) + (" ..." if len(a["shared_bands"]) > 20 else "")
+        lines.append(f"{'shared bands':<22}{len(a['shared_bands'])} of {p['bands']} ({shown})")
+    else:
+        lines.append(f"{'shared bands':<22}0 of {p['bands']}: never in one LSH bucket")
+    lines.append(
+        f"{'P(candidate | J)':<22}{_num(a['candidate_probability'])} for J={_num(a['exact_jaccard'])}, "
+        f"{p['bands']} bands x {p['rows']} rows"
+    )
+    lines.append(f"{'candidate':<22}{'yes' if a['candidate'] else 'no'}")
+    lines.append(f"{'verdict':<22}{a['verdict']}: {a['reason']}")
+    lines.append(f"{'same cluster':<22}{'yes' if a['same_cluster'] else 'no'}")
+    diff = a["diff"]
+    lines.append("")
+    if not diff["differing_stretches"]:
+        lines.append(f"normalized words: identical ({diff['left_tokens']} tokens)")
+    else:
+        first = "" if len(diff["shown"]) == diff["differing_stretches"] else f", first {len(diff['shown'])}"
+        lines.append(
+            f"normalized words: {diff['matching_tokens']} in common, {diff['differing_stretches']} differing "
+            f"stretch(es){first}:"
+        )
+        for hunk in diff["shown"]:
+            lines.append(f"  @{hunk['left_position']}/{hunk['right_position']} {hunk['op']}")
+            lines.append(f"    - {hunk['left'] or '(nothing)'}")
+            lines.append(f"    + {hunk['right'] or '(nothing)'}")
+    return "\n".join(lines)
+
+
+def format_inspect(c: dict[str, Any]) -> str:
+    lines = [
+        f"{c['cluster_id']}: {c['size']} member(s); representative {c['representative']}",
+        f"policy {c['policy']} (ORDER BY {c['order_by']}): {c['why']['text']}",
+        "",
+        f"  {'doc_id':<28}{'domain':<30}{'crawled_at':<22}{'tokens':>7}  {'Jaccard':>7}",
+    ]
+    for m in c["members"]:
+        mark = "*" if m["representative"] else " "
+        lines.append(
+            f"{mark} {m['doc_id']:<28}{m['domain']!s:<30}{m['crawled_at']!s:<22}{m['token_count']!s:>7}  "
+            f"{m['jaccard_to_representative']:>7.4f}"
+        )
+    if c["members_shown"] < c["size"]:
+        lines.append(f"  ... {c['size'] - c['members_shown']} more")
+    return "\n".join(lines)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .engine.explain import explain_pair
+
+    code, answer = _answer(args, lambda store: explain_pair(store, args.left, args.right))
+    if answer is not None:
+        print(json.dumps(answer, indent=2, default=str) if args.json else format_explain(answer))
+    return code
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .engine.explain import inspect_cluster
+
+    code, answer = _answer(args, lambda store: inspect_cluster(store, args.ident))
+    if answer is not None:
+        print(json.dumps(answer, indent=2, default=str) if args.json else format_inspect(answer))
+    return code
