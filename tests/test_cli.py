@@ -22,6 +22,7 @@ def test_cli_run_prints_the_summary_and_writes_outputs(tmp_path, capsys):
     assert "retained_ratio              0.5" in captured.out
     assert "fingerprinted      done: 24 rows" in captured.err
     # live progress, as plain lines (stderr is not a terminal here), with the stages' own counts
+    assert re.search(r"^  documents +24 docs in [0-9.]+ s", captured.err, re.M), captured.err  # DuckDB query progress
     assert re.search(r"^  fingerprinted +24 docs in [0-9.]+ s, [0-9,]+ docs/s$", captured.err, re.M), captured.err
     assert re.search(r"^  scored_pairs +18 pairs in [0-9.]+ s", captured.err, re.M), captured.err
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())

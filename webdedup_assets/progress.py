@@ -71,6 +71,11 @@ class Task:
         self.name, self.total, self.unit = name, total, unit
         self._handle = sink(name, total, unit) if sink is not None else None
 
+    @property
+    def shown(self) -> bool:
+        """Whether a sink shows this task (work done only to report progress can be skipped)."""
+        return self._handle is not None
+
     def advance(self, n: int = 1, **figures: Any) -> None:
         if self._handle is None:
             return

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from ..ingest.inputs import WARC_FORMATS, InputFile, day_of_file, format_suffix, resolve_input
 from ..ingest.options import WarcOptions
+from ..progress import Task
 from .contract import REQUIRED_COLUMNS
 from .errors import WebdedupError
 from .parallel import thread_count
@@ -480,6 +481,7 @@ def _write_days(
     try:
         if copied:
             day_list = ", ".join(f"DATE {sql_string(d)}" for d in copied)
+            shown = Task("documents", sum(present[d] for d in copied), "docs")
             try:
                 copy_query(
                     con,
@@ -488,9 +490,12 @@ def _write_days(
                     staging,
                     params,
                     partition_by="__day",
+                    progress=shown,
                 )
             except duckdb.Error as err:  # e.g. a Parquet string column that is not UTF-8
                 raise read_error(err, files) from None
+            finally:
+                shown.close()
         seconds = round((time.perf_counter() - started) / max(1, len(present)), 4)
         for day in days:
             if day not in present:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..fileio import atomic_path, file_sha256, write_text  # noqa: F401  (re-exported: storage's importers)
+from ..progress import Task
 from .errors import WebdedupError
 from .serial import decode, encode
 
@@ -245,17 +248,50 @@ def write_schema(
 
 
 def copy_query(
-    con: duckdb.DuckDBPyConnection, query: str, target: Path, params: dict[str, Any], partition_by: str | None = None
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: Path,
+    params: dict[str, Any],
+    partition_by: str | None = None,
+    progress: Task | None = None,
 ) -> None:
     """DuckDB's parallel Parquet writer (COPY), rows in the query's order, with the stage
-    parameters in the key-value metadata like write_batches; partition_by writes a folder."""
+    parameters in the key-value metadata like write_batches; partition_by writes a folder.
+    With `progress` (a Task whose total is the rows the query reads), DuckDB's own estimate of
+    how far the query is (query_progress, polled from a second thread) advances it."""
     metadata = sql_string(encode(params))
     key = METADATA_KEY.decode()
     options = f"FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 32768, KV_METADATA {{{key}: {metadata}}}"
     if partition_by:
         options += f", PARTITION_BY ({partition_by}), OVERWRITE_OR_IGNORE"
     con.execute("SET preserve_insertion_order = true")
-    con.execute(f"COPY ({query}) TO {sql_string(str(target))} ({options})")
+    with _polled(con, progress):
+        con.execute(f"COPY ({query}) TO {sql_string(str(target))} ({options})")
+
+
+@contextmanager
+def _polled(con: duckdb.DuckDBPyConnection, progress: Task | None, every: float = 0.5):
+    if progress is None or not progress.shown or not progress.total:
+        yield
+        return
+    con.execute("SET enable_progress_bar = true")  # DuckDB tracks progress only when asked to
+    con.execute("SET enable_progress_bar_print = false")
+    finished = threading.Event()
+
+    def poll() -> None:
+        while not finished.wait(every):
+            percent = con.query_progress()
+            if percent >= 0:
+                progress.advance(max(0, int(progress.total * min(percent, 100.0) / 100) - progress.done))
+
+    poller = threading.Thread(target=poll, name="webdedup-query-progress", daemon=True)
+    poller.start()
+    try:
+        yield
+        progress.advance(max(0, progress.total - progress.done))
+    finally:
+        finished.set()
+        poller.join()
 
 
 def write_csv(target: Path, relation: duckdb.DuckDBPyRelation) -> None:
