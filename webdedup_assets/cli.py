@@ -211,7 +211,7 @@ def _split_config(config: dict[str, Any], ops: list[str]) -> dict[str, Any]:
     return {**config, "ops": {k: v for k, v in config["ops"].items() if k in ops}}
 
 
-def execute(input_path: str, config: dict[str, Any], input_format: str = "auto") -> list:
+def execute(input_path: str, config: dict[str, Any], input_format: str = "auto") -> RunOutcome:
     """Deduplicate exactly this input: one run over every crawl day it holds, then the global stages.
 
     Holds the writer locks of the output folder and the storage root for the whole run (a
@@ -221,7 +221,8 @@ def execute(input_path: str, config: dict[str, Any], input_format: str = "auto")
     The same Definitions as `dagster dev`: the input's days are registered as the crawl_days
     partitions of a fresh instance, so a corpus spread over years is one run over exactly its
     days, not one run per day, and no page is left out for its date.
-    Returns the events of both runs (stops after the first if it failed).
+    Returns a RunOutcome: the events of both runs (a list) and their results (stops after the
+    first run if it failed).
     Raises WebdedupError (e.g. LockBusy) before anything is changed.
     """
     from .engine.publish import recover
@@ -257,7 +258,7 @@ def _tidy(storage_root: Path, output_dir: Path) -> None:
         _notice(f"removed {len(removed)} temporary file(s) left by interrupted runs (first: {removed[0]})")
 
 
-def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, storage_root: Path) -> list:
+def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, storage_root: Path) -> RunOutcome:
     import dagster as dg
 
     from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, one_planned_event_per_asset, register_days
@@ -287,14 +288,39 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
             raise_on_error=False,
             tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]},
         )
-    events = list(daily.all_events)
     if not daily.success:
-        return events
+        return RunOutcome([daily])
     global_ops = [k for k in config["ops"] if k not in DAILY_ASSETS]
     result = defs.resolve_job_def(GLOBAL_JOB).execute_in_process(
         run_config=_split_config(config, global_ops), instance=instance, raise_on_error=False
     )
-    return events + list(result.all_events)
+    return RunOutcome([daily, result])
+
+
+class RunOutcome(list):
+    """The events of a `webdedup run` (the daily range run, then the global run), read through
+    Dagster's result API: a list of all events, plus the runs' results."""
+
+    def __init__(self, results: list) -> None:
+        super().__init__(event for result in results for event in result.all_events)
+        self.results = results
+
+    @property
+    def step_failures(self) -> list:
+        return [event for result in self.results for event in result.get_step_failure_events()]
+
+    @property
+    def check_evaluations(self) -> list:
+        return [evaluation for result in self.results for evaluation in result.get_asset_check_evaluations()]
+
+    @property
+    def completed(self) -> bool:
+        """The manifest was materialized: every stage ran."""
+        return any(
+            event.asset_key.to_user_string() == "manifest"
+            for result in self.results
+            for event in result.get_asset_materialization_events()
+        )
 
 
 def _blocking_check_failed(event) -> bool:
@@ -340,30 +366,25 @@ def _run_and_report(args: argparse.Namespace, config: dict[str, Any], output_dir
     from .engine.storage import Store
 
     try:
-        events = execute(config["ops"]["documents"]["config"]["input_path"], config, args.input_format)
+        outcome = execute(config["ops"]["documents"]["config"]["input_path"], config, args.input_format)
     except WebdedupError as err:  # e.g. another run holds the folder
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
     except dg.DagsterInvalidConfigError as err:
         print(f"webdedup: error: invalid parameters: {err.errors[0].message if err.errors else err}", file=sys.stderr)
         return EXIT_ERROR
-    failed_checks, skipped_checks = [], []
-    succeeded = False
-    for event in events:
-        if event.event_type_value == "STEP_FAILURE":
-            if _blocking_check_failed(event):  # its own message is printed below, not Dagster's summary
-                break
-            print(f"webdedup: error in {event.step_key}: {_failure_message(event)}", file=sys.stderr)
+    for failure in outcome.step_failures:
+        if not _blocking_check_failed(failure):  # a blocking check's own message is printed below
+            print(f"webdedup: error in {failure.step_key}: {_failure_message(failure)}", file=sys.stderr)
             return EXIT_ERROR
-        if event.event_type_value == "ASSET_CHECK_EVALUATION":
-            data = event.event_specific_data
-            if not data.passed:
-                label = f"{data.asset_key.to_user_string()}:{data.check_name}"
-                details = {k: v.value for k, v in data.metadata.items()}
-                target = skipped_checks if data.severity.value == "WARN" else failed_checks
-                target.append((label, details, data.description))
-        if event.event_type_value == "ASSET_MATERIALIZATION" and event.asset_key.to_user_string() == "manifest":
-            succeeded = True
+    failed_checks, skipped_checks = [], []
+    for evaluation in outcome.check_evaluations:
+        if not evaluation.passed:
+            label = f"{evaluation.asset_key.to_user_string()}:{evaluation.check_name}"
+            details = {k: v.value for k, v in evaluation.metadata.items()}
+            target = skipped_checks if evaluation.severity == dg.AssetCheckSeverity.WARN else failed_checks
+            target.append((label, details, evaluation.description))
+    succeeded = outcome.completed
     if failed_checks and not succeeded:  # a blocking check stopped the run
         _print_failed_checks(failed_checks)
         return EXIT_CHECK_FAILED
