@@ -341,3 +341,74 @@ def test_two_runs_of_the_same_input_give_byte_identical_outputs(tmp_path, capsys
     assert different == []
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert manifest["counts"]["duplicate_pairs"] > 500  # the corpus really exercises the pair stages
+
+
+def test_a_dagster_run_reading_another_input_is_refused(tmp_path):
+    """One storage root, one corpus: a daily run whose input differs from the held days' is refused."""
+    import dagster as dg
+
+    from webdedup_assets.defs import build_defs
+    from webdedup_assets.engine.documents import input_days
+
+    from .conftest import job_config
+
+    days = input_days(str(FIXTURE))
+    defs = build_defs(days)
+    documents = [a for a in defs.assets if a.key.to_user_string() == "documents"]
+
+    def materialize(input_path: Path, day: str):
+        config = job_config(tmp_path / "storage", tmp_path / "output", input_path)
+        return dg.materialize(
+            documents,
+            run_config={"ops": {"documents": config["ops"]["documents"]}, "resources": config["resources"]},
+            resources=defs.resources,
+            partition_key=day,
+            instance=dg.DagsterInstance.ephemeral(),
+            raise_on_error=False,
+        )
+
+    assert materialize(FIXTURE, days[0]).success
+    assert materialize(FIXTURE, days[1]).success  # the same corpus: more days
+    other = _write(tmp_path / "other.csv", _rows(FIXTURE))
+    refused = materialize(other, days[2])
+    assert not refused.success
+    [failure] = [e for e in refused.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.step_failure_data.user_failure_data.description
+    assert f"holds 2 crawl day(s) ({days[0]} .. {days[1]}) read from {FIXTURE.resolve()}" in message
+    assert f"this run reads {other.resolve()}" in message and "one storage root holds one corpus" in message
+    assert sorted(load_state(Store(tmp_path / "storage"))["days"]) == days[:2]
+
+
+def test_a_global_stage_waits_for_the_writer_then_fails_naming_it(tmp_path, capsys, monkeypatch):
+    """In Dagster, a global stage needs the storage alone: while another writer holds it the stage
+    waits (LOCK_TIMEOUT_SECONDS), then fails with the holder named."""
+    import dagster as dg
+
+    from webdedup_assets.defs import assets as assets_module
+    from webdedup_assets.defs import build_defs
+
+    from .conftest import job_config
+
+    out = tmp_path / "out"
+    assert _run(capsys, str(FIXTURE), "--output", str(out))[0] == 0
+    defs = build_defs()
+    candidate_pairs = [a for a in defs.assets if a.key.to_user_string() == "candidate_pairs"]
+    config = job_config(out / "_storage", out)
+    monkeypatch.setattr(assets_module, "LOCK_TIMEOUT_SECONDS", 0.5)
+    holder = _holder(out / "_storage", "s")  # e.g. a daily run of another day
+    try:
+        result = dg.materialize(
+            candidate_pairs,
+            run_config={"resources": config["resources"]},
+            resources=defs.resources,
+            instance=dg.DagsterInstance.ephemeral(),
+            raise_on_error=False,
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.step_failure_data.user_failure_data.description
+    assert "is in use by another webdedup writer after waiting 0.5 s" in message
+    assert f"pid {holder.pid}" in message
