@@ -68,11 +68,11 @@ def _rows_of(store: Store, asset: str, partitions: list[str | None]) -> int:
     return sum(pq.read_metadata(p).num_rows for part in partitions for p in _source_files(store, asset, part))
 
 
-def _split(out: pa.RecordBatch, group: list[tuple[str | None, pa.RecordBatch]], rows_per_input: int = 1):
-    """The rows of `out` cut back into the group's partitions (rows_per_input output rows per input row)."""
+def _split(out: pa.RecordBatch, group: list[tuple[str | None, pa.RecordBatch]]):
+    """The rows of `out` (one per input row) cut back into the group's partitions."""
     offset = 0
     for partition, batch in group:
-        n = batch.num_rows * rows_per_input
+        n = batch.num_rows
         yield partition, out.slice(offset, n)
         offset += n
 

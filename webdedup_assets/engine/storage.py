@@ -299,11 +299,6 @@ def write_csv(target: Path, relation: duckdb.DuckDBPyRelation) -> None:
         relation.write_csv(str(temp), header=True)
 
 
-def publish_asset_file(store: Store, asset: str, target: Path) -> None:
-    """Publish an unpartitioned asset's Parquet file as an output (see _link_or_copy)."""
-    _link_or_copy(store.path(asset), target)
-
-
 def _link_or_copy(source: Path, target: Path) -> None:
     """A hard link when the output folder is on the same file system (instant; stored files are
     only ever replaced, never modified in place, so the output keeps its content), else a byte copy."""
