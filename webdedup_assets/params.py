@@ -109,6 +109,11 @@ class CandidateParams(ParamGroup):
         description="The budget per document when max_pair_slots is 0. An ordinary corpus needs a few (each near-"
         "duplicate pair fills one slot per shared band); one bucket of 50,000 pages needs 25,000 per page.",
     )
+    candidate_scope: Literal["global", "domain"] = Field(
+        default="global",
+        description="global: candidates across the whole corpus (mirrors live on other sites); domain: only "
+        "pairs of pages on the same domain, where the domain is a real boundary (e.g. one customer's sites).",
+    )
     bucket_policy: Literal["fail", "star"] = Field(
         default="fail",
         description="Over budget: fail before the join, or star: link hot buckets to their first member.",

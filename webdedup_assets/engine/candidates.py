@@ -1,4 +1,5 @@
-"""The candidate_pairs stage: one global self-join of band keys (never grouped by domain)."""
+"""The candidate_pairs stage: one global self-join of band keys (grouped by domain only when
+candidate_scope is `domain`)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,13 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     con = connect(store)
     bm = store.scan_sql("band_memberships")
     docs = store.scan_sql("documents")
+    if params.candidate_scope == "domain":
+        # A band key per domain: the key mixed with the page's domain, so buckets (and their
+        # budget and policies) never hold two domains; pairs are filtered on the domain as well.
+        con.execute(f"""CREATE TEMP VIEW scoped_bands AS
+            SELECT m.doc_id, m.band_index, CAST(hash(m.band_hash, d.domain) >> 1 AS BIGINT) AS band_hash
+              FROM {bm} m JOIN (SELECT doc_id, domain FROM {docs}) d USING (doc_id)""")
+        bm = "scoped_bands"
     hot_limit = hot_bucket_size if bucket_policy == "star" else None
     con.execute(f"CREATE TEMP TABLE buckets AS {_bucket_sql(bm, with_hub=hot_limit is not None)}")
     all_pairs_slots, max_bucket, buckets, star_slots = con.execute(
@@ -111,6 +119,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
                l.domain IS DISTINCT FROM r.domain AS cross_domain
           FROM pairs p JOIN {docs} l ON l.doc_id = p.left_doc_id
                        JOIN {docs} r ON r.doc_id = p.right_doc_id
+         {"WHERE l.domain IS NOT DISTINCT FROM r.domain" if params.candidate_scope == "domain" else ""}
          ORDER BY p.left_doc_id, p.right_doc_id""")
     run.derive(budget=budget)
     rows = write_relation(store.path("candidate_pairs"), relation, run.parameters)
