@@ -434,3 +434,18 @@ def test_evaluate_refuses_a_storage_root_a_writer_holds(labelled_run, capsys):
         holder.wait()
     # the lock goes with the process: evaluate works again
     assert main(["evaluate", "--output", str(labelled_run), "--no-plots", "--no-reference"]) == 0
+
+
+def test_the_cohesion_check_warns_on_a_chain_and_the_run_goes_on(labelled_run, capsys):
+    """The fixture plus a chain A~B~C (A and C at J ~0.62): one cluster of three whose far member
+    is named by the non-blocking clusters_cohesive check; the fixture's own clusters pass."""
+    from webdedup_assets.engine.invariants import cluster_cohesion
+    from webdedup_assets.engine.storage import Store
+
+    passed, details = cluster_cohesion(Store(labelled_run / "_storage"))
+    assert not passed and details["members_below_threshold_to_representative"] == 1
+    [[cluster, member, jaccard]] = details["first_members_below (cluster_id, doc_id, jaccard)"]
+    assert cluster == "cluster-chain-a" and member in {"chain-a", "chain-c"} and 0.55 < jaccard < 0.7
+    assert details["giant_clusters"] == [] and details["members_checked"] == 14  # 7 clusters of 3, less representatives
+    passed, details = cluster_cohesion(Store(labelled_run / "_storage"), giant_size=2)
+    assert [size for _, size in details["giant_clusters"]] == [3] * 5  # the first five, largest first

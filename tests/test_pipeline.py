@@ -55,7 +55,7 @@ def test_fixture_default_parameters(fixture_run):
     result, store, output = fixture_run
     assert_fixture_counts(store)
     checks = check_results(result)
-    assert len(checks) == 10
+    assert len(checks) == 11
     assert all(c.passed for c in checks.values()), {k: c.passed for k, c in checks.items()}
     manifest = load_manifest(store)
     assert manifest["parameters"]["fingerprinted"]["num_perm"] == 130

@@ -405,8 +405,12 @@ def _run_and_report(args: argparse.Namespace, config: dict[str, Any], output_dir
             f"listed in {output_dir / 'rejected_records.csv'}",
             file=sys.stderr,
         )
-    if skipped_checks and not args.quiet:
-        print(f"  {len(skipped_checks)} count check(s) skipped: {skipped_checks[0][1].get('skipped')}", file=sys.stderr)
+    skipped = [details for _, details, _ in skipped_checks if "skipped" in details]
+    if skipped and not args.quiet:
+        print(f"  {len(skipped)} count check(s) skipped: {skipped[0].get('skipped')}", file=sys.stderr)
+    for label, details, description in skipped_checks:
+        if "skipped" not in details:  # a warning: the results stand, but look at these
+            print(f"webdedup: warning: {label}: {description}", file=sys.stderr)
     if failed_checks:
         _print_failed_checks(failed_checks)
         return EXIT_CHECK_FAILED

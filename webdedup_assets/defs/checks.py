@@ -64,6 +64,24 @@ def _pinned(asset: str, keys: list[str]) -> dg.AssetChecksDefinition:
     return _check
 
 
+def _warning(
+    asset: str, name: str, description: str, check: Callable[[Store], tuple[bool, dict]]
+) -> dg.AssetChecksDefinition:
+    """A non-blocking check: when it fails the run goes on and the result is a WARN with its message."""
+
+    @dg.asset_check(asset=asset, name=name, description=description, blocking=False)
+    def _check(storage: WebdedupStorage) -> dg.AssetCheckResult:
+        passed, details = check(storage.store())
+        return dg.AssetCheckResult(
+            passed=bool(passed),
+            severity=dg.AssetCheckSeverity.WARN,
+            description=None if passed else describe_failure(details),
+            metadata={"details": dg.MetadataValue.json(details)},
+        )
+
+    return _check
+
+
 CHECKS = [
     _invariant("documents", "doc_id_unique", "Every doc_id appears once.", invariants.doc_ids_unique),
     _invariant(
@@ -89,6 +107,14 @@ CHECKS = [
         "one_representative_per_cluster",
         "Exactly one representative per cluster.",
         invariants.one_representative_per_cluster,
+    ),
+    _warning(
+        "deduped_documents",
+        "clusters_cohesive",
+        "WARN (the run goes on) on giant clusters (over 1,000 documents) and on members whose exact Jaccard to "
+        "their representative is below the threshold: they joined by chaining (A~B, B~C). Clusters of three or "
+        "more, largest first, at most 100,000 members per run.",
+        invariants.cluster_cohesion,
     ),
     _pinned("documents", ["documents"]),
     _pinned("candidate_pairs", ["candidate_pairs"]),

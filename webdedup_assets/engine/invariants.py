@@ -10,6 +10,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from .documents import stored_input
 from .storage import Store, connect, scalar
 
@@ -179,3 +183,58 @@ def compare_counts(store: Store, keys: list[str]) -> tuple[bool | None, dict[str
         return None, {"skipped": f"{reason}, but none of {', '.join(keys)} is pinned"}
     passed = all(v["expected"] == v["actual"] for v in compared.values())
     return passed, {"source": reason, **compared}
+
+
+GIANT_CLUSTER_SIZE = 1000
+COHESION_MAX_MEMBERS = 100_000  # members checked per run at most (largest clusters first): a bounded cost
+
+
+def cluster_cohesion(
+    store: Store, giant_size: int = GIANT_CLUSTER_SIZE, max_members: int = COHESION_MAX_MEMBERS
+) -> tuple[bool, dict[str, Any]]:
+    """Clusters that connected components may have chained too far: giant clusters (more than
+    giant_size documents), and members whose exact Jaccard to their representative is below the
+    threshold (A~B and B~C put A and C together though A and C share little). A cluster of two
+    cannot chain, so only clusters of three or more are measured, the largest first, at most
+    max_members members per run (`members_checked` says how many)."""
+    from .evaluate import load_shingle_sets  # the shingle sets scoring uses, recomputed for these documents
+
+    threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
+    shingle_size = int(store.params("fingerprinted")["fingerprint"]["shingle_size"])
+    con = connect(store)
+    try:
+        giants = con.execute(f"""SELECT cluster_id, any_value(cluster_size) FROM {store.scan_sql("clusters")}
+            WHERE cluster_size > {int(giant_size)} GROUP BY cluster_id ORDER BY 2 DESC, 1 LIMIT 5""").fetchall()
+        members = con.sql(f"""
+            WITH ranked AS (
+                SELECT c.doc_id, c.cluster_id, c.cluster_size, r.doc_id AS representative
+                  FROM {store.scan_sql("clusters")} c
+                  JOIN (SELECT doc_id, cluster_id FROM {store.scan_sql("deduped_documents")}) r USING (cluster_id)
+                 WHERE c.cluster_size >= 3 AND c.doc_id <> r.doc_id)
+            SELECT doc_id, cluster_id, cluster_size, representative FROM ranked
+             ORDER BY cluster_size DESC, cluster_id, doc_id LIMIT {int(max_members)}""").to_arrow_table()
+    finally:
+        con.close()
+    low: list[list] = []
+    if members.num_rows:
+        ids = pa.concat_arrays(
+            [members.column("doc_id").combine_chunks(), members.column("representative").combine_chunks()]
+        )
+        sets = load_shingle_sets(store, shingle_size, pc.unique(ids))
+        jaccard = sets.jaccard(sets.nodes(members.column("doc_id")), sets.nodes(members.column("representative")))
+        below = np.flatnonzero(jaccard < threshold)
+        for i in below[np.argsort(jaccard[below], kind="stable")][:5]:
+            row = members.slice(int(i), 1).to_pylist()[0]
+            low.append([row["cluster_id"], row["doc_id"], round(float(jaccard[i]), 4)])
+        low_count = int(below.size)
+    else:
+        low_count = 0
+    details = {
+        "giant_clusters": [[cluster, size] for cluster, size in giants],
+        "giant_size": giant_size,
+        "members_below_threshold_to_representative": low_count,
+        "threshold": threshold,
+        "first_members_below (cluster_id, doc_id, jaccard)": low,
+        "members_checked": members.num_rows,
+    }
+    return not giants and not low_count, details
