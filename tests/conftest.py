@@ -107,14 +107,20 @@ def _drop_progress_handlers():
 
 @pytest.fixture(autouse=True)
 def _no_leaked_defs_state_storage():
-    """Each test starts without a current Dagster defs-state storage.
+    """Each test starts and ends without a current Dagster defs-state storage.
 
-    Entering a DagsterInstance (instance_for_test, materialize without an instance, sensor and
-    schedule contexts) sets a context variable that points at the instance's state storage;
-    when one of those is left set and its instance is garbage collected, the next Definitions
-    built in this process fails with "Attempted to resolve undefined DagsterInstance weakref"
-    (seen only in some orders of the whole suite)."""
+    Entering a DagsterInstance (instance_for_test, sensor and schedule contexts built without
+    `with`) sets a context variable pointing at the instance's state storage; when such a context
+    is finalized later by the garbage collector, it restores whatever the variable held before,
+    possibly the storage of an instance already collected, and the next Definitions built in this
+    process fail with "Attempted to resolve undefined DagsterInstance weakref" (seen only in some
+    orders of the whole suite). Collecting garbage here runs those finalizers at a known point."""
+    import gc
+
     from dagster._core.storage.defs_state.base import _current_storage
 
+    gc.collect()
     _current_storage.set(None)
     yield
+    gc.collect()
+    _current_storage.set(None)

@@ -236,3 +236,21 @@ def test_progress_outside_the_cli_goes_to_a_log_sink(caplog):
         set_default(previous)
     lines = [r.getMessage() for r in caplog.records if r.name == logger.name]
     assert len(lines) == 1 and re.fullmatch(r"scored_pairs +3 pairs in [0-9.]+ s, [0-9,]+ pairs/s", lines[0])
+
+
+def test_execute_leaves_no_dagster_state_storage_behind(tmp_path):
+    """After a run, no context variable points at the run's throwaway instance (else the next
+    Definitions built in the process fail once that instance is collected)."""
+    import gc
+
+    from dagster._core.storage.defs_state.base import _current_storage
+
+    from webdedup_assets.defs import build_defs
+
+    from .conftest import run_job
+
+    result, _ = run_job(tmp_path)
+    assert result.success
+    assert _current_storage.get() is None
+    gc.collect()
+    assert build_defs(["2026-03-01"]).get_repository_def() is not None

@@ -279,22 +279,28 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
         )
     if not days:  # empty or unreadable input: one day so that documents validates and reports it
         days = [datetime.now(UTC).date().isoformat()]
-    instance = dg.DagsterInstance.ephemeral()
-    register_days(instance, days)  # the crawl_days partitions of `dagster dev`: here, exactly the input's days
-    with one_planned_event_per_asset():
-        daily = defs.resolve_job_def(DAILY_JOB).execute_in_process(
-            run_config=_split_config(config, DAILY_ASSETS),
-            instance=instance,
-            raise_on_error=False,
-            tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]},
+    # Dagster leaves a context variable pointing at the instance's state storage after a run
+    # (dagster 1.13); once the throwaway instance is collected, the next Definitions built in this
+    # process fails ("undefined DagsterInstance weakref"). The variable is restored on the way out.
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+    with set_defs_state_storage(None):
+        instance = dg.DagsterInstance.ephemeral()
+        register_days(instance, days)  # the crawl_days partitions of `dagster dev`: here, exactly the input's days
+        with one_planned_event_per_asset():
+            daily = defs.resolve_job_def(DAILY_JOB).execute_in_process(
+                run_config=_split_config(config, DAILY_ASSETS),
+                instance=instance,
+                raise_on_error=False,
+                tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]},
+            )
+        if not daily.success:
+            return RunOutcome([daily])
+        global_ops = [k for k in config["ops"] if k not in DAILY_ASSETS]
+        result = defs.resolve_job_def(GLOBAL_JOB).execute_in_process(
+            run_config=_split_config(config, global_ops), instance=instance, raise_on_error=False
         )
-    if not daily.success:
-        return RunOutcome([daily])
-    global_ops = [k for k in config["ops"] if k not in DAILY_ASSETS]
-    result = defs.resolve_job_def(GLOBAL_JOB).execute_in_process(
-        run_config=_split_config(config, global_ops), instance=instance, raise_on_error=False
-    )
-    return RunOutcome([daily, result])
+        return RunOutcome([daily, result])
 
 
 class RunOutcome(list):
