@@ -167,12 +167,12 @@ MALFORMED_CSV = {
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED_CSV))
-@pytest.mark.parametrize("days", [None, ["2026-01-01"]], ids=["whole", "by_day"])
-def test_malformed_csv_names_the_file_and_line(tmp_path, case, days):
+@pytest.mark.parametrize("months", [None, ["2026-01"]], ids=["whole", "by_month"])
+def test_malformed_csv_names_the_file_and_line(tmp_path, case, months):
     text, message = MALFORMED_CSV[case]
     path = _write(tmp_path, text)
     with pytest.raises(WebdedupError, match=message):
-        stage_documents(Store(tmp_path / "s"), str(path), days=days)
+        stage_documents(Store(tmp_path / "s"), str(path), months=months)
 
 
 def test_header_only_csv_without_newline_is_a_valid_empty_input(tmp_path):
@@ -222,11 +222,11 @@ def _parquet(tmp_path, **columns):
     return path
 
 
-@pytest.mark.parametrize("days", [None, ["2026-01-01"]], ids=["whole", "by_day"])
-def test_binary_body_holding_utf8_is_decoded_as_text(tmp_path, days):
+@pytest.mark.parametrize("months", [None, ["2026-01"]], ids=["whole", "by_month"])
+def test_binary_body_holding_utf8_is_decoded_as_text(tmp_path, months):
     path = _parquet(tmp_path, body=pa.array([b"Caf\xc3\xa9 au lait", b"na\xc3\xafve", None], pa.binary()))
     store = Store(tmp_path / "s")
-    stage_documents(store, str(path), days=days)
+    stage_documents(store, str(path), months=months)
     rows = duckdb.sql(f"SELECT doc_id, body FROM {store.scan_sql('documents')} ORDER BY doc_id").fetchall()
     assert rows == [("a", "Café au lait"), ("b", "naïve"), ("c", "")]
     assert duckdb.sql(f"SELECT typeof(body) FROM {store.scan_sql('documents')} LIMIT 1").fetchall() == [("VARCHAR",)]

@@ -27,7 +27,7 @@ def test_cli_run_prints_the_summary_and_writes_outputs(tmp_path, capsys):
     assert re.search(r"^  scored_pairs +18 pairs in [0-9.]+ s", captured.err, re.M), captured.err
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["duplicate_pairs"] == 18
-    assert (tmp_path / "out" / "_storage" / "documents" / "part-2026-03-01.parquet").exists()
+    assert (tmp_path / "out" / "_storage" / "documents" / "part-2026-03.parquet").exists()
 
 
 def test_cli_classic_parameters_and_json(tmp_path, capsys):
@@ -253,4 +253,4 @@ def test_execute_leaves_no_dagster_state_storage_behind(tmp_path):
     assert result.success
     assert _current_storage.get() is None
     gc.collect()
-    assert build_defs(["2026-03-01"]).get_repository_def() is not None
+    assert build_defs(["2026-03"]).get_repository_def() is not None

@@ -1,8 +1,9 @@
-"""Daily Parquet exports already in the stored form are adopted as byte copies, not re-encoded.
+"""Daily or monthly Parquet exports already in the stored form are adopted as byte copies (segments
+of their month), not re-encoded.
 
-Only a file that is exactly one crawl day, in the stored column order and types, with no NULL
-body and valid UTF-8 text, is copied; every other input goes through the validating copy, and
-both give the same documents and the same results.
+Only a file whose days lie in one crawl month and are held by no other file, in the stored column
+order and types, with no NULL body and valid UTF-8 text, is copied; every other input goes through
+the validating copy, and both give the same documents and the same results.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from webdedup_assets.engine.errors import WebdedupError
 from webdedup_assets.engine.storage import Store, params_sidecar, read_params
 
 from .conftest import FIXTURE, failure_messages, run_job
+
+MONTHS = ["2026-03"]  # the fixture's crawl month
 
 
 def fixture_rows() -> list[dict]:
@@ -59,24 +62,28 @@ def test_a_daily_export_is_stored_as_a_byte_copy_with_its_parameters_beside_it(t
     paths = write_daily_parquet(tmp_path / "input")
     days = sorted(paths)
     store = Store(tmp_path / "store")
-    stats = stage_documents(store, str(tmp_path / "input"), days=days)
-    assert stats["days_adopted"] == len(days) == stats["days_with_documents"]
+    stats = stage_documents(store, str(tmp_path / "input"), months=MONTHS)
+    assert stats["files_adopted"] == len(days) == stats["days_with_documents"]
+    assert store.partition_files("documents", "2026-03") == [
+        store.segment_path("documents", "2026-03", d) for d in days
+    ]
+    assert not store.path("documents", "2026-03").exists()  # nothing left to re-encode
     for day in days:
-        stored = store.path("documents", day)
+        stored = store.segment_path("documents", "2026-03", day)
         assert stored.read_bytes() == paths[day].read_bytes()
         assert read_params(stored)["stage"] == "documents"
-        assert json.loads(store.stats_path("documents", day).read_text())["adopted"] is True
+    assert json.loads(store.stats_path("documents", "2026-03").read_text())["segments_adopted"] == len(days)
     files, checksum = stored_input(store)
     assert sorted(Path(f["path"]).name for f in files) == sorted(p.name for p in paths.values())
     assert checksum is not None
     # the same rows as the validating copy of the same pages from CSV
     csv_store = Store(tmp_path / "csv-store")
-    stage_documents(csv_store, str(FIXTURE), days=days)
+    stage_documents(csv_store, str(FIXTURE), months=MONTHS)
     assert documents_of(store) == documents_of(csv_store)
     assert len(documents_of(store)) == 24
 
 
-def test_files_that_are_not_exactly_one_day_in_the_stored_form_are_copied_by_duckdb(tmp_path):
+def test_files_sharing_a_day_or_spanning_months_are_copied_by_duckdb(tmp_path):
     rows = fixture_rows()
     days = sorted({r["crawled_at"] for r in rows})
     folder = tmp_path / "input"
@@ -84,15 +91,25 @@ def test_files_that_are_not_exactly_one_day_in_the_stored_form_are_copied_by_duc
     shared = next(d for d in days if sum(r["crawled_at"] == d for r in rows) == 2)
     pair = [r for r in rows if r["crawled_at"] == shared]
     rest = [r for r in rows if r["crawled_at"] != shared]
-    # two files share one day; every other day sits in one file spanning them all: no day is
-    # held whole by a file of its own, so nothing is adopted
+    april = {**rest[-1], "crawled_at": "2026-04-01"}
+    # two files share one day; a third holds every other day of March and one day of April
     pq.write_table(contract_table(pair[:1]), folder / "a.parquet")
     pq.write_table(contract_table(pair[1:]), folder / "b.parquet")
-    pq.write_table(contract_table(rest), folder / "c.parquet")
+    pq.write_table(contract_table([*rest[:-1], april]), folder / "c.parquet")
     store = Store(tmp_path / "store")
-    stats = stage_documents(store, str(folder), days=days)
-    assert stats["days_adopted"] == 0
+    stats = stage_documents(store, str(folder), months=["2026-03", "2026-04"])
+    assert stats["files_adopted"] == 0
     assert not list(store.asset_dir("documents").glob("*.params.json"))
+    assert store.partitions("documents") == ["2026-03", "2026-04"]
+    assert len(documents_of(store)) == 24
+    # without the April page, c.parquet is one month on days of its own: adopted; a and b are copied
+    pq.write_table(contract_table(rest), folder / "c.parquet")
+    stats = stage_documents(store, str(folder), months=["2026-03", "2026-04"])
+    assert stats["files_adopted"] == 1 and store.partitions("documents") == ["2026-03"]
+    assert [p.name for p in store.partition_files("documents", "2026-03")] == [
+        f"part-2026-03.{rest[0]['crawled_at']}.parquet",
+        "part-2026-03.parquet",
+    ]
     assert len(documents_of(store)) == 24
 
 
@@ -104,13 +121,13 @@ def test_a_null_body_or_another_column_order_is_not_adopted(tmp_path):
     (tmp_path / "nulls").mkdir()
     pq.write_table(with_null, tmp_path / "nulls" / f"{day}.parquet")
     store = Store(tmp_path / "s1")
-    assert stage_documents(store, str(tmp_path / "nulls"), days=[day])["days_adopted"] == 0
+    assert stage_documents(store, str(tmp_path / "nulls"), months=MONTHS)["files_adopted"] == 0
     bodies = dict((r[0], r[5]) for r in documents_of(store))
     assert bodies[rows[0]["doc_id"]] == ""  # stored as the empty string, as the contract says
 
     (tmp_path / "order").mkdir()
     pq.write_table(table.select(["body", *CONTRACT_SCHEMA.names[:5]]), tmp_path / "order" / f"{day}.parquet")
-    assert stage_documents(Store(tmp_path / "s2"), str(tmp_path / "order"), days=[day])["days_adopted"] == 0
+    assert stage_documents(Store(tmp_path / "s2"), str(tmp_path / "order"), months=MONTHS)["files_adopted"] == 0
 
 
 def parquet_with_bad_utf8(path: Path, day: datetime.date) -> None:
@@ -137,21 +154,23 @@ def test_invalid_utf8_in_a_parquet_body_is_refused_naming_the_doc_id(tmp_path):
     bad = tmp_path / "in" / "2026-03-01.parquet"
     parquet_with_bad_utf8(bad, day)
     with pytest.raises(WebdedupError, match=r"2026-03-01.parquet: column body of doc_id 'broken' is not valid UTF-8"):
-        stage_documents(Store(tmp_path / "s1"), str(tmp_path / "in"), days=["2026-03-01"])
+        stage_documents(Store(tmp_path / "s1"), str(tmp_path / "in"), months=MONTHS)
     # the same file beside another one holding the same day: the DuckDB copy path refuses it too
     pq.write_table(
         contract_table([{**fixture_rows()[0], "crawled_at": "2026-03-01"}]), tmp_path / "in" / "other.parquet"
     )
     with pytest.raises(WebdedupError, match=r"cannot read the input: .*2026-03-01.parquet.*not valid UTF8"):
-        stage_documents(Store(tmp_path / "s2"), str(tmp_path / "in"), days=["2026-03-01"])
+        stage_documents(Store(tmp_path / "s2"), str(tmp_path / "in"), months=MONTHS)
 
 
 def test_rewriting_an_adopted_day_through_the_copy_path_drops_its_sidecar(tmp_path):
     paths = write_daily_parquet(tmp_path / "input")
     day = sorted(paths)[0]
     store = Store(tmp_path / "store")
-    stage_documents(store, str(tmp_path / "input"), days=[day])
-    stored = store.path("documents", day)
+    for other in sorted(paths)[1:]:  # one day left in March
+        paths[other].unlink()
+    stage_documents(store, str(tmp_path / "input"), months=MONTHS)
+    stored = store.segment_path("documents", "2026-03", day)
     assert params_sidecar(stored).exists()
     paths[day].unlink()  # the day is now re-exported as CSV
     rows = [r for r in fixture_rows() if r["crawled_at"] == day]
@@ -159,9 +178,11 @@ def test_rewriting_an_adopted_day_through_the_copy_path_drops_its_sidecar(tmp_pa
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    assert stage_documents(store, str(tmp_path / "input"), days=[day])["days_adopted"] == 0
-    assert not params_sidecar(stored).exists()
-    assert [Path(f["path"]).suffix for f in read_params(stored)["input_files"]] == [".csv"]
+    assert stage_documents(store, str(tmp_path / "input"), months=MONTHS)["files_adopted"] == 0
+    assert not stored.exists() and not params_sidecar(stored).exists()
+    main = store.path("documents", "2026-03")
+    assert store.partition_files("documents", "2026-03") == [main]
+    assert [Path(f["path"]).suffix for f in read_params(main)["input_files"]] == [".csv"]
 
 
 def test_the_whole_pipeline_on_daily_parquet_gives_the_fixture_results(tmp_path):

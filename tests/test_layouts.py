@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from webdedup_assets.cli import main
+from webdedup_assets.engine.state import load_state
+from webdedup_assets.engine.storage import Store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,8 +75,23 @@ def test_monthly_and_single_file_inputs_give_the_daily_files_results(layouts):
     assert len(daily["clusters"]) == 3000 and len(daily["duplicate_pairs"]) > 500
     for layout in ("monthly", "single"):
         assert _results(layouts[layout][1]) == daily, layout
-    stored = {
-        layout: sorted(p.name for p in (out / "_storage" / "documents").glob("part-*.parquet"))
-        for layout, (_, out) in layouts.items()
-    }
-    assert stored["daily"] == stored["monthly"] == stored["single"] and len(stored["daily"]) == 75
+    stores = {layout: Store(out / "_storage") for layout, (_, out) in layouts.items()}
+    months = ["2026-03", "2026-04", "2026-05"]
+    for store in stores.values():  # one partition per crawl month, whatever the input's files
+        for asset in ("documents", "fingerprinted", "band_memberships"):
+            assert store.partitions(asset) == months
+        assert len(load_state(store)["days"]) == 75
+
+
+def test_each_layout_is_stored_without_re_encoding_what_needs_none(layouts):
+    """Daily and monthly files in the stored form are adopted as segments of their month (byte
+    copies); one file over many months is split by month in one pass."""
+    stores = {layout: Store(out / "_storage") for layout, (_, out) in layouts.items()}
+    daily = [p.name for p in stores["daily"].files("documents") if p.name.startswith("part-")]
+    assert len(daily) == 75 and all(name.count(".") == 2 for name in daily)  # part-<month>.<day>.parquet
+    monthly = [p.name for p in stores["monthly"].files("documents") if p.name.startswith("part-")]
+    assert len(monthly) == 3
+    for name, source in zip(monthly, sorted(layouts["monthly"][0].glob("*.parquet"))):
+        assert (stores["monthly"].asset_dir("documents") / name).read_bytes() == source.read_bytes()
+    single = [p.name for p in stores["single"].files("documents") if p.name.startswith("part-")]
+    assert single == ["part-2026-03.parquet", "part-2026-04.parquet", "part-2026-05.parquet"]

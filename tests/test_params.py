@@ -129,12 +129,12 @@ def test_dagster_config_out_of_range_is_a_named_failure_not_a_traceback():
 
 
 def _daily_run(tmp_path, config):
-    defs = build_defs(["2026-03-01"])
+    defs = build_defs(["2026-03"])
     ops = {k: v for k, v in config["ops"].items() if k in ("documents", "fingerprinted", "band_memberships")}
     return defs.resolve_job_def("webdedup_daily").execute_in_process(
         run_config={**config, "ops": ops},
         raise_on_error=False,
-        partition_key="2026-03-01",
+        partition_key="2026-03",
         instance=dg.DagsterInstance.ephemeral(),
     )
 
@@ -167,7 +167,7 @@ def test_dagster_run_with_invalid_config_fails_before_any_step(tmp_path, asset, 
 def test_dagster_run_config_with_two_thresholds_is_refused(tmp_path):
     config = job_config(tmp_path / "s", tmp_path / "o", threshold=0.9)
     config["ops"]["duplicate_pairs"] = {"config": {"threshold": 0.8}}
-    defs = build_defs(["2026-03-01"])
+    defs = build_defs(["2026-03"])
     global_ops = {k: v for k, v in config["ops"].items() if k in ("candidate_pairs", "scored_pairs", "duplicate_pairs")}
     result = defs.resolve_job_def("webdedup_global").execute_in_process(
         run_config={**config, "ops": global_ops}, raise_on_error=False, instance=dg.DagsterInstance.ephemeral()

@@ -1,4 +1,4 @@
-"""Crawl-day partitions: backfills, new days, re-runs, parallel runs, the schedule, dates outside."""
+"""Crawl-month partitions: backfills, new days and months, re-runs, parallel runs, the schedule, dates outside."""
 
 import csv
 import json
@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from webdedup_assets.cli import RANGE_END_TAG, RANGE_START_TAG, main
-from webdedup_assets.defs import CRAWL_DAYS, DAILY_JOB, GLOBAL_JOB, build_defs, register_days
+from webdedup_assets.defs import CRAWL_MONTHS, DAILY_JOB, GLOBAL_JOB, build_defs, register_months
 from webdedup_assets.engine.documents import combined_sha256, input_days, resolve_input
 from webdedup_assets.engine.manifest import load_manifest
 from webdedup_assets.engine.storage import Store
@@ -23,15 +23,24 @@ from webdedup_assets.params import BandingParams, CandidateParams
 
 from .conftest import FIXTURE, check_results, failure_messages
 
-FIRST, LAST = "2026-03-01", "2026-03-22"
+FIRST, LAST = "2026-01", "2026-03"  # the crawl months of the split fixture
+MONTHS = ["2026-01", "2026-02", "2026-03"]
+
+
+def spread(day: str) -> str:
+    """The fixture's 22 March days spread over three months, in the same order: 01-07 in January,
+    08-14 in February, 15-22 in March."""
+    number = int(day[-2:])
+    return f"2026-{1 + min(2, (number - 1) // 7):02d}-{number:02d}"
 
 
 def split_fixture_by_day(folder: Path) -> dict[str, list[dict]]:
-    """The fixture as one CSV per crawl day: the folder layout a daily crawl produces."""
+    """The fixture as one CSV per crawl day over three months: the folder layout a daily crawl produces."""
     with open(FIXTURE, newline="") as handle:
         rows = list(csv.DictReader(handle))
     by_day = defaultdict(list)
     for row in rows:
+        row["crawled_at"] = spread(row["crawled_at"])
         by_day[row["crawled_at"]].append(row)
     folder.mkdir(parents=True, exist_ok=True)
     for day, day_rows in by_day.items():
@@ -64,7 +73,7 @@ class Env:
         }
 
     def daily(self, first: str, last: str | None = None):
-        register_days(self.instance, input_days(str(self.input)))  # what discover_crawl_days does
+        register_months(self.instance, input_days(str(self.input)))  # what discover_crawl_months does
         result = self.defs.resolve_job_def(DAILY_JOB).execute_in_process(
             run_config=self.config(ops=["documents"]),
             instance=self.instance,
@@ -115,9 +124,10 @@ def test_backfilling_every_day_then_the_global_stages_gives_the_fixture_counts(s
     pinned["input_sha256"] = combined_sha256(resolve_input(str(env.input)))
     (env.input / "webdedup.expected.json").write_text(json.dumps(pinned))
     result = env.daily(FIRST, LAST)
-    assert materialized_partitions(result, "fingerprinted") == set(by_day)  # one run, every crawl day
-    assert env.instance.get_dynamic_partitions(CRAWL_DAYS) == sorted(by_day)  # the partitions are the data's days
-    assert sorted(env.store().partitions("documents")) == sorted(by_day)
+    assert materialized_partitions(result, "fingerprinted") == set(MONTHS)  # one run, every crawl month
+    assert env.instance.get_dynamic_partitions(CRAWL_MONTHS) == MONTHS  # the partitions are the data's months
+    assert env.store().partitions("documents") == MONTHS
+    assert len(env.store().files("fingerprinted")) == 1 + len(MONTHS)  # a file per month (and the schema file)
     manifest = env.global_stages()
     counts = manifest["counts"]
     assert counts["documents"] == 24 and counts["candidate_pairs"] == 18
@@ -129,7 +139,7 @@ def test_backfilling_every_day_then_the_global_stages_gives_the_fixture_counts(s
     assert checks["deduped_documents_match_expected_counts"].passed
 
 
-def test_a_new_day_is_fingerprinted_alone_and_joins_the_old_cluster(split):
+def test_a_new_month_is_fingerprinted_alone_and_joins_the_old_cluster(split):
     env, _ = split
     env.daily(FIRST, LAST)
     env.global_stages()
@@ -142,11 +152,11 @@ def test_a_new_day_is_fingerprinted_alone_and_joins_the_old_cluster(split):
         new_day,
         [{**canonical, "doc_id": "billing-late-mirror", "domain": "late.example", "crawled_at": new_day}],
     )
-    result = env.daily(new_day)
-    assert materialized_partitions(result, "fingerprinted") == {new_day}
+    result = env.daily("2026-04")
+    assert materialized_partitions(result, "fingerprinted") == {"2026-04"}
     after = {p: p.stat().st_mtime_ns for p in env.store().files("fingerprinted") if p.name.startswith("part-")}
-    assert {p: t for p, t in after.items() if p in before} == before  # old days untouched
-    assert env.store().partitions("fingerprinted")[-1] == new_day
+    assert {p: t for p, t in after.items() if p in before} == before  # old months untouched
+    assert env.store().partitions("fingerprinted")[-1] == "2026-04"
     counts = env.global_stages()["counts"]
     assert counts["documents"] == 25 and counts["duplicate_clusters"] == 6
     clusters = dict(duckdb.sql(f"SELECT doc_id, cluster_id FROM {env.store().scan_sql('clusters')}").fetchall())
@@ -154,26 +164,32 @@ def test_a_new_day_is_fingerprinted_alone_and_joins_the_old_cluster(split):
     assert representatives(env.store())["cluster-billing-canonical"] == "billing-late-mirror"  # newest wins
 
 
-def test_rerunning_a_day_replaces_exactly_that_days_rows(split):
+def test_rerunning_a_month_replaces_exactly_its_changed_days_rows(split):
     env, by_day = split
     env.daily(FIRST, LAST)
     store = env.store()
-    other_days = {
+    other_months = {
         p: p.stat().st_mtime_ns
         for p in store.files("documents")
-        if p.name.startswith("part-") and "2026-03-05" not in p.name
+        if p.name.startswith("part-") and "2026-01" not in p.name
     }
-    rows = by_day["2026-03-05"]
+    month_before = dict(
+        duckdb.sql(f"SELECT doc_id, body FROM read_parquet('{store.path('documents', '2026-01')}')").fetchall()
+    )
+    rows = by_day["2026-01-05"]
     changed = [{**rows[0], "doc_id": "incident-canonical-v2", "body": rows[0]["body"] + " Updated."}]
-    write_day(env.input, "2026-03-05", changed)
-    env.daily("2026-03-05")
-    day = duckdb.sql(f"SELECT doc_id FROM read_parquet('{store.path('documents', '2026-03-05')}')").fetchall()
-    assert day == [("incident-canonical-v2",)]
+    write_day(env.input, "2026-01-05", changed)
+    env.daily("2026-01")
+    month = dict(
+        duckdb.sql(f"SELECT doc_id, body FROM read_parquet('{store.path('documents', '2026-01')}')").fetchall()
+    )
+    assert month.pop("incident-canonical-v2") == changed[0]["body"]
+    assert month == {k: v for k, v in month_before.items() if k != rows[0]["doc_id"]}  # the other days: as they were
     assert {
         p: p.stat().st_mtime_ns
         for p in store.files("documents")
-        if p.name.startswith("part-") and "2026-03-05" not in p.name
-    } == other_days
+        if p.name.startswith("part-") and "2026-01" not in p.name
+    } == other_months
     ids = {d for (d,) in duckdb.sql(f"SELECT doc_id FROM {store.scan_sql('fingerprinted')}").fetchall()}
     assert "incident-canonical-v2" in ids and "incident-canonical" not in ids and len(ids) == 24
 
@@ -182,9 +198,9 @@ def test_deleting_a_days_input_and_rerunning_it_removes_its_documents(split):
     env, by_day = split
     env.daily(FIRST, LAST)
     assert env.global_stages()["counts"]["documents"] == 24
-    (env.input / "2026-03-03.csv").unlink()  # held billing-mirror
-    result = env.daily("2026-03-03")
-    assert materialized_partitions(result, "documents") == {"2026-03-03"}  # a valid, empty partition
+    (env.input / "2026-01-03.csv").unlink()  # held billing-mirror
+    result = env.daily("2026-01")
+    assert materialized_partitions(result, "documents") == {"2026-01"}
     counts = env.global_stages()["counts"]
     assert counts["documents"] == 23 and counts["candidate_pairs"] == 16  # billing lost 2 of its 3 pairs
     assert representatives(env.store())["cluster-billing-canonical"] == "billing-revision"
@@ -204,19 +220,19 @@ def dagster_cli(tmp_path: Path) -> tuple[dict[str, str], str]:
         "WEBDEDUP_STORAGE_ROOT": str(tmp_path / "storage"),
         "WEBDEDUP_OUTPUT_DIR": str(tmp_path / "output"),
     }
-    # the crawl_days partitions of that instance: what the discover_crawl_days sensor adds under `dagster dev`
+    # the crawl_months partitions of that instance: what the discover_crawl_months sensor adds under `dagster dev`
     register = (
-        "import sys, dagster as dg; from webdedup_assets.defs import register_days; "
+        "import sys, dagster as dg; from webdedup_assets.defs import register_months; "
         "from webdedup_assets.engine.documents import input_days; "
-        "register_days(dg.DagsterInstance.get(), input_days(sys.argv[1]))"
+        "register_months(dg.DagsterInstance.get(), input_days(sys.argv[1]))"
     )
     subprocess.run([sys.executable, "-c", register, str(folder)], env=env, cwd=tmp_path, check=True)
     return env, str(Path(sys.executable).with_name("dagster"))
 
 
-def test_three_days_in_parallel_runs(tmp_path):
+def test_three_months_in_parallel_runs(tmp_path):
     env, dagster = dagster_cli(tmp_path)  # creates the instance's storage; the three runs share it
-    days = ["2026-03-01", "2026-03-02", "2026-03-03"]
+    days = MONTHS
     procs = [
         subprocess.Popen(
             [
@@ -246,10 +262,11 @@ def test_three_days_in_parallel_runs(tmp_path):
     store = Store(tmp_path / "storage")
     assert store.partitions("band_memberships") == days
     ids = {d for (d,) in duckdb.sql(f"SELECT doc_id FROM {store.scan_sql('fingerprinted')}").fetchall()}
-    assert ids == {"billing-canonical", "billing-revision", "billing-mirror"}
+    with open(FIXTURE, newline="") as handle:
+        assert ids == {r["doc_id"] for r in csv.DictReader(handle)}
 
 
-def test_the_schedule_adds_and_requests_the_previous_crawl_day():
+def test_the_schedule_adds_and_requests_the_month_of_the_previous_crawl_day():
     defs = build_defs()
     schedule = defs.resolve_schedule_def("webdedup_daily_schedule")
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
@@ -260,9 +277,10 @@ def test_the_schedule_adds_and_requests_the_previous_crawl_day():
             repository_def=defs.get_repository_def(),
         )
         requests = list(schedule.evaluate_tick(context).run_requests)
-        assert len(requests) == 1 and requests[0].partition_key == "2026-03-22"
+        assert len(requests) == 1 and requests[0].partition_key == "2026-03"
+        assert requests[0].run_key == "2026-03-22"  # one run a day: the month with its new day
         assert schedule.job_name == DAILY_JOB
-        assert instance.get_dynamic_partitions(CRAWL_DAYS) == ["2026-03-22"]
+        assert instance.get_dynamic_partitions(CRAWL_MONTHS) == ["2026-03"]
 
 
 def test_the_schedule_keeps_the_fingerprint_parameters_of_the_latest_run(split, stack):
@@ -271,7 +289,7 @@ def test_the_schedule_keeps_the_fingerprint_parameters_of_the_latest_run(split, 
     config = env.config(ops=["documents"])
     config["ops"]["fingerprinted"] = {"config": {"shingle_size": 4, "num_perm": 64, "seed": 3}}
     config["ops"]["band_memberships"] = {"config": {"bands": 16, "rows": 4}}
-    register_days(env.instance, input_days(str(env.input)))
+    register_months(env.instance, input_days(str(env.input)))
     result = env.defs.resolve_job_def(DAILY_JOB).execute_in_process(
         run_config=config,
         instance=env.instance,
@@ -306,7 +324,7 @@ def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_th
     assert sensor.job_name == GLOBAL_JOB
     assert not sensor_tick(defs, env.instance).run_requests  # nothing materialized yet
     # the daily assets materialized without the daily job (as a Catalog backfill does): one range run
-    register_days(env.instance, input_days(str(env.input)))
+    register_months(env.instance, input_days(str(env.input)))
     daily = [a for a in defs.assets if a.key.to_user_string() in ("documents", "fingerprinted", "band_memberships")]
     result = dg.materialize(
         daily,
@@ -316,9 +334,9 @@ def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_th
         tags={RANGE_START_TAG: FIRST, RANGE_END_TAG: LAST},
     )
     assert result.success and result.dagster_run.job_name != DAILY_JOB
-    assert len(materialized_partitions(result, "band_memberships")) == len(by_day)
+    assert len(materialized_partitions(result, "band_memberships")) == len(MONTHS)
     first = sensor_tick(defs, env.instance)
-    assert len(first.run_requests) == 1  # one global run for the whole batch, not one per day
+    assert len(first.run_requests) == 1  # one global run for the whole batch, not one per month
     assert first.run_requests[0].run_config == {}  # no global run yet: the defaults
     assert not sensor_tick(defs, env.instance, first.cursor).run_requests  # and no second one (no loop)
     # a global run with a threshold of 0.9 (the launchpad); the next automated run keeps it
@@ -328,7 +346,7 @@ def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_th
     run = defs.resolve_job_def(GLOBAL_JOB).execute_in_process(run_config=config, instance=env.instance)
     assert run.success
     assert not sensor_tick(defs, env.instance, first.cursor).run_requests  # the global run is no trigger
-    env.daily("2026-03-05")  # a re-run of one day by the daily job
+    env.daily("2026-02")  # a re-run of one month by the daily job
     [request] = sensor_tick(defs, env.instance, first.cursor).run_requests
     assert request.run_config["ops"]["scored_pairs"] == {"config": {"threshold": 0.9}}
     assert request.run_config["ops"]["duplicate_pairs"] == {"config": {"threshold": 0.9}}
@@ -407,9 +425,9 @@ def test_pages_outside_the_partitions_are_reported_with_their_doc_ids(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     env = Env(tmp_path, folder)
-    env.instance.add_dynamic_partitions(CRAWL_DAYS, ["2026-03-01"])  # only one of the three days registered
+    env.instance.add_dynamic_partitions(CRAWL_MONTHS, ["2026-03"])  # only one of the three months registered
     result = env.defs.resolve_job_def(DAILY_JOB).execute_in_process(
-        run_config=env.config(ops=["documents"]), instance=env.instance, partition_key="2026-03-01"
+        run_config=env.config(ops=["documents"]), instance=env.instance, partition_key="2026-03"
     )
     documents = next(
         e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "documents"
@@ -417,13 +435,13 @@ def test_pages_outside_the_partitions_are_reported_with_their_doc_ids(tmp_path):
     metadata = documents.materialization.metadata
     assert metadata["documents_outside_partitions"].value == 2
     assert metadata["doc_ids_outside_partitions"].value == ["future-page", "old-page"]
-    # `webdedup run` covers them: its partitions are the days present in the input
+    # `webdedup run` covers them: its partitions are the months present in the input
     assert main(["run", str(path), "--output", str(tmp_path / "out"), "--quiet", "--json"]) == 0
     kept = duckdb.sql(f"SELECT doc_id FROM {Store(tmp_path / 'out' / '_storage').scan_sql('deduped_documents')}")
     assert {d for (d,) in kept.fetchall()} == {"old-page", "future-page", "today-page"}
 
 
-def test_cli_run_over_many_days_is_one_daily_run(tmp_path):
+def test_cli_run_over_many_days_is_one_daily_run_over_their_months(tmp_path):
     import random
 
     rng = random.Random(7)
@@ -443,13 +461,14 @@ def test_cli_run_over_many_days_is_one_daily_run(tmp_path):
 
     events = execute(str(path), job_config(tmp_path / "s", tmp_path / "o", path))
     starts = [e.job_name for e in events if e.event_type_value == "PIPELINE_START"]
-    assert starts == [DAILY_JOB, GLOBAL_JOB]  # one daily run for every day, one global run
-    days = {
+    assert starts == [DAILY_JOB, GLOBAL_JOB]  # one daily run for every month, one global run
+    months = {
         e.partition
         for e in events
         if e.event_type_value == "ASSET_MATERIALIZATION" and e.asset_key.to_user_string() == "documents"
     }
-    assert len(days) == len({f"{2007 + i % 20}-{1 + i % 12:02d}-{1 + i % 28:02d}" for i in range(300)})
+    assert months == {f"{2007 + i % 20}-{1 + i % 12:02d}" for i in range(300)}  # 60 months, not 300 days
+    assert len(Store(tmp_path / "s").files("documents")) == len(months) + 1  # and a file per month
     assert load_manifest(Store(tmp_path / "s"))["counts"]["documents"] == 300
 
 
@@ -457,28 +476,35 @@ def test_each_partition_of_a_range_run_reports_its_own_rows_and_preview(split):
     env, by_day = split
     result = env.daily(FIRST, LAST)
     store = env.store()
+    by_month = defaultdict(list)
+    for day, rows in by_day.items():
+        by_month[day[:7]].extend(rows)
     seen = 0
     for event in result.get_asset_materialization_events():
-        asset, day = event.asset_key.to_user_string(), event.partition
+        asset, month = event.asset_key.to_user_string(), event.partition
         metadata = event.materialization.metadata
-        [(rows,)] = duckdb.sql(f"SELECT count(*) FROM read_parquet('{store.path(asset, day)}')").fetchall()
-        assert metadata["dagster/row_count"].value == rows, (asset, day)
-        assert rows == len(by_day[day]) * (BandingParams().bands if asset == "band_memberships" else 1)
+        [(rows,)] = duckdb.sql(f"SELECT count(*) FROM read_parquet('{store.path(asset, month)}')").fetchall()
+        assert metadata["dagster/row_count"].value == rows, (asset, month)
+        assert rows == len(by_month[month]) * (BandingParams().bands if asset == "band_memberships" else 1)
         preview = metadata["preview"].value
-        if asset != "band_memberships":  # (its preview shows the first bands of the first document)
-            assert all(r["doc_id"] in preview for r in by_day[day])  # that day's documents, no other day's
-        assert by_day[day][0]["doc_id"] in preview or by_day[day][-1]["doc_id"] in preview
-        others = {r["doc_id"] for d, rs in by_day.items() if d != day for r in rs}
+        ids = {r["doc_id"] for r in by_month[month]}
+        shown = {doc_id for doc_id in ids if f"| {doc_id} |" in preview}
+        assert shown  # that month's documents, no other month's
+        others = {r["doc_id"] for m, rs in by_month.items() if m != month for r in rs}
         assert not any(f"| {doc_id} |" in preview for doc_id in others)
-        assert metadata["path"].value == str(store.path(asset, day))
+        assert metadata["files"].value == [store.path(asset, month).name]
         assert metadata["parameters"].value  # shared by the run's partitions: what the automation carries on
         seen += 1
-    assert seen == 3 * len(by_day)
-    twelfth = [e for e in result.get_asset_materialization_events() if e.partition == "2026-03-12"]
-    assert {e.materialization.metadata["dagster/row_count"].value for e in twelfth} == {2, 2 * BandingParams().bands}
+    assert seen == 3 * len(MONTHS)
+    february = [e for e in result.get_asset_materialization_events() if e.partition == "2026-02"]
+    rows = len(by_month["2026-02"])
+    assert {e.materialization.metadata["dagster/row_count"].value for e in february} == {
+        rows,
+        rows * BandingParams().bands,
+    }
 
 
-def test_discover_crawl_days_adds_the_inputs_days_and_then_only_new_ones(split, stack, monkeypatch):
+def test_discover_crawl_months_adds_the_inputs_months_and_then_only_new_ones(split, stack, monkeypatch):
     import types
 
     import webdedup_assets.defs as defs_module
@@ -487,7 +513,7 @@ def test_discover_crawl_days_adds_the_inputs_days_and_then_only_new_ones(split, 
     config = types.SimpleNamespace(input_path=str(env.input), input_format="auto")
     monkeypatch.setattr(defs_module, "DocumentsConfig", lambda: config)  # as if WEBDEDUP_INPUT were the folder
     instance = stack.enter_context(dg.instance_for_test())
-    sensor = env.defs.resolve_sensor_def("discover_crawl_days")
+    sensor = env.defs.resolve_sensor_def("discover_crawl_months")
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
 
     def tick(cursor=None):
@@ -500,11 +526,13 @@ def test_discover_crawl_days_adds_the_inputs_days_and_then_only_new_ones(split, 
         return result
 
     first = tick()
-    assert instance.get_dynamic_partitions(CRAWL_DAYS) == sorted(by_day)
+    assert instance.get_dynamic_partitions(CRAWL_MONTHS) == MONTHS
     again = tick(first.cursor)
     assert not again.dynamic_partitions_requests and "unchanged" in again.skip_message
-    write_day(env.input, "2026-04-02", [{**by_day["2026-03-01"][0], "doc_id": "late", "crawled_at": "2026-04-02"}])
+    write_day(env.input, "2026-03-30", [{**by_day["2026-01-01"][0], "doc_id": "later", "crawled_at": "2026-03-30"}])
+    assert not tick(first.cursor).dynamic_partitions_requests  # a new day of a known month: no new partition
+    write_day(env.input, "2026-04-02", [{**by_day["2026-01-01"][0], "doc_id": "late", "crawled_at": "2026-04-02"}])
     later = tick(first.cursor)
     [request] = later.dynamic_partitions_requests
-    assert request.partition_keys == ["2026-04-02"]
-    assert instance.get_dynamic_partitions(CRAWL_DAYS) == [*sorted(by_day), "2026-04-02"]
+    assert request.partition_keys == ["2026-04"]
+    assert instance.get_dynamic_partitions(CRAWL_MONTHS) == [*MONTHS, "2026-04"]

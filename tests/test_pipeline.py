@@ -10,10 +10,11 @@ from webdedup_assets.cli import RANGE_END_TAG, RANGE_START_TAG
 from webdedup_assets.defs import build_defs
 from webdedup_assets.engine.documents import input_days
 from webdedup_assets.engine.manifest import load_manifest
+from webdedup_assets.engine.state import months_of
 
 from .conftest import CLASSIC, FIXTURE, check_results, failure_messages, job_config, run_job
 
-FIXTURE_DAYS = input_days(str(FIXTURE))
+FIXTURE_MONTHS = months_of(input_days(str(FIXTURE)))
 
 WINNERS = {
     "cluster-billing-canonical": "billing-mirror",  # newest date
@@ -113,11 +114,11 @@ def test_scored_pairs_reasons_and_estimates(fixture_run):
         assert abs(exact - estimate) < 0.2
 
 
-def _materialize(selection, config, ops=(), days=None, **kwargs):
-    """Materialize some assets of the fixture-day Definitions with part of a job config."""
-    fixture_defs = build_defs(FIXTURE_DAYS)
+def _materialize(selection, config, ops=(), months=None, **kwargs):
+    """Materialize some assets of the fixture-month Definitions with part of a job config."""
+    fixture_defs = build_defs(FIXTURE_MONTHS)
     assets = [a for a in fixture_defs.assets if a.key.to_user_string() in selection]
-    tags = {RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]} if days else None
+    tags = {RANGE_START_TAG: months[0], RANGE_END_TAG: months[-1]} if months else None
     return dg.materialize(
         assets,
         run_config={
@@ -171,9 +172,9 @@ def test_incompatible_upstream_is_refused_naming_both_values(tmp_path):
     result, store = run_job(tmp_path)
     assert result.success
     config = job_config(tmp_path / "storage", tmp_path / "output", num_perm=64)
-    assert _materialize(["fingerprinted"], config, ops=["fingerprinted"], days=FIXTURE_DAYS).success
+    assert _materialize(["fingerprinted"], config, ops=["fingerprinted"], months=FIXTURE_MONTHS).success
     # band_memberships still configured for 26 x 5 = 130 values: refused, naming both
-    again = _materialize(["band_memberships"], config, days=FIXTURE_DAYS, raise_on_error=False)
+    again = _materialize(["band_memberships"], config, months=FIXTURE_MONTHS, raise_on_error=False)
     assert not again.success
     message = failure_messages(again)[0]
     assert message.startswith(

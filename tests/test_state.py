@@ -23,6 +23,7 @@ from webdedup_assets.engine.state import (
     check_consistent,
     load_state,
     remove_leftovers,
+    update_state,
     writer_lock,
 )
 from webdedup_assets.engine.storage import Store
@@ -92,13 +93,14 @@ def test_the_state_records_days_inputs_and_parameters(fixture_run):
     _, store, _ = fixture_run
     state = load_state(store)
     assert len(state["days"]) == 22
-    day = state["days"]["2026-03-12"]["assets"]
-    assert day["documents"]["rows"] == 2
+    day = state["days"]["2026-03-12"]["documents"]
+    assert day["rows"] == 2
     assert (
-        day["documents"]["input_files"][0]["sha256"]
+        day["input_files"][0]["sha256"]
         == json.loads((FIXTURE.with_suffix(".expected.json")).read_text())["input_sha256"]
     )
-    assert day["band_memberships"]["rows"] == 2 * 26  # two documents, 26 bands
+    # files and rows per crawl month: the fixture's 22 days are one month
+    assert state["months"] == {"2026-03": {"documents": 24, "fingerprinted": 24, "band_memberships": 24 * 26}}
     assert state["parameters"]["band_memberships"]["banding"] == {"bands": 26, "rows": 5}
 
 
@@ -106,13 +108,27 @@ def test_global_stages_refuse_storage_that_is_not_one_corpus(tmp_path, capsys):
     out = tmp_path / "out"
     assert _run(capsys, str(FIXTURE), "--output", str(out))[0] == 0
     store = Store(out / "_storage")
-    store.remove("band_memberships", "2026-03-12")
-    with pytest.raises(WebdedupError, match=r"band_memberships lacks 1 day\(s\) of the corpus \(first: 2026-03-12\)"):
+    check_consistent(store)
+    saved = store.path("band_memberships", "2026-03").read_bytes()
+    store.remove("band_memberships", "2026-03")
+    with pytest.raises(WebdedupError, match=r"band_memberships lacks 1 month\(s\) of the corpus \(first: 2026-03\)"):
         check_consistent(store)
-    (store.asset_dir("fingerprinted") / "part-2019-01-01.parquet").write_bytes(
-        store.path("fingerprinted", "2026-03-01").read_bytes()
+    store.path("band_memberships", "2026-03").write_bytes(saved)
+    (store.asset_dir("fingerprinted") / "part-2019-01.parquet").write_bytes(
+        store.path("fingerprinted", "2026-03").read_bytes()
     )
-    with pytest.raises(WebdedupError, match=r"fingerprinted holds 1 day\(s\) that are not part of the corpus"):
+    with pytest.raises(WebdedupError, match=r"fingerprinted holds 1 month\(s\) that are not part of the corpus"):
+        check_consistent(store)
+    store.remove("fingerprinted", "2019-01")
+    check_consistent(store)
+
+    def documents_rebuilt(state):  # what record_documents leaves: the month's other assets are not built yet
+        state["months"]["2026-03"] = {"documents": 24}
+
+    update_state(store, documents_rebuilt)
+    with pytest.raises(
+        WebdedupError, match=r"fingerprinted was built before the documents it should describe for 1 month\(s\)"
+    ):
         check_consistent(store)
 
 
@@ -344,7 +360,7 @@ def test_two_runs_of_the_same_input_give_byte_identical_outputs(tmp_path, capsys
 
 
 def test_a_dagster_run_reading_another_input_is_refused(tmp_path):
-    """One storage root, one corpus: a daily run whose input differs from the held days' is refused."""
+    """One storage root, one corpus: a daily run whose input differs from the held months' is refused."""
     import dagster as dg
 
     from webdedup_assets.defs import build_defs
@@ -352,31 +368,39 @@ def test_a_dagster_run_reading_another_input_is_refused(tmp_path):
 
     from .conftest import job_config
 
-    days = input_days(str(FIXTURE))
-    defs = build_defs(days)
+    rows = _rows(FIXTURE)
+    for row in rows[12:]:  # three crawl months: March, April, May
+        row["crawled_at"] = row["crawled_at"].replace("2026-03-", "2026-04-")
+    for row in rows[20:]:
+        row["crawled_at"] = row["crawled_at"].replace("2026-04-", "2026-05-")
+    corpus = _write(tmp_path / "corpus.csv", rows)
+    days = input_days(str(corpus))
+    months = ["2026-03", "2026-04", "2026-05"]
+    defs = build_defs(months)
     documents = [a for a in defs.assets if a.key.to_user_string() == "documents"]
 
-    def materialize(input_path: Path, day: str):
+    def materialize(input_path: Path, month: str):
         config = job_config(tmp_path / "storage", tmp_path / "output", input_path)
         return dg.materialize(
             documents,
             run_config={"ops": {"documents": config["ops"]["documents"]}, "resources": config["resources"]},
             resources=defs.resources,
-            partition_key=day,
+            partition_key=month,
             instance=dg.DagsterInstance.ephemeral(),
             raise_on_error=False,
         )
 
-    assert materialize(FIXTURE, days[0]).success
-    assert materialize(FIXTURE, days[1]).success  # the same corpus: more days
-    other = _write(tmp_path / "other.csv", _rows(FIXTURE))
-    refused = materialize(other, days[2])
+    assert materialize(corpus, "2026-03").success
+    assert materialize(corpus, "2026-04").success  # the same corpus: more months
+    other = _write(tmp_path / "other.csv", rows)
+    refused = materialize(other, "2026-05")
     assert not refused.success
     [failure] = [e for e in refused.all_events if e.event_type_value == "STEP_FAILURE"]
     message = failure.step_failure_data.user_failure_data.description
-    assert f"holds 2 crawl day(s) ({days[0]} .. {days[1]}) read from {FIXTURE.resolve()}" in message
+    held = [d for d in days if d < "2026-05"]
+    assert f"holds {len(held)} crawl day(s) ({held[0]} .. {held[-1]}) read from {corpus.resolve()}" in message
     assert f"this run reads {other.resolve()}" in message and "one storage root holds one corpus" in message
-    assert sorted(load_state(Store(tmp_path / "storage"))["days"]) == days[:2]
+    assert sorted(load_state(Store(tmp_path / "storage"))["days"]) == held
 
 
 def test_a_global_stage_waits_for_the_writer_then_fails_naming_it(tmp_path, capsys, monkeypatch):

@@ -100,7 +100,7 @@ def test_documents_asset_reports_skips_in_materialization_metadata(tmp_path):
     recs = corpus()
     path = tmp_path / "crawl.dat"  # no WARC suffix: the format is set explicitly
     write_warc(path, [recs["original"], recs["request"], recs["metadata"], recs["pdf"]], gz=True)
-    defs = build_defs(["2024-03-01"])
+    defs = build_defs(["2024-03"])
     [documents] = [a for a in defs.assets if a.key.to_user_string() == "documents"]
     storage = WebdedupStorage(storage_root=str(tmp_path / "store"), output_dir=str(tmp_path / "out"))
     config = {"input_path": str(path), "input_format": "warc"}
@@ -108,7 +108,7 @@ def test_documents_asset_reports_skips_in_materialization_metadata(tmp_path):
         [documents],
         resources={"storage": storage},
         run_config={"ops": {"documents": {"config": config}}},
-        partition_key="2024-03-01",
+        partition_key="2024-03",
     )
     assert result.success
     [materialization] = result.asset_materializations_for_node("documents")

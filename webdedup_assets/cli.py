@@ -218,9 +218,9 @@ def execute(input_path: str, config: dict[str, Any], input_format: str = "auto")
     second writer is refused, naming this one), removes what dead runs left there, completes
     a publish a killed run left half done, and clears the crawl days the storage holds that
     this input does not (a line on stderr says so): the results never mix two corpora.
-    The same Definitions as `dagster dev`: the input's days are registered as the crawl_days
+    The same Definitions as `dagster dev`: the input's months are registered as the crawl_months
     partitions of a fresh instance, so a corpus spread over years is one run over exactly its
-    days, not one run per day, and no page is left out for its date.
+    months, not one run per month, and no page is left out for its date.
     Returns a RunOutcome: the events of both runs (a list) and their results (stops after the
     first run if it failed).
     Raises WebdedupError (e.g. LockBusy) before anything is changed.
@@ -261,14 +261,16 @@ def _tidy(storage_root: Path, output_dir: Path) -> None:
 def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, storage_root: Path) -> RunOutcome:
     import dagster as dg
 
-    from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, one_planned_event_per_asset, register_days
+    from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, one_planned_event_per_asset, register_months
     from .defs.config import DocumentsConfig
     from .engine.documents import input_days
-    from .engine.state import clear_days, held_days
+    from .engine.state import clear_days, held_days, months_of, reset_outdated
     from .engine.storage import Store
 
     documents = DocumentsConfig(**config["ops"]["documents"]["config"])  # WARC input is converted once, here
     storage = Store(storage_root)
+    if reset_outdated(storage):
+        _notice(f"{storage_root} was written by an earlier webdedup in another layout: rebuilt from the input")
     days = input_days(input_path, input_format, store=storage, warc_options=documents.warc_options())
     stale = [day for day in held_days(storage) if day not in set(days)]
     if stale:
@@ -286,13 +288,14 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
 
     with set_defs_state_storage(None):
         instance = dg.DagsterInstance.ephemeral()
-        register_days(instance, days)  # the crawl_days partitions of `dagster dev`: here, exactly the input's days
+        months = months_of(days)
+        register_months(instance, months)  # the crawl_months partitions of `dagster dev`: the input's months
         with one_planned_event_per_asset():
             daily = defs.resolve_job_def(DAILY_JOB).execute_in_process(
                 run_config=_split_config(config, DAILY_ASSETS),
                 instance=instance,
                 raise_on_error=False,
-                tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]},
+                tags={RANGE_START_TAG: months[0], RANGE_END_TAG: months[-1]},
             )
         if not daily.success:
             return RunOutcome([daily])

@@ -1,5 +1,5 @@
 """Dagster definitions: nine assets and their checks, the storage resource, two jobs, a daily
-schedule, a sensor that registers the input's crawl days as partitions, and a sensor that runs
+schedule, a sensor that registers the input's crawl months as partitions, and a sensor that runs
 the global stages after every successful materialization of band_memberships, however it was
 launched (job, Catalog backfill, CLI), with the parameters of the latest global run."""
 
@@ -16,11 +16,12 @@ import dagster as dg
 
 from ..engine.documents import WARC_FORMATS, combined_sha256, input_days, resolve_input
 from ..engine.errors import WebdedupError
+from ..engine.state import crawl_month
 from ..progress import log_sink, set_default
 from .assets import GLOBAL_ASSETS, build_daily_assets
 from .checks import CHECKS
 from .config import DocumentsConfig
-from .partitions import CRAWL_DAYS, crawl_days, new_days, register_days
+from .partitions import CRAWL_MONTHS, crawl_months, new_months, register_months
 from .resources import WebdedupStorage
 
 # Progress of long stages (docs/s, pairs scored, WARC records, Common Crawl ranges) as log lines of
@@ -40,14 +41,14 @@ IN_PROGRESS = [
 ]
 
 __all__ = [
-    "CRAWL_DAYS",
+    "CRAWL_MONTHS",
     "DAILY_ASSETS",
     "DAILY_JOB",
     "GLOBAL_JOB",
     "build_defs",
     "defs",
     "one_planned_event_per_asset",
-    "register_days",
+    "register_months",
 ]
 PLANNED_EVENTS_ENV = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
 
@@ -57,7 +58,7 @@ def one_planned_event_per_asset() -> Iterator[None]:
     """While a range run is created, Dagster (SQLite or in-memory storage) logs one "planned"
     event per partition per asset unless this switch of dagster 1.13 is set; with it, one per
     asset (its caveat: a failed run does not mark the partitions failed, which an in-process
-    `webdedup run` with its throwaway instance does not need). 2,000 days: about 5 s less."""
+    `webdedup run` with its throwaway instance does not need)."""
     before = os.environ.get(PLANNED_EVENTS_ENV)
     os.environ[PLANNED_EVENTS_ENV] = "true"
     try:
@@ -111,14 +112,14 @@ def _daily_runs_in_progress(instance: dg.DagsterInstance) -> list[str]:
     return busy
 
 
-def build_defs(days: list[str] | None = None) -> dg.Definitions:
+def build_defs(months: list[str] | None = None) -> dg.Definitions:
     """The Definitions that `dagster dev` and `webdedup run` execute.
 
-    The daily assets are partitioned by the dynamic partitions `crawl_days` (the crawl days
-    present). `days` is a convenience for tests that materialize a few assets without an
-    instance holding those partitions: the daily assets are then partitioned by exactly `days`.
+    The daily assets are partitioned by the dynamic partitions `crawl_months` (the crawl months
+    present). `months` is a convenience for tests that materialize a few assets without an
+    instance holding those partitions: the daily assets are then partitioned by exactly `months`.
     """
-    partitions_def = dg.StaticPartitionsDefinition(sorted(days)) if days else crawl_days
+    partitions_def = dg.StaticPartitionsDefinition(sorted(months)) if months else crawl_months
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)  # BackfillPolicy is beta in 1.13, and what we need
         daily_assets = build_daily_assets(partitions_def)
@@ -126,7 +127,7 @@ def build_defs(days: list[str] | None = None) -> dg.Definitions:
         DAILY_JOB,
         selection=dg.AssetSelection.assets(*DAILY_ASSETS),
         executor_def=dg.multiprocess_executor,
-        description="documents, fingerprinted and band_memberships for one crawl day or a range of days.",
+        description="documents, fingerprinted and band_memberships for one crawl month or a range of months.",
     )
     global_job = dg.define_asset_job(
         GLOBAL_JOB,
@@ -169,26 +170,26 @@ def build_defs(days: list[str] | None = None) -> dg.Definitions:
     @dg.sensor(
         default_status=dg.DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=30,
-        description="Adds the crawl days of the configured input (WEBDEDUP_INPUT, CSV or Parquet) as crawl_days "
-        "partitions whenever its files change. WARC input is not read here (it needs a conversion): use "
-        "`webdedup run`, or add the days in the launchpad.",
+        description="Adds the crawl months of the configured input (WEBDEDUP_INPUT, CSV or Parquet) as "
+        "crawl_months partitions whenever its files change. WARC input is not read here (it needs a conversion): "
+        "use `webdedup run`, or add the months in the launchpad.",
     )
-    def discover_crawl_days(context: dg.SensorEvaluationContext):
+    def discover_crawl_months(context: dg.SensorEvaluationContext):
         config = DocumentsConfig()
         try:
             files = resolve_input(config.input_path, config.input_format)
         except WebdedupError as err:
             return dg.SkipReason(f"input {config.input_path}: {err}")
         if config.input_format == "commoncrawl" or any(f.format in WARC_FORMATS for f in files):
-            return dg.SkipReason("WARC or Common Crawl input: days are added by `webdedup run` or by hand")
+            return dg.SkipReason("WARC or Common Crawl input: months are added by `webdedup run` or by hand")
         signature = combined_sha256(files)
         if signature == context.cursor:
             return dg.SkipReason("input unchanged")
-        added = new_days(context.instance, input_days(config.input_path, config.input_format))
+        added = new_months(context.instance, input_days(config.input_path, config.input_format))
         context.update_cursor(signature)
         if not added:
-            return dg.SkipReason("no new crawl day in the input")
-        return dg.SensorResult(dynamic_partitions_requests=[crawl_days.build_add_request(added)])
+            return dg.SkipReason("no new crawl month in the input")
+        return dg.SensorResult(dynamic_partitions_requests=[crawl_months.build_add_request(added)])
 
     @dg.schedule(
         name="webdedup_daily_schedule",
@@ -196,21 +197,24 @@ def build_defs(days: list[str] | None = None) -> dg.Definitions:
         cron_schedule="0 1 * * *",
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.STOPPED,
-        description="Every day at 01:00 UTC: adds the previous day as a crawl_days partition and materializes "
-        "it with the fingerprint and banding parameters of the latest run; global_after_daily follows.",
+        description="Every day at 01:00 UTC: (re)materializes the crawl month of the previous day (adding it as a "
+        "crawl_months partition when new) with the fingerprint and banding parameters of the latest run; "
+        "global_after_daily follows.",
     )
     def webdedup_daily_schedule(context: dg.ScheduleEvaluationContext):
         day = (context.scheduled_execution_time.astimezone(UTC).date() - timedelta(days=1)).isoformat()
-        register_days(context.instance, [day])
+        register_months(context.instance, [day])
         carried = [by_name["fingerprinted"], by_name["band_memberships"]]
-        return dg.RunRequest(run_key=day, partition_key=day, run_config=latest_run_config(context.instance, carried))
+        return dg.RunRequest(
+            run_key=day, partition_key=crawl_month(day), run_config=latest_run_config(context.instance, carried)
+        )
 
     return dg.Definitions(
         assets=[*daily_assets, *GLOBAL_ASSETS],
         asset_checks=CHECKS,
         jobs=[daily_job, global_job],
-        schedules=[] if days else [webdedup_daily_schedule],
-        sensors=[global_after_daily, discover_crawl_days],
+        schedules=[] if months else [webdedup_daily_schedule],
+        sensors=[global_after_daily, discover_crawl_months],
         resources={"storage": WebdedupStorage()},
         executor=dg.in_process_executor,
     )

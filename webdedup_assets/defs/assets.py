@@ -1,16 +1,17 @@
 """The nine assets. Thin: read config, run the stage of the contract (engine.stage), report metadata.
 
 The global stages are one regular mapping (GLOBAL_STAGES -> build_global_asset); the daily ones
-add per-crawl-day metadata (report_days); documents and manifest call their engine functions."""
+add per-crawl-month metadata (report_months); documents and manifest call their engine functions."""
 
+import calendar
 import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
-import pyarrow.parquet as pq
 
 from .. import engine
 from ..core.minhash import candidate_probability
@@ -29,7 +30,7 @@ from .config import (
     ScoreConfig,
     StageConfig,
 )
-from .partitions import CRAWL_DAYS
+from .partitions import CRAWL_MONTHS
 from .resources import WebdedupStorage
 
 GROUP = "webdedup"
@@ -45,7 +46,7 @@ LOCK_TIMEOUT_SECONDS = 600.0
 
 def run_stage(name: str, store: Store, call: Callable[[], Any]) -> Any:
     """Run a stage under the storage's writer lock (shared by the daily stages of different
-    days, exclusive for the global ones); engine errors become a dagster Failure whose
+    months, exclusive for the global ones); engine errors become a dagster Failure whose
     description is the user-facing message."""
     PROGRESS.info("%-18s running", name)
     try:
@@ -64,11 +65,11 @@ def run_stage(name: str, store: Store, call: Callable[[], Any]) -> Any:
 
 
 def run_contract(
-    name: str, storage: WebdedupStorage, params: ParamGroup | None, days: list[str] | None = None
+    name: str, storage: WebdedupStorage, params: ParamGroup | None, months: list[str] | None = None
 ) -> StageResult:
     """A stage of the contract (engine.stage) on the DuckDB engine, under run_stage."""
     store = storage.store()
-    return run_stage(name, store, lambda: engine.DUCKDB.run(name, store, params, days))
+    return run_stage(name, store, lambda: engine.DUCKDB.run(name, store, params, months))
 
 
 def materialized(
@@ -93,53 +94,58 @@ def materialized(
     return dg.MaterializeResult(metadata=metadata)
 
 
-def _days(context: dg.AssetExecutionContext) -> list[str]:
-    """The crawl days of this run: one partition, or a whole range in a single-run backfill."""
-    return sorted(context.partition_keys)
+MONTH_KEY = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
+
+
+def _months(context: dg.AssetExecutionContext) -> list[str]:
+    """The crawl months of this run: one partition, or a whole range in a single-run backfill."""
+    months = sorted(context.partition_keys)
+    wrong = [key for key in months if not MONTH_KEY.fullmatch(key)]
+    if wrong:  # e.g. a crawl day: partitions of an older webdedup, or typed by hand
+        raise dg.Failure(
+            description=f"crawl_months partition keys are months (YYYY-MM); got {', '.join(map(repr, wrong[:3]))}",
+            allow_retries=False,
+        )
+    return months
 
 
 def _coverage(context: dg.AssetExecutionContext) -> tuple[str, str]:
-    """The first and last crawl day known as partitions (documents dated outside are reported)."""
+    """The first and last day of the crawl months known as partitions (documents dated outside
+    them are reported)."""
     partitions_def = context.assets_def.partitions_def
     if isinstance(partitions_def, dg.DynamicPartitionsDefinition):
-        known = sorted(context.instance.get_dynamic_partitions(CRAWL_DAYS))
-    else:  # build_defs(days): the days given
+        known = sorted(context.instance.get_dynamic_partitions(CRAWL_MONTHS))
+    else:  # build_defs(months): the months given
         known = sorted(partitions_def.get_partition_keys())
-    return known[0], known[-1]
+    year, month = (int(part) for part in known[-1].split("-"))
+    return f"{known[0]}-01", f"{known[-1]}-{calendar.monthrange(year, month)[1]:02d}"
 
 
-def _day_stats(store, asset: str, day: str) -> dict[str, Any]:
-    """The figures the engine wrote for one day (stats-<day>.json); the file footer's row count
-    when there is none; no rows when the day has no file."""
-    stats_path = store.stats_path(asset, day)
-    if stats_path.exists():
-        return json.loads(stats_path.read_text())
-    path = store.path(asset, day)
-    return {"rows": pq.read_metadata(path).num_rows} if path.exists() else {"rows": 0}
-
-
-def report_days(context: dg.AssetExecutionContext, storage: WebdedupStorage, asset: str, days: list[str]) -> int:
-    """Give each crawl day of the run its own row count, preview, figures and file.
+def report_months(context: dg.AssetExecutionContext, storage: WebdedupStorage, asset: str, months: list[str]) -> int:
+    """Give each crawl month of the run its own row count, preview, figures and files.
 
     A single-run backfill materializes many partitions with one MaterializeResult, whose
-    metadata Dagster copies to every partition; what differs per day is added per partition
-    here. The cost per day is a small JSON read and a few dicts: the previews of all days come
-    from one scan (engine.preview.partition_previews). Returns the rows of the run."""
+    metadata Dagster copies to every partition; what differs per month is added per partition
+    here, from the stats the engine wrote (one small JSON each) and one preview scan. Returns
+    the rows of the run."""
     store = storage.store()
-    previews = partition_previews(store, asset, days)
-    per_day: dict[str, dict[str, Any]] = {}
+    previews = partition_previews(store, asset, months)
+    per_month: dict[str, dict[str, Any]] = {}
     total = 0
-    for day in days:
-        stats = _day_stats(store, asset, day)
+    for month in months:
+        stats_path = store.stats_path(asset, month)
+        stats = json.loads(stats_path.read_text()) if stats_path.exists() else {"rows": 0}
         rows = int(stats.get("rows", 0))
         total += rows
-        per_day[day] = {
+        files = [p.name for p in store.partition_files(asset, month)]
+        per_month[month] = {
             "dagster/row_count": dg.MetadataValue.int(rows),
-            "preview": dg.MetadataValue.md(previews.get(day, f"no {asset} rows on {day}")),
-            "day_stats": dg.MetadataValue.json(stats),
-            "path": dg.MetadataValue.path(str(store.path(asset, day))),
+            "preview": dg.MetadataValue.md(previews.get(month, f"no {asset} rows in {month}")),
+            "month_stats": dg.MetadataValue.json(stats),
+            "path": dg.MetadataValue.path(str(store.asset_dir(asset))),
+            "files": dg.MetadataValue.json(files),
         }
-    _add_partition_metadata(context, per_day)
+    _add_partition_metadata(context, per_month)
     return total
 
 
@@ -168,22 +174,22 @@ def _add_partition_metadata(context: dg.AssetExecutionContext, per_day: dict[str
     step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata=merged)
 
 
-def run_metadata(seconds: float, parameters: dict[str, Any], days: list[str], rows: int) -> dict[str, Any]:
+def run_metadata(seconds: float, parameters: dict[str, Any], months: list[str], rows: int) -> dict[str, Any]:
     """What every partition of a run shares: the parameters (the automation launches the next
-    runs with them) and the run's range and total, labelled as the run's so that no day shows
-    another day's figures. (Kept small: Dagster stores it once per partition.)"""
+    runs with them) and the run's range and total, labelled as the run's so that no month shows
+    another month's figures. (Kept small: Dagster stores it once per partition.)"""
     return {
         "parameters": dg.MetadataValue.json(parameters),
-        "run_days": dg.MetadataValue.text(
-            f"{days[0]} .. {days[-1]} ({len(days)} day(s), {rows} rows in all, {seconds or 0:.2f} s)"
+        "run_months": dg.MetadataValue.text(
+            f"{months[0]} .. {months[-1]} ({len(months)} month(s), {rows} rows in all, {seconds or 0:.2f} s)"
         ),
     }
 
 
 def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
-    """documents, fingerprinted and band_memberships, partitioned by crawl day.
+    """documents, fingerprinted and band_memberships, partitioned by crawl month.
 
-    A single-run backfill policy lets a range of days (`--partition-range`, UI backfills,
+    A single-run backfill policy lets a range of months (`--partition-range`, UI backfills,
     `webdedup run`) run as one run: each stage reads the input once for the whole range.
     """
     daily = {
@@ -196,17 +202,17 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
     @dg.asset(
         **daily,
         description=(
-            "Validated input documents of one crawl day (CSV, Parquet or WARC: file, folder or glob; or Common "
+            "Validated input documents of one crawl month (CSV, Parquet or WARC: file, folder or glob; or Common "
             "Crawl byte ranges). Requires doc_id, source, domain, crawled_at, title, body; keeps every extra column; "
-            "crawled_at typed as a date. Partitions are the crawl days present (dynamic partitions "
-            "`crawl_days`); documents dated outside them are counted and named in the metadata; WARC records "
+            "crawled_at typed as a date. Partitions are the crawl months present (dynamic partitions "
+            "`crawl_months`); documents dated outside them are counted and named in the metadata; WARC records "
             "that are not pages are counted by kind and listed in rejected_records."
         ),
     )
     def documents(
         context: dg.AssetExecutionContext, config: DocumentsConfig, storage: WebdedupStorage
     ) -> dg.MaterializeResult:
-        days = _days(context)
+        months = _months(context)
         coverage = _coverage(context)
         store = storage.store()
         info = run_stage(
@@ -216,7 +222,7 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
                 store,
                 config.input_path,
                 config.input_format,
-                days=days,
+                months=months,
                 coverage=coverage,
                 warc_options=config.warc_options(),
             ),
@@ -230,15 +236,15 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         outside = info.get("documents_outside_partitions", 0)
         if outside or info.get("files_outside_partitions"):
             context.log.warning(
-                f"{outside} document(s) read are dated outside the crawl-day partitions {coverage[0]} .. "
+                f"{outside} document(s) read are dated outside the crawl-month partitions {coverage[0]} .. "
                 f"{coverage[1]}, first: {info['doc_ids_outside_partitions']}; files dated outside: "
-                f"{info['files_outside_partitions']}. The discover_crawl_days sensor adds the input's days as "
-                "partitions (or use `webdedup run`, which partitions by the input's days)."
+                f"{info['files_outside_partitions']}. The discover_crawl_months sensor adds the input's months as "
+                "partitions (or use `webdedup run`, which partitions by the input's months)."
             )
-        rows = report_days(context, storage, "documents", days)
+        rows = report_months(context, storage, "documents", months)
         return dg.MaterializeResult(
             metadata={
-                **run_metadata(info.get("seconds"), config.model_dump(), days, rows),
+                **run_metadata(info.get("seconds"), config.model_dump(), months, rows),
                 "documents_outside_partitions": dg.MetadataValue.int(outside),
                 "doc_ids_outside_partitions": dg.MetadataValue.json(info.get("doc_ids_outside_partitions", [])),
                 **warc,
@@ -250,38 +256,38 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         deps=[documents],
         description=(
             "Per document: token count, shingle count and MinHash signature over ordered k-token shingles "
-            "of the normalized text (compiled kernel, streamed in record batches). Built per crawl day."
+            "of the normalized text (compiled kernel, streamed in record batches). Built per crawl month."
         ),
     )
     def fingerprinted(
         context: dg.AssetExecutionContext, config: FingerprintConfig, storage: WebdedupStorage
     ) -> dg.MaterializeResult:
-        days = _days(context)
-        result = run_contract("fingerprinted", storage, config.params(), days)
-        rows = report_days(context, storage, "fingerprinted", days)
-        return dg.MaterializeResult(metadata=run_metadata(result.seconds, config.model_dump(), days, rows))
+        months = _months(context)
+        result = run_contract("fingerprinted", storage, config.params(), months)
+        rows = report_months(context, storage, "fingerprinted", months)
+        return dg.MaterializeResult(metadata=run_metadata(result.seconds, config.model_dump(), months, rows))
 
     @dg.asset(
         **daily,
         deps=[fingerprinted],
         description=(
             "LSH band keys: one row per document per band (doc_id, band_index, band_hash). Documents without "
-            "shingles get none and can never be candidates. Built per crawl day."
+            "shingles get none and can never be candidates. Built per crawl month."
         ),
     )
     def band_memberships(
         context: dg.AssetExecutionContext, config: BandConfig, storage: WebdedupStorage
     ) -> dg.MaterializeResult:
-        days = _days(context)
-        result = run_contract("band_memberships", storage, config.params(), days)
+        months = _months(context)
+        result = run_contract("band_memberships", storage, config.params(), months)
         curve = [
             (j, round(candidate_probability(j, config.bands, config.rows), 4))
             for j in (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
         ]
-        rows = report_days(context, storage, "band_memberships", days)
+        rows = report_months(context, storage, "band_memberships", months)
         return dg.MaterializeResult(
             metadata={
-                **run_metadata(result.seconds, config.model_dump(), days, rows),
+                **run_metadata(result.seconds, config.model_dump(), months, rows),
                 "candidate_probability": dg.MetadataValue.md(markdown_table(["jaccard", "P(candidate)"], curve)),
             }
         )

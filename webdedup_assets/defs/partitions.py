@@ -1,17 +1,16 @@
-"""Crawl-day partitions: exactly the crawl days present in the data.
+"""Crawl-month partitions: exactly the crawl months present in the data.
 
-The daily stages are partitioned by the UTC day of `crawled_at`, as a dynamic partitions
-definition named `crawl_days` whose keys are the days the input holds: nothing before the
-first page, no empty calendar between sparse crawls, so the UI's partition bar and "% filled"
-count real days. Days are added by whatever ingests:
+The daily stages are partitioned by the UTC month of `crawled_at`, as a dynamic partitions
+definition named `crawl_months` whose keys (YYYY-MM) are the months the input holds: nothing
+before the first page, no empty calendar between sparse crawls. A month, not a day, is the unit
+of files and of Dagster materializations: a corpus spanning years of crawl days costs per page,
+not milliseconds of events and files per day per asset (the corpus state still records every
+day; see the README, "Storage"). Months are added by whatever ingests:
 
-- `webdedup run` adds the days of its input to its (ephemeral) instance before it runs;
-- under `dagster dev` the `discover_crawl_days` sensor adds the days of the configured input
+- `webdedup run` adds the months of its input to its (ephemeral) instance before it runs;
+- under `dagster dev` the `discover_crawl_months` sensor adds the months of the configured input
   (WEBDEDUP_INPUT) whenever its files change;
-- the daily schedule adds yesterday's day before it requests it.
-
-Dynamic partitions keep the order in which they were added (sorted within each batch), so a
-day discovered after later days sorts after them in the UI; ranges are still exact sets of days.
+- the daily schedule adds the month of yesterday before it requests it.
 """
 
 from __future__ import annotations
@@ -20,20 +19,23 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-CRAWL_DAYS = "crawl_days"
-crawl_days = dg.DynamicPartitionsDefinition(name=CRAWL_DAYS)
+from ..engine.state import crawl_month
+
+CRAWL_MONTHS = "crawl_months"
+crawl_months = dg.DynamicPartitionsDefinition(name=CRAWL_MONTHS)
 
 
-def register_days(instance: dg.DagsterInstance, days: Iterable[str]) -> list[str]:
-    """Add the crawl days not yet known to the instance, sorted; returns the days added."""
-    known = set(instance.get_dynamic_partitions(CRAWL_DAYS))
-    new = sorted(set(days) - known)
+def register_months(instance: dg.DagsterInstance, days: Iterable[str]) -> list[str]:
+    """Add the months of `days` (crawl days or months) not yet known to the instance, sorted;
+    returns the months added."""
+    known = set(instance.get_dynamic_partitions(CRAWL_MONTHS))
+    new = sorted({crawl_month(day) for day in days} - known)
     if new:
-        instance.add_dynamic_partitions(CRAWL_DAYS, new)
+        instance.add_dynamic_partitions(CRAWL_MONTHS, new)
     return new
 
 
-def new_days(instance: dg.DagsterInstance, days: Iterable[str]) -> list[str]:
-    """The days not yet registered (sorted), without adding them."""
-    known = set(instance.get_dynamic_partitions(CRAWL_DAYS))
-    return sorted(set(days) - known)
+def new_months(instance: dg.DagsterInstance, days: Iterable[str]) -> list[str]:
+    """The months of `days` not yet registered (sorted), without adding them."""
+    known = set(instance.get_dynamic_partitions(CRAWL_MONTHS))
+    return sorted({crawl_month(day) for day in days} - known)

@@ -30,7 +30,7 @@ from ..progress import Task
 from .contract import REQUIRED_COLUMNS
 from .errors import WebdedupError
 from .parallel import thread_count
-from .state import record_documents, require_same_input
+from .state import crawl_month, record_documents, require_same_input
 from .storage import (
     Store,
     atomic_path,
@@ -383,29 +383,27 @@ def stage_documents(
     store: Store,
     input_path: str,
     input_format: str = "auto",
-    days: list[str] | None = None,
+    months: list[str] | None = None,
     coverage: tuple[str, str] | None = None,
     warc_options: WarcOptions | None = None,
 ) -> dict[str, Any]:
     """Validate the input and write the documents asset.
 
-    Without `days`: every document goes to documents/data.parquet.
-    With `days` (crawl-day partitions, sorted ISO dates): only files that can hold those days
-    are read (a file whose name carries a date outside them is skipped), and each day's
-    documents go to documents/part-<day>.parquet; a day without documents keeps no file. Any
-    document read whose day lies outside `coverage` (the first and last partition that exist)
-    is reported, with its doc_id, instead of being silently left out.
+    Without `months`: every document goes to documents/data.parquet.
+    With `months` (crawl-month partitions, YYYY-MM): only files that can hold those months are
+    read (a file whose name carries a date outside them is skipped), and each month's documents
+    go to documents/part-<month>.parquet and its segments (see _write_months); a month without
+    documents keeps no file. Any document read whose day lies outside `coverage` (the first and
+    last day of the partitions that exist) is reported, with its doc_id, never silently left out.
     """
     started = time.perf_counter()
     all_files = resolve_input(input_path, input_format)
     files = all_files
     uncovered_files: list[str] = []
-    if days is not None:
-        require_same_input(store, input_path, input_format, days)
-        first, last = days[0], days[-1]
-        files = [
-            f for f in all_files if (day_of_file(f.path) or first) >= first and (day_of_file(f.path) or last) <= last
-        ]
+    if months is not None:
+        require_same_input(store, input_path, input_format, months)
+        wanted = set(months)
+        files = [f for f in all_files if (day := day_of_file(f.path)) is None or crawl_month(day) in wanted]
         if coverage is not None:
             uncovered_files = [
                 str(f.path)
@@ -425,21 +423,21 @@ def stage_documents(
         "input_files": described,
         **({"warc": warc_summary} if warc_summary else {}),
     }
-    if not files:  # every file of the input is dated outside these days
+    if not files:  # every file of the input is dated outside these months
         extra = []
         con.execute(
             "CREATE TEMP VIEW parsed AS SELECT NULL::VARCHAR AS doc_id, NULL::VARCHAR AS source, "
             "NULL::VARCHAR AS domain, NULL::DATE AS crawled_at, NULL::VARCHAR AS title, "
-            "NULL::VARCHAR AS body WHERE false"
+            "NULL::VARCHAR AS body, NULL::INTEGER AS __file_index WHERE false"
         )
-        con.execute("CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at FROM parsed")
+        con.execute("CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at, __file_index FROM parsed")
     else:
         extra = _load(con, files)
     params["input_sha256"] = combined_sha256(sources) if sources else None
     params["extra_columns"] = extra
     select = _select_sql(extra)
     stats: dict[str, Any] = {}
-    if days is None:
+    if months is None:
         with atomic_path(store.path("documents")) as temp:
             try:
                 copy_query(con, f"SELECT {select} FROM parsed", temp, params)
@@ -448,8 +446,9 @@ def stage_documents(
         stats = {"rows": scalar(con, "SELECT count(*) FROM keys")}
         store.write_stats("documents", None, {**stats, "seconds": round(time.perf_counter() - started, 4)})
     else:
-        stats = _write_days(con, store, select, days, params, files)
-        record_documents(store, input_path, input_format, _day_entries(days, stats.pop("day_rows"), sources))
+        stats = _write_months(con, store, select, months, params, files)
+        day_rows = stats.pop("day_rows")
+        record_documents(store, input_path, input_format, months, _day_entries(day_rows, sources))
         if coverage is not None:
             stats.update(_uncovered(con, coverage, uncovered_files))
     stats["seconds"] = round(time.perf_counter() - started, 4)
@@ -458,113 +457,143 @@ def stage_documents(
     return {**params, **stats}
 
 
-def _write_days(
-    con, store: Store, select: str, days: list[str], params: dict[str, Any], files: list[InputFile]
-) -> dict[str, Any]:
-    """Every day of the range as documents/part-<day>.parquet; days without documents lose their file.
+MONTH_SQL = "strftime(crawled_at, '%Y-%m')"
 
-    A day held whole by one input file that already is exactly the stored form is adopted as a
-    byte copy (see _adoptable_days); all other days are written in one pass over the input
-    (COPY ... PARTITION_BY), each day then moved into place."""
+
+def _write_months(
+    con, store: Store, select: str, months: list[str], params: dict[str, Any], files: list[InputFile]
+) -> dict[str, Any]:
+    """Every month of the run as documents/part-<month>.parquet and segments; months without
+    documents lose their files.
+
+    An input file that already is exactly the stored form and holds days of one month that no
+    other file holds is adopted as a byte copy, a segment part-<month>.<first day>.parquet (see
+    _adoptable_files: daily or monthly exports); every other document is written in one pass over
+    the input (COPY ... PARTITION_BY month), each month then moved into place."""
     started = time.perf_counter()
-    first, last = days[0], days[-1]
-    in_range = f"crawled_at BETWEEN DATE {sql_string(first)} AND DATE {sql_string(last)}"
-    present = dict(
-        con.execute(f"SELECT CAST(crawled_at AS VARCHAR), count(*) FROM keys WHERE {in_range} GROUP BY 1").fetchall()
+    wanted = set(months)
+    month_list = ", ".join(sql_string(m) for m in months)
+    in_run = f"{MONTH_SQL} IN ({month_list})"
+    day_rows = dict(
+        con.execute(f"SELECT CAST(crawled_at AS VARCHAR), count(*) FROM keys WHERE {in_run} GROUP BY 1").fetchall()
     )
-    wanted = set(days)
+    month_rows: dict[str, int] = {}
+    for day, rows in day_rows.items():
+        month_rows[crawl_month(day)] = month_rows.get(crawl_month(day), 0) + rows
     stored_schema = con.sql(f"SELECT {select} FROM parsed LIMIT 0").arrow().schema
-    adopted = _adoptable_days(con, files, stored_schema, wanted)
-    copied = sorted(d for d in present if d not in adopted)
+    adopted = _adoptable_files(con, files, stored_schema, wanted)  # file index -> (month, first day, rows)
+    adopted_rows: dict[str, int] = {}
+    for month, _, rows in adopted.values():
+        adopted_rows[month] = adopted_rows.get(month, 0) + rows
+    copied = sorted(m for m in month_rows if month_rows[m] > adopted_rows.get(m, 0))
     staging = store.asset_dir("documents") / f".staging-{os.getpid()}-{uuid.uuid4().hex}"
     staging.parent.mkdir(parents=True, exist_ok=True)
     try:
         if copied:
-            day_list = ", ".join(f"DATE {sql_string(d)}" for d in copied)
-            shown = Task("documents", sum(present[d] for d in copied), "docs")
+            skip = f" AND __file_index NOT IN ({', '.join(str(i) for i in adopted)})" if adopted else ""
+            shown = Task(
+                "documents", sum(month_rows[m] for m in copied) - sum(adopted_rows.get(m, 0) for m in copied), "docs"
+            )
             try:
                 copy_query(
                     con,
-                    f"SELECT {select}, strftime(crawled_at, '%Y-%m-%d') AS __day FROM parsed "
-                    f"WHERE {in_range} AND crawled_at IN ({day_list})",
+                    f"SELECT {select}, {MONTH_SQL} AS __month FROM parsed WHERE {in_run}{skip}",
                     staging,
                     params,
-                    partition_by="__day",
+                    partition_by="__month",
                     progress=shown,
                 )
             except duckdb.Error as err:  # e.g. a Parquet string column that is not UTF-8
                 raise read_error(err, files) from None
             finally:
                 shown.close()
-        seconds = round((time.perf_counter() - started) / max(1, len(present)), 4)
-        for day in days:
-            if day not in present:
-                store.remove("documents", day)  # a day without documents (or whose input was deleted)
+        seconds = round((time.perf_counter() - started) / max(1, len(month_rows)), 4)
+        for month in months:
+            if month not in month_rows:
+                store.remove("documents", month)  # a month without documents (or whose input was deleted)
                 continue
-            if day in adopted:
-                store.adopt("documents", day, adopted[day].path, params)
-            else:
-                written = sorted((staging / f"__day={day}").glob("*.parquet"))
+            segments = [
+                store.adopt("documents", month, files[i].path, params, segment=first)
+                for i, (m, first, _) in sorted(adopted.items(), key=lambda item: item[1][1])
+                if m == month
+            ]
+            store.remove_segments("documents", month, keep=segments)
+            if month in copied:
+                written = sorted((staging / f"__month={month}").glob("*.parquet"))
                 if len(written) != 1:
                     raise WebdedupError(
-                        f"documents: expected one file for crawl day {day}, DuckDB wrote {len(written)}"
+                        f"documents: expected one file for crawl month {month}, DuckDB wrote {len(written)}"
                     )
-                store.place("documents", day, written[0])
-            store.write_stats("documents", day, {"rows": present[day], "seconds": seconds, "adopted": day in adopted})
+                store.place("documents", month, written[0])
+            else:
+                store.path("documents", month).unlink(missing_ok=True)
+            store.write_stats(
+                "documents",
+                month,
+                {
+                    "rows": month_rows[month],
+                    "seconds": seconds,
+                    "segments_adopted": len(segments),
+                    "days": sorted(d for d in day_rows if crawl_month(d) == month),
+                },
+            )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     write_schema(store, "documents", stored_schema, params)
     return {
-        "day_rows": {d: present[d] for d in days if d in present},
-        "rows": sum(n for d, n in present.items() if d in wanted),
-        "days": len(days),
-        "days_with_documents": len([d for d in present if d in wanted]),
-        "days_adopted": len([d for d in adopted if d in wanted]),
+        "day_rows": day_rows,
+        "partition_rows": {m: month_rows[m] for m in months if m in month_rows},
+        "rows": sum(month_rows.values()),
+        "months": len(months),
+        "days_with_documents": len(day_rows),
+        "files_adopted": len(adopted),
     }
 
 
-def _day_entries(
-    days: list[str], day_rows: dict[str, int], sources: list[InputFile]
-) -> dict[str, dict[str, Any] | None]:
-    """The corpus-state entry of each day of the run: its rows and the input files that can hold
-    it (a file whose name carries another day cannot); None for a day without documents."""
-    entries: dict[str, dict[str, Any] | None] = {}
-    for day in days:
-        if day not in day_rows:
-            entries[day] = None
-            continue
-        files = [{"path": str(f.path), "sha256": f.sha256} for f in sources if (day_of_file(f.path) or day) == day]
-        entries[day] = {"rows": day_rows[day], "input_files": files}
-    return entries
+def _day_entries(day_rows: dict[str, int], sources: list[InputFile]) -> dict[str, dict[str, Any]]:
+    """The corpus-state entry of each day with documents: its rows and the input files that can
+    hold it (a file whose name carries another day cannot)."""
+    return {
+        day: {
+            "rows": rows,
+            "input_files": [
+                {"path": str(f.path), "sha256": f.sha256} for f in sources if (day_of_file(f.path) or day) == day
+            ],
+        }
+        for day, rows in sorted(day_rows.items())
+    }
 
 
 ADOPT_MAX_ROW_GROUP_ROWS = 1 << 17  # later stages stream row groups; a huge one would not be bounded
 
 
-def _adoptable_days(
+def _adoptable_files(
     con: duckdb.DuckDBPyConnection, files: list[InputFile], stored_schema: pa.Schema, wanted: set[str]
-) -> dict[str, InputFile]:
-    """Days whose stored file can be a byte copy of one input file: a Parquet file whose columns,
-    order and types are exactly the stored schema, all of whose documents (already validated
-    in `keys`) fall on that one day, which no other file contributes to, with no NULL body and
+) -> dict[int, tuple[str, str, int]]:
+    """Input files whose stored form can be a byte copy: a Parquet file whose columns, order and
+    types are exactly the stored schema, all of whose documents (already validated in `keys`)
+    fall in one month of the run, on days no other file contributes to, with no NULL body and
     small row groups. Its text columns are checked to be valid UTF-8 here (the copy path gets
-    that check from DuckDB's reader). Copying such a file instead of re-encoding 2.5 GB of
-    text per million pages is what makes ingesting daily Parquet exports cheap."""
+    that check from DuckDB's reader). Copying such a file instead of re-encoding 2.5 GB of text
+    per million pages is what makes ingesting daily or monthly Parquet exports cheap.
+    Returns file index -> (month, first day, rows)."""
     candidates = {i for i, f in enumerate(files) if f.format == "parquet" and _same_layout(f.path, stored_schema)}
     if not candidates:
         return {}
-    # (day, the one file holding it) for days held by exactly one file that holds no other day
-    single = con.execute(
-        "SELECT CAST(day AS VARCHAR), file FROM ("
-        "  SELECT crawled_at AS day, min(__file_index) AS file, count(DISTINCT __file_index) AS files"
-        "  FROM keys GROUP BY crawled_at) "
-        "WHERE files = 1 AND file IN (SELECT __file_index FROM keys GROUP BY 1 HAVING count(DISTINCT crawled_at) = 1)"
+    shared = "SELECT crawled_at FROM keys GROUP BY crawled_at HAVING count(DISTINCT __file_index) > 1"
+    rows = con.execute(
+        f"SELECT __file_index, min({MONTH_SQL}), max({MONTH_SQL}), CAST(min(crawled_at) AS VARCHAR), count(*), "
+        f"count(*) FILTER (WHERE crawled_at IN ({shared})) FROM keys GROUP BY __file_index"
     ).fetchall()
-    chosen = sorted((day, index) for day, index in single if index in candidates and day in wanted)
+    chosen = sorted(
+        (index, first_month, first_day, n)
+        for index, first_month, last_month, first_day, n, on_shared_days in rows
+        if index in candidates and first_month == last_month and first_month in wanted and not on_shared_days
+    )
     # each file decoded on its own thread (pyarrow releases the GIL): the cores share the check
     with ThreadPoolExecutor(max_workers=thread_count()) as pool:
-        clean = list(pool.map(lambda item: _text_is_clean(files[item[1]].path, stored_schema), chosen))
-    return {day: files[index] for (day, index), ok in zip(chosen, clean) if ok}
+        clean = list(pool.map(lambda item: _text_is_clean(files[item[0]].path, stored_schema), chosen))
+    return {index: (month, day, n) for (index, month, day, n), ok in zip(chosen, clean) if ok}
 
 
 def _same_layout(path: Path, stored_schema: pa.Schema) -> bool:

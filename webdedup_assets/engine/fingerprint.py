@@ -35,10 +35,10 @@ BAND_SCHEMA = pa.schema([("doc_id", pa.string()), ("band_index", pa.int16()), ("
 
 def _source_files(store: Store, asset: str, partition: str | None):
     if partition is not None:
-        path = store.path(asset, partition)
-        if not path.exists():
+        paths = store.partition_files(asset, partition)
+        if not paths:
             raise WebdedupError(f"upstream {asset!r} partition {partition} has not been materialized")
-        return [path]
+        return paths
     return store.require(asset)
 
 
@@ -46,8 +46,8 @@ def _pieces(
     store: Store, asset: str, partitions: list[str | None], columns: list[str] | None = None, rows: int = BATCH_ROWS
 ):
     """(partition, batch) of every stored file of `partitions`, in order, coalesced into lists
-    of about BATCH_ROWS rows: many small crawl days make one kernel batch, so the cost follows
-    documents, not days."""
+    of about BATCH_ROWS rows: many small files make one kernel batch, so the cost follows
+    documents, not files."""
     group: list[tuple[str | None, pa.RecordBatch]] = []
     size = 0
     for partition in partitions:
@@ -78,15 +78,15 @@ def _split(out: pa.RecordBatch, group: list[tuple[str | None, pa.RecordBatch]]):
 
 
 def stage_fingerprinted(
-    store: Store, params: FingerprintParams, days: list[str] | None = None, threads: int | None = None
+    store: Store, params: FingerprintParams, months: list[str] | None = None, threads: int | None = None
 ) -> StageResult:
-    """Signatures of the documents of `days` (None: the unpartitioned asset), through the contract."""
-    return DUCKDB.run("fingerprinted", store, params, days, threads=threads)
+    """Signatures of the documents of `months` (None: the unpartitioned asset), through the contract."""
+    return DUCKDB.run("fingerprinted", store, params, months, threads=threads)
 
 
-def stage_band_memberships(store: Store, params: BandingParams, days: list[str] | None = None) -> StageResult:
-    """Band keys of the fingerprints of `days` (None: the unpartitioned asset), through the contract."""
-    return DUCKDB.run("band_memberships", store, params, days)
+def stage_band_memberships(store: Store, params: BandingParams, months: list[str] | None = None) -> StageResult:
+    """Band keys of the fingerprints of `months` (None: the unpartitioned asset), through the contract."""
+    return DUCKDB.run("band_memberships", store, params, months)
 
 
 @DUCKDB.implements("fingerprinted")

@@ -26,8 +26,12 @@ def markdown_table(columns: list[str], rows: list[tuple]) -> str:
 def preview(
     store: Store, asset: str, limit: int = 10, order_by: str | None = None, partition: str | None = None
 ) -> str:
-    """The first rows of an asset (of one partition file when given), long cells cut."""
-    source = f"read_parquet({sql_string(str(store.path(asset, partition)))})" if partition else store.scan_sql(asset)
+    """The first rows of an asset (of one partition's files when given), long cells cut."""
+    if partition:
+        listing = ", ".join(sql_string(str(f)) for f in store.partition_files(asset, partition))
+        source = f"read_parquet([{listing}], union_by_name = true)"
+    else:
+        source = store.scan_sql(asset)
     con = connect()
     try:
         relation = con.sql(f"SELECT * FROM {source} {f'ORDER BY {order_by}' if order_by else ''} LIMIT {limit}")
@@ -37,12 +41,17 @@ def preview(
 
 
 def partition_previews(store: Store, asset: str, partitions: list[str], limit: int = 5) -> dict[str, str]:
-    """The first rows (in file order) of each partition's file, as Markdown, keyed by partition.
+    """The first rows (in file order) of each partition's first file, as Markdown, keyed by
+    partition.
 
     One DuckDB scan over all the files: the filter on file_row_number skips every row group but
-    each file's first, so thousands of crawl days cost a fraction of a second, not a query each.
+    each file's first, so hundreds of partitions cost a fraction of a second, not a query each.
     Partitions without a file are left out."""
-    files = {str(store.path(asset, p)): p for p in partitions if store.path(asset, p).exists()}
+    files = {}
+    for p in partitions:
+        stored = store.partition_files(asset, p)
+        if stored:
+            files[str(stored[0])] = p
     if not files:
         return {}
     listing = ", ".join(sql_string(f) for f in files)

@@ -55,7 +55,7 @@ class Stage:
     params: type[ParamGroup] | None  # the parameter model it takes (None: none)
     group: str | None  # key of its own parameters in what it stores
     upstream: tuple[str, ...] = ()  # artifacts it reads: must exist; their stored parameters are checked
-    daily: bool = False  # built per crawl day (one file per day)
+    daily: bool = False  # built per crawl month (one file per month, see engine.state.crawl_month)
     inherits: tuple[tuple[str, str], ...] = ()  # (group, upstream): stored again with this stage's data
     needs: tuple[Need, ...] = ()
     uniform: tuple[str, ...] = ()  # daily upstreams whose days must all share the latest parameters
@@ -205,7 +205,8 @@ def check_uniform(stage: Stage, store: Store, asset: str, latest: dict[str, Any]
 @dataclass
 class StageRun:
     """What an implementation is given: the store, its checked parameters, the upstream's
-    stored parameters, and for a daily stage the partitions to build ([None]: unpartitioned)."""
+    stored parameters, and for a daily stage the partitions (crawl months) to build ([None]:
+    unpartitioned)."""
 
     stage: Stage
     store: Store
@@ -252,7 +253,7 @@ class StageResult:
     parameters: dict[str, Any]  # as stored with the data
     figures: dict[str, Any]
     seconds: float
-    day_rows: dict[str, int] | None = None  # daily stages run over days: rows per day built
+    partition_rows: dict[str, int] | None = None  # a daily stage: rows per crawl month built
 
     def stats(self) -> dict[str, Any]:
         return {"rows": self.rows, **self.figures, "seconds": self.seconds}
@@ -283,11 +284,11 @@ class Engine:
         name: str,
         store: Store,
         params: ParamGroup | None = None,
-        days: list[str] | None = None,
+        months: list[str] | None = None,
         **options: Any,
     ) -> StageResult:
         """Run one stage: upstream check, the implementation, timing, stats; for a daily stage
-        `days` are the crawl days to build (None: the unpartitioned asset)."""
+        `months` are the crawl months to build (None: the unpartitioned asset)."""
         stage = STAGES[name]
         implementation = self.stages.get(name)
         if implementation is None:
@@ -312,33 +313,33 @@ class Engine:
             result = StageResult(name, output.rows, run.parameters, output.figures, seconds)
             store.write_stats(name, None, result.stats())
             return result
-        return self._run_daily(run, implementation, days, started)
+        return self._run_daily(run, implementation, months, started)
 
     def _run_daily(
-        self, run: StageRun, implementation: Implementation, days: list[str] | None, started: float
+        self, run: StageRun, implementation: Implementation, months: list[str] | None, started: float
     ) -> StageResult:
         stage, store = run.stage, run.store
-        if days is None:
+        if months is None:
             run.partitions = [None]
         else:
             present = set(store.partitions(stage.upstream[0]))
-            run.partitions = [day for day in days if day in present]
-            for day in days:
-                if day not in present:
-                    store.remove(stage.name, day)  # the day has no upstream rows (any more): no rows
+            run.partitions = [month for month in months if month in present]
+            for month in months:
+                if month not in present:
+                    store.remove(stage.name, month)  # the month has no upstream rows (any more): no rows
         began = time.perf_counter()
         output = implementation(run)
         share = round((time.perf_counter() - began) / max(1, len(output.partition_rows or {})), 4)
         for partition, rows in (output.partition_rows or {}).items():
             figures = (output.partition_figures or {}).get(partition, {})
             store.write_stats(stage.name, partition, {"rows": rows, **figures, "seconds": share})
-        day_rows = None
-        if days is not None:
-            day_rows = dict(output.partition_rows or {})
+        partition_rows = None
+        if months is not None:
+            partition_rows = dict(output.partition_rows or {})
             write_schema(store, stage.name, output.schema, run.parameters)
-            record_stage(store, stage.name, day_rows, run.parameters)
+            record_stage(store, stage.name, partition_rows, run.parameters)
         seconds = round(time.perf_counter() - started, 4)
-        return StageResult(stage.name, output.rows, run.parameters, output.figures, seconds, day_rows)
+        return StageResult(stage.name, output.rows, run.parameters, output.figures, seconds, partition_rows)
 
 
 DUCKDB = Engine("duckdb")  # the embedded default: engine/*.py register their stage functions here

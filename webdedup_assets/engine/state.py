@@ -37,7 +37,7 @@ from .errors import WebdedupError
 from .storage import Store, write_text
 
 STATE_FILE = "corpus_state.json"
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2: the daily assets are stored per crawl month
 LOCK_FILE = ".webdedup.lock"
 HOLDERS_DIR = ".webdedup.locks"
 DAILY_ASSETS = ("documents", "fingerprinted", "band_memberships")
@@ -209,8 +209,23 @@ def state_path(store: Store) -> Path:
     return store.root / STATE_FILE
 
 
+def crawl_month(day: str) -> str:
+    """The partition of a crawl day (ISO date): its month, YYYY-MM. Files, Dagster partitions and
+    materialization events are per month, so a corpus spanning years costs per page, not per day
+    (see the README, "Storage"); the state still records every day."""
+    return day[:7]
+
+
+def months_of(days: list[str]) -> list[str]:
+    return sorted({crawl_month(day) for day in days})
+
+
 def _empty_state() -> dict[str, Any]:
-    return {"format": STATE_FORMAT, "input": None, "days": {}, "parameters": {}, "updated_at": None}
+    return {"format": STATE_FORMAT, "input": None, "days": {}, "months": {}, "parameters": {}, "updated_at": None}
+
+
+class StateOutdated(WebdedupError):
+    """The storage was written by an earlier webdedup whose layout this one does not read."""
 
 
 def load_state(store: Store) -> dict[str, Any]:
@@ -225,12 +240,27 @@ def load_state(store: Store) -> dict[str, Any]:
                 f"{path}: the corpus state is not valid JSON ({err}); remove the storage root and run again"
             ) from None
         if state.get("format") != STATE_FORMAT:
-            raise WebdedupError(f"{path}: corpus state format {state.get('format')!r}, expected {STATE_FORMAT}")
+            raise StateOutdated(
+                f"{path}: corpus state format {state.get('format')!r} of an earlier webdedup (this one writes "
+                f"format {STATE_FORMAT}: daily assets per crawl month); `webdedup run` rebuilds the storage, or "
+                "remove the storage root"
+            )
         return state
-    state = _empty_state()
-    for day in store.partitions("documents"):
-        state["days"][day] = {"assets": {}}
-    return state
+    return _empty_state()
+
+
+def reset_outdated(store: Store) -> bool:
+    """Remove the daily assets and the state of a storage written in an earlier layout (`webdedup
+    run` rebuilds from its input anyway); False when the state is current or absent."""
+    try:
+        load_state(store)
+        return False
+    except StateOutdated:
+        pass
+    for asset in DAILY_ASSETS:
+        shutil.rmtree(store.asset_dir(asset), ignore_errors=True)
+    state_path(store).unlink(missing_ok=True)
+    return True
 
 
 @contextmanager
@@ -264,12 +294,12 @@ def input_identity(input_path: str, input_format: str) -> dict[str, str]:
     return {"path": path, "format": input_format}
 
 
-def require_same_input(store: Store, input_path: str, input_format: str, days: list[str]) -> None:
-    """Refuse a daily run that would add days read from another input to the held corpus."""
+def require_same_input(store: Store, input_path: str, input_format: str, months: list[str]) -> None:
+    """Refuse a daily run that would add months read from another input to the held corpus."""
     state = load_state(store)
     held = state.get("input")
     wanted = input_identity(input_path, input_format)
-    others = sorted(d for d in state["days"] if d not in set(days))
+    others = sorted(d for d in state["days"] if crawl_month(d) not in set(months))
     if held and others and held["path"] != wanted["path"]:
         raise WebdedupError(
             f"storage {store.root} holds {len(others)} crawl day(s) ({others[0]} .. {others[-1]}) read from "
@@ -278,43 +308,61 @@ def require_same_input(store: Store, input_path: str, input_format: str, days: l
         )
 
 
-def record_documents(store: Store, input_path: str, input_format: str, days: dict[str, dict[str, Any]]) -> None:
-    """After the documents stage: `days` maps each day of the run to its entry ({"rows": n,
-    "input_files": [...]}) or to None when the day has no documents (it leaves the corpus)."""
+def record_documents(
+    store: Store, input_path: str, input_format: str, months: list[str], days: dict[str, dict[str, Any]]
+) -> None:
+    """After the documents stage built `months`: `days` maps each day of them that has
+    documents to its entry ({"rows": n, "input_files": [...]}); every other day of those months
+    leaves the corpus."""
 
     def change(state: dict[str, Any]) -> None:
         state["input"] = input_identity(input_path, input_format)
+        built = set(months)
+        for day in [d for d in state["days"] if crawl_month(d) in built and d not in days]:
+            del state["days"][day]
         for day, entry in days.items():
-            if entry is None:
-                state["days"].pop(day, None)
-            else:
-                state["days"][day] = {"assets": {"documents": entry}}
+            state["days"][day] = {"documents": entry}
+        for month in built:
+            state["months"].pop(month, None)
+            rows = sum(e["rows"] for d, e in days.items() if crawl_month(d) == month)
+            if rows:
+                state["months"][month] = {"documents": rows}
 
     update_state(store, change)
 
 
 def record_stage(store: Store, asset: str, built: dict[str, int], params: dict[str, Any]) -> None:
-    """After a daily stage: the rows it wrote per day, and the parameters it used."""
+    """After a daily stage: the rows it wrote per month, and the parameters it used."""
 
     def change(state: dict[str, Any]) -> None:
-        for day, rows in built.items():
-            state["days"].setdefault(day, {"assets": {}})["assets"][asset] = {"rows": rows}
+        for month, rows in built.items():
+            state["months"].setdefault(month, {})[asset] = rows
         state["parameters"][asset] = params
 
     update_state(store, change)
 
 
 def clear_days(store: Store, days: list[str]) -> None:
-    """Remove every daily asset's files of `days` and drop them from the state."""
-    for day in days:
+    """Drop `days` from the state; the files of months left without any day are removed (a month
+    that keeps some of its days is rebuilt by the run that keeps them)."""
+    gone = set(days)
+    remaining = {crawl_month(d) for d in load_state(store)["days"] if d not in gone}
+    emptied = sorted({crawl_month(d) for d in days} - remaining)
+    for month in emptied:
         for asset in DAILY_ASSETS:
-            store.remove(asset, day)
+            store.remove(asset, month)
 
     def change(state: dict[str, Any]) -> None:
         for day in days:
             state["days"].pop(day, None)
+        for month in emptied:
+            state["months"].pop(month, None)
 
     update_state(store, change)
+
+
+def present_months(store: Store, asset: str) -> set[str]:
+    return set(store.partitions(asset))
 
 
 def held_days(store: Store) -> list[str]:
@@ -322,22 +370,32 @@ def held_days(store: Store) -> list[str]:
 
 
 def check_consistent(store: Store) -> None:
-    """Before the global stages: every daily asset holds exactly the state's crawl days (days
-    without documents hold no file anywhere), or an error naming the days that disagree."""
-    days = set(load_state(store)["days"])
+    """Before the global stages: every daily asset holds exactly the months of the state's crawl
+    days, each with the state's row count for it (months without documents hold no file
+    anywhere), or an error naming the months that disagree."""
+    state = load_state(store)
+    months = {crawl_month(d) for d in state["days"]}
     problems = []
     for asset in DAILY_ASSETS:
         present = set(store.partitions(asset))
-        missing = sorted(days - present)
-        extra = sorted(present - days)
+        missing = sorted(months - present)
+        extra = sorted(present - months)
         if missing:
-            problems.append(f"{asset} lacks {len(missing)} day(s) of the corpus (first: {', '.join(missing[:3])})")
+            problems.append(f"{asset} lacks {len(missing)} month(s) of the corpus (first: {', '.join(missing[:3])})")
         if extra:
             problems.append(
-                f"{asset} holds {len(extra)} day(s) that are not part of the corpus (first: {', '.join(extra[:3])})"
+                f"{asset} holds {len(extra)} month(s) that are not part of the corpus (first: {', '.join(extra[:3])})"
+            )
+    for asset in DAILY_ASSETS[1:]:
+        # documents (re)built after this asset: its rows describe other documents
+        stale = sorted(m for m in months & present_months(store, asset) if asset not in state["months"].get(m, {}))
+        if stale:
+            problems.append(
+                f"{asset} was built before the documents it should describe for {len(stale)} month(s) "
+                f"(first: {', '.join(stale[:3])})"
             )
     if problems:
         raise WebdedupError(
             f"storage {store.root} is not one consistent corpus: " + "; ".join(problems) + ". Materialize the "
-            "daily assets for those days (documents, fingerprinted, band_memberships), or re-run `webdedup run`."
+            "daily assets for those months (documents, fingerprinted, band_memberships), or re-run `webdedup run`."
         )

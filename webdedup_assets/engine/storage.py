@@ -1,7 +1,9 @@
 """Parquet-per-asset storage with parameters stored beside the data.
 
 Layout under the storage root:  <asset>/data.parquet  (unpartitioned)  or
-<asset>/part-<key>.parquet (one file per partition). Readers glob <asset>/*.parquet.
+<asset>/part-<key>.parquet per partition (a crawl month), plus for documents any number of
+segments <asset>/part-<key>.<segment>.parquet (input files adopted as they are, see
+engine.documents). Readers glob <asset>/*.parquet.
 Every file is written to a temporary name and moved into place with os.replace, so a
 crash never leaves a half-written asset. The stage's parameters and statistics travel in
 the Parquet key-value metadata under the key "webdedup".
@@ -52,12 +54,22 @@ class Store:
         partitions are all empty still reads as an empty table."""
         return self.asset_dir(asset) / "_schema.parquet"
 
+    def segment_path(self, asset: str, partition: str, segment: str) -> Path:
+        return self.asset_dir(asset) / f"part-{partition}.{segment}.parquet"
+
     def files(self, asset: str) -> list[Path]:
         return sorted(self.asset_dir(asset).glob("*.parquet"))
 
+    def partition_files(self, asset: str, partition: str) -> list[Path]:
+        """Every file of one partition, in stored order: its segments, then its main file."""
+        main = self.path(asset, partition)
+        segments = sorted(self.asset_dir(asset).glob(f"part-{partition}.*.parquet"))
+        return segments + ([main] if main.exists() else [])
+
     def partitions(self, asset: str) -> list[str]:
-        """Partition keys that hold data."""
-        return sorted(p.name[len("part-") : -len(".parquet")] for p in self.asset_dir(asset).glob("part-*.parquet"))
+        """Partition keys that hold data (keys hold no '.'; a segment's name adds one)."""
+        names = (p.name[len("part-") : -len(".parquet")] for p in self.asset_dir(asset).glob("part-*.parquet"))
+        return sorted({name.split(".", 1)[0] for name in names})
 
     def require(self, asset: str) -> list[Path]:
         files = self.files(asset)
@@ -92,9 +104,20 @@ class Store:
         return [json.loads(p.read_text()) for p in sorted(self.asset_dir(asset).glob("stats*.json"))]
 
     def remove(self, asset: str, partition: str | None = None) -> None:
-        self.path(asset, partition).unlink(missing_ok=True)
-        params_sidecar(self.path(asset, partition)).unlink(missing_ok=True)
+        """The partition's files (segments included), their sidecars and its stats."""
+        paths = [self.path(asset)] if partition is None else self.partition_files(asset, partition)
+        for path in paths:
+            path.unlink(missing_ok=True)
+            params_sidecar(path).unlink(missing_ok=True)
         self.stats_path(asset, partition).unlink(missing_ok=True)
+
+    def remove_segments(self, asset: str, partition: str, keep: Iterable[Path] = ()) -> None:
+        """Segments of a partition not in `keep` (left by an earlier build of the partition)."""
+        kept = {Path(p).name for p in keep}
+        for path in self.asset_dir(asset).glob(f"part-{partition}.*.parquet"):
+            if path.name not in kept:
+                path.unlink(missing_ok=True)
+                params_sidecar(path).unlink(missing_ok=True)
 
     def place(self, asset: str, partition: str | None, written: Path) -> None:
         """Move a file this stage wrote (parameters in its own metadata) into place."""
@@ -102,13 +125,17 @@ class Store:
         params_sidecar(target).unlink(missing_ok=True)
         os.replace(written, target)
 
-    def adopt(self, asset: str, partition: str | None, source: Path, params: dict[str, Any]) -> None:
+    def adopt(
+        self, asset: str, partition: str | None, source: Path, params: dict[str, Any], segment: str | None = None
+    ) -> Path:
         """Store a byte copy of an input file that already is exactly this asset's data (see
-        engine.documents); its footer is the input's own, so the parameters go beside it."""
-        target = self.path(asset, partition)
+        engine.documents), as the partition's file or one of its segments; its footer is the
+        input's own, so the parameters go beside it."""
+        target = self.path(asset, partition) if segment is None else self.segment_path(asset, partition, segment)
         with atomic_path(target) as temp:
             shutil.copyfile(source, temp)  # copy_file_range/sendfile: in-kernel, no re-encoding
             write_text(params_sidecar(target), encode(params))
+        return target
 
 
 def sum_figures(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
