@@ -1,9 +1,10 @@
 """Headless UI test: `dagster dev` on 127.0.0.1 (its own process session, stopped afterwards).
 
 What a user does in the UI, over GraphQL: the code location loads with the nine assets; the
-crawl-day partitions are exactly the fixture's days; a Catalog-style backfill of the three daily
-assets (an asset selection over the days, not the daily job) is followed by the global stages
-on their own, in one in-process run; each partition's materialization reports its own rows."""
+crawl-month partitions are exactly the months of the input (the fixture's days spread over three
+months); a Catalog-style backfill of the three daily assets (an asset selection over the months,
+not the daily job) is followed by the global stages on their own, in one in-process run; each
+partition's materialization reports its own rows, equal to its file's, and previews its own pages."""
 
 import csv
 import json
@@ -24,6 +25,7 @@ import pytest
 from webdedup_assets.params import BandingParams
 
 from .conftest import FIXTURE, REPO
+from .test_partitions import spread
 
 pytestmark = pytest.mark.ui
 
@@ -101,10 +103,16 @@ def ui(tmp_path_factory):
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    corpus = tmp_path / "corpus.csv"
+    with open(FIXTURE, newline="") as source, open(corpus, "w", newline="") as target:
+        rows = list(csv.DictReader(source))
+        writer = csv.DictWriter(target, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**row, "crawled_at": spread(row["crawled_at"])} for row in rows)
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
-        "WEBDEDUP_INPUT": str(FIXTURE),
+        "WEBDEDUP_INPUT": str(corpus),
         "WEBDEDUP_STORAGE_ROOT": str(tmp_path / "storage"),
         "WEBDEDUP_OUTPUT_DIR": str(tmp_path / "output"),
     }
@@ -149,30 +157,38 @@ def ui(tmp_path_factory):
         log.close()
 
 
-def fixture_days() -> Counter:
+def fixture_months() -> Counter:
     with open(FIXTURE, newline="") as handle:
-        return Counter(row["crawled_at"] for row in csv.DictReader(handle))
+        return Counter(spread(row["crawled_at"])[:7] for row in csv.DictReader(handle))
 
 
-def test_the_assets_show_and_the_partitions_are_the_datas_days(ui):
+def months_doc_ids() -> dict[str, set[str]]:
+    ids: dict[str, set[str]] = {}
+    with open(FIXTURE, newline="") as handle:
+        for row in csv.DictReader(handle):
+            ids.setdefault(spread(row["crawled_at"])[:7], set()).add(row["doc_id"])
+    return ids
+
+
+def test_the_assets_show_and_the_partitions_are_the_datas_months(ui):
     nodes = ui.graphql("{ assetNodes { assetKey { path } groupName description } }")["assetNodes"]
     assert {n["assetKey"]["path"][-1] for n in nodes} == ASSETS
     assert all(n["groupName"] == "webdedup" and n["description"] for n in nodes)
-    days = sorted(fixture_days())
-    # the discover_crawl_days sensor (running by default) adds the input's days, and only those
-    keys = ui.wait(lambda: ui.partition_keys("documents") or None, 120, "the crawl-day partitions")
-    assert keys == days and len(keys) == 22
-    assert ui.partition_keys("band_memberships") == days
+    months = sorted(fixture_months())
+    # the discover_crawl_months sensor (running by default) adds the input's months, and only those
+    keys = ui.wait(lambda: ui.partition_keys("documents") or None, 120, "the crawl-month partitions")
+    assert keys == months == ["2026-01", "2026-02", "2026-03"]
+    assert ui.partition_keys("band_memberships") == months
 
 
-def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_days_rows(ui):
-    days = fixture_days()
-    ui.wait(lambda: len(ui.partition_keys("documents")) == len(days), 120, "the crawl-day partitions")
-    # Catalog -> select the three daily assets -> Materialize -> the fixture's days: an asset backfill
+def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_months_rows(ui):
+    months = fixture_months()
+    ui.wait(lambda: len(ui.partition_keys("documents")) == len(months), 120, "the crawl-month partitions")
+    # Catalog -> select the three daily assets -> Materialize -> the input's months: an asset backfill
     launched = ui.graphql(
         """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
         __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
-        {"params": {"assetSelection": [{"path": [a]} for a in DAILY], "partitionNames": sorted(days)}},
+        {"params": {"assetSelection": [{"path": [a]} for a in DAILY], "partitionNames": sorted(months)}},
     )["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
 
@@ -183,25 +199,29 @@ def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_days_rows
     runs = ui.runs()
     daily_runs = [r for r in runs if r["jobName"] == "__ASSET_JOB" and r["status"] == "SUCCESS"]
     global_runs = [r for r in runs if r["jobName"] == "webdedup_global"]
-    assert len(daily_runs) == 1  # a single-run backfill of 22 days
+    assert len(daily_runs) == 1  # a single-run backfill of 3 months
     assert len(global_runs) == 1 and global_runs[0]["status"] == "SUCCESS"  # once for the batch
     tags = {t["key"]: t["value"] for t in global_runs[0]["tags"]}
     assert tags["webdedup/after_run"] == daily_runs[0]["runId"]
     manifest = json.loads((ui.storage.parent / "output" / "manifest.json").read_text())
     assert manifest["counts"]["candidate_pairs"] == 18 and manifest["counts"]["representatives"] == 12
-    # each partition reports its own row count, equal to the rows of that day's Parquet file
+    # each partition reports its own row count, equal to the rows of that month's Parquet file
+    ids = months_doc_ids()
     for asset in DAILY:
         events = ui.materializations(asset)
-        assert sorted(e["partition"] for e in events) == sorted(days)
+        assert sorted(e["partition"] for e in events) == sorted(months)
         for event in events:
             entries = {m["label"]: m for m in event["metadataEntries"]}
-            path = ui.storage / asset / f"part-{event['partition']}.parquet"
+            month = event["partition"]
+            path = ui.storage / asset / f"part-{month}.parquet"
             [(rows,)] = duckdb.sql(f"SELECT count(*) FROM read_parquet('{path}')").fetchall()
-            assert entries["dagster/row_count"]["intValue"] == rows, (asset, event["partition"])
-            assert rows == days[event["partition"]] * (BandingParams().bands if asset == "band_memberships" else 1)
-    twelfth = next(e for e in ui.materializations("documents") if e["partition"] == "2026-03-12")
-    preview = next(m for m in twelfth["metadataEntries"] if m["label"] == "preview")["mdStr"]
-    assert "retention-mirror" in preview and "retention-revision" in preview and "billing" not in preview
+            assert entries["dagster/row_count"]["intValue"] == rows, (asset, month)
+            assert rows == months[month] * (BandingParams().bands if asset == "band_memberships" else 1)
+            if asset == "documents":  # the preview shows that month's pages and no other month's
+                preview = entries["preview"]["mdStr"]
+                others = set().union(*(v for k, v in ids.items() if k != month))
+                assert any(f"| {d} |" in preview for d in ids[month])
+                assert not any(f"| {d} |" in preview for d in others)
     # the global stages ran in one process
     events = ui.graphql(
         """query($id: ID!) { runOrError(runId: $id) { ... on Run { eventConnection(limit: 500) { events {
