@@ -14,6 +14,9 @@ import random
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -297,3 +300,91 @@ def test_nothing_changed_is_a_no_op(tmp_path):
     assert incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE).mode == "unchanged"
     daily(store, corpus, [DAYS[0]])  # the same day again, same content: files rewritten
     assert incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE).mode == "unchanged"
+
+
+# ---- the command line ---------------------------------------------------------------------
+
+
+def _split_fixture(folder: Path) -> tuple[Path, Path]:
+    import pyarrow.csv as pacsv
+
+    from tests.conftest import FIXTURE
+
+    table = pacsv.read_csv(FIXTURE, convert_options=pacsv.ConvertOptions(column_types={"crawled_at": "string"}))
+    early = table.filter(pa.compute.less(table["crawled_at"], "2026-03-10"))
+    late = table.filter(pa.compute.greater_equal(table["crawled_at"], "2026-03-10"))
+    paths = folder / "early.csv", folder / "late.csv"
+    pacsv.write_csv(early, paths[0])
+    pacsv.write_csv(late, paths[1])
+    return paths
+
+
+def test_cli_add_day_by_day_equals_run(tmp_path, capsys):
+    from tests.conftest import FIXTURE
+    from webdedup_assets.cli import main
+
+    early, late = _split_fixture(tmp_path)
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "full"), "--quiet"]) == 0
+    assert main(["add", str(early), "--output", str(tmp_path / "inc")]) == 0
+    assert "full rebuild (no incremental state" in capsys.readouterr().out
+    assert main(["add", str(late), "--output", str(tmp_path / "inc")]) == 0
+    assert ": incremental" in capsys.readouterr().out
+    con = connect()
+    for name, order in (("clusters.csv", "doc_id"), ("duplicate_pairs.csv", "left_doc_id, right_doc_id")):
+        expected = con.sql(f"SELECT * FROM read_csv('{tmp_path / 'full' / name}') ORDER BY {order}").fetchall()
+        got = con.sql(f"SELECT * FROM read_csv('{tmp_path / 'inc' / name}') ORDER BY {order}").fetchall()
+        assert got == expected, name
+    for name in ("deduped_documents.parquet", "scored_pairs.parquet"):
+        order = "doc_id" if name.startswith("deduped") else "left_doc_id, right_doc_id"
+        expected = con.sql(f"SELECT * FROM '{tmp_path / 'full' / name}' ORDER BY {order}").fetchall()
+        got = con.sql(f"SELECT * FROM '{tmp_path / 'inc' / name}' ORDER BY {order}").fetchall()
+        assert got == expected, name
+    full = json.loads((tmp_path / "full" / "manifest.json").read_text())["counts"]
+    inc = json.loads((tmp_path / "inc" / "manifest.json").read_text())["counts"]
+    assert inc == full
+    con.close()
+
+
+def test_cli_add_refuses_other_fingerprint(tmp_path, capsys):
+    from webdedup_assets.cli import main
+
+    early, late = _split_fixture(tmp_path)
+    assert main(["add", str(early), "--output", str(tmp_path / "inc")]) == 0
+    assert main(["add", str(late), "--output", str(tmp_path / "inc"), "--shingle-size", "3"]) == 2
+    assert "changing a fingerprint parameter needs a full rebuild" in capsys.readouterr().err
+
+
+def test_cli_check_changes_nothing(tmp_path, capsys):
+    from tests.conftest import FIXTURE
+    from webdedup_assets.cli import main
+
+    early, late = _split_fixture(tmp_path)
+    assert main(["add", str(early), "--output", str(tmp_path / "inc")]) == 0
+    storage = tmp_path / "inc" / "_storage"
+    before = sorted((p.relative_to(storage), p.stat().st_mtime_ns) for p in storage.rglob("*") if p.is_file())
+    report = tmp_path / "check.parquet"
+    assert main(["check", str(late), "--against", str(storage), "--report", str(report)]) == 0
+    after = sorted((p.relative_to(storage), p.stat().st_mtime_ns) for p in storage.rglob("*") if p.is_file())
+    assert before == after
+    rows = pq.read_table(report).to_pylist()
+    # the answer agrees with a full run over both: a late page is a duplicate of an early one
+    # exactly when the full run pairs them
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "full"), "--quiet"]) == 0
+    con = connect()
+    early_ids = {r[0] for r in con.sql(f"SELECT doc_id FROM read_csv('{early}')").fetchall()}
+    late_ids = {r[0] for r in con.sql(f"SELECT doc_id FROM read_csv('{late}')").fetchall()}
+    pairs = con.sql(
+        f"SELECT left_doc_id, right_doc_id, exact_jaccard FROM read_csv('{tmp_path / 'full' / 'duplicate_pairs.csv'}')"
+    ).fetchall()
+    con.close()
+    expected = {}
+    for left, right, jaccard in pairs:
+        for new, old in ((left, right), (right, left)):
+            if new in late_ids and old in early_ids:
+                expected[new] = max(expected.get(new, 0.0), jaccard)
+    assert {r["doc_id"] for r in rows} == late_ids
+    got = {r["doc_id"]: r["exact_jaccard"] for r in rows if r["is_duplicate"]}
+    assert set(got) == set(expected)
+    for doc_id, jaccard in got.items():
+        assert jaccard == pytest.approx(expected[doc_id])
+    assert all(r["matched_cluster_id"] for r in rows if r["is_duplicate"])

@@ -386,8 +386,11 @@ def stage_documents(
     days: list[str] | None = None,
     coverage: tuple[str, str] | None = None,
     warc_options: WarcOptions | None = None,
+    extend: bool = False,
 ) -> dict[str, Any]:
     """Validate the input and write the documents asset.
+
+    extend: the days may come from another input than the held ones (`webdedup add`).
 
     Without `days`: every document goes to documents/data.parquet.
     With `days` (crawl-day partitions, sorted ISO dates): only files that can hold those days
@@ -401,7 +404,8 @@ def stage_documents(
     files = all_files
     uncovered_files: list[str] = []
     if days is not None:
-        require_same_input(store, input_path, input_format, days)
+        if not extend:
+            require_same_input(store, input_path, input_format, days)
         first, last = days[0], days[-1]
         files = [
             f for f in all_files if (day_of_file(f.path) or first) >= first and (day_of_file(f.path) or last) <= last
