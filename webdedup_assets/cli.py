@@ -17,6 +17,7 @@ from .core.minhash import candidate_probability
 from .engine.errors import WebdedupError
 from .evaluate_cli import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 from .explain_cli import add_explain_parsers, cmd_explain, cmd_inspect
+from .incremental_cli import add_incremental_parsers, cmd_add, cmd_check
 from .progress import installed
 from .progress_cli import announce_cold_kernels, stderr_sink
 
@@ -110,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     add_evaluate_parser(sub)
     add_tune_parser(sub)
     add_explain_parsers(sub)
+    add_incremental_parsers(sub, _add_params)
     return parser
 
 
@@ -447,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_evaluate(args)
     if args.command == "tune":
         return cmd_tune(args)
+    if args.command in ("add", "check"):
+        return cmd_add(args) if args.command == "add" else cmd_check(args)
     if args.command in ("explain", "inspect"):
         return cmd_explain(args) if args.command == "explain" else cmd_inspect(args)
     return cmd_probability(args)

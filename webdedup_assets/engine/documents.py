@@ -30,12 +30,13 @@ from ..progress import Task
 from .contract import REQUIRED_COLUMNS
 from .errors import WebdedupError
 from .parallel import thread_count
-from .state import crawl_month, record_documents, require_same_input
+from .state import crawl_month, load_state, record_documents, require_same_input
 from .storage import (
     Store,
     atomic_path,
     connect,
     copy_query,
+    file_sha256,
     quote_ident,
     scalar,
     sql_string,
@@ -386,8 +387,12 @@ def stage_documents(
     months: list[str] | None = None,
     coverage: tuple[str, str] | None = None,
     warc_options: WarcOptions | None = None,
+    extend: bool = False,
 ) -> dict[str, Any]:
     """Validate the input and write the documents asset.
+
+    extend (`webdedup add`): the input may be another one than the held days'; the held days of
+    the run's months that the input does not hold are kept (see _retained).
 
     Without `months`: every document goes to documents/data.parquet.
     With `months` (crawl-month partitions, YYYY-MM): only files that can hold those months are
@@ -401,7 +406,8 @@ def stage_documents(
     files = all_files
     uncovered_files: list[str] = []
     if months is not None:
-        require_same_input(store, input_path, input_format, months)
+        if not extend:
+            require_same_input(store, input_path, input_format, months)
         wanted = set(months)
         files = [f for f in all_files if (day := day_of_file(f.path)) is None or crawl_month(day) in wanted]
         if coverage is not None:
@@ -415,6 +421,11 @@ def stage_documents(
         files, described, warc_summary = stage_warc(store, files, warc_options, None)
     else:
         clear_rejections(store, None)
+    retained: dict[str, dict[str, Any]] = {}
+    staged: list[InputFile] = []
+    if extend and months is not None:
+        staged, retained = _retained(store, files, months)
+        files = [*files, *staged]
     con = connect(store)
     params = {
         "stage": "documents",
@@ -448,13 +459,56 @@ def stage_documents(
     else:
         stats = _write_months(con, store, select, months, params, files)
         day_rows = stats.pop("day_rows")
-        record_documents(store, input_path, input_format, months, _day_entries(day_rows, sources))
+        for f in staged:  # (a run killed before this leaves a .tmp file: removed with the leftovers)
+            f.path.unlink(missing_ok=True)
+        entries = {**_day_entries(day_rows, sources), **{d: e for d, e in retained.items() if d in day_rows}}
+        record_documents(store, input_path, input_format, months, entries)
         if coverage is not None:
             stats.update(_uncovered(con, coverage, uncovered_files))
     stats["seconds"] = round(time.perf_counter() - started, 4)
     con.close()
     discard_staging(store)
     return {**params, **stats}
+
+
+def _retained(
+    store: Store, files: list[InputFile], months: list[str]
+) -> tuple[list[InputFile], dict[str, dict[str, Any]]]:
+    """For `webdedup add`: the held days of `months` that the input does not hold stay in the
+    corpus. Their stored rows are written to one staging Parquet file read with the input (so
+    doc_ids stay unique across both); returns that file and those days' state entries."""
+    state = load_state(store)
+    wanted = set(months)
+    held = {d: e for d, e in state["days"].items() if crawl_month(d) in wanted}
+    stored = [p for m in months for p in store.partition_files("documents", m)]
+    if not held or not stored:
+        return [], {}
+    con = connect(store)
+    try:
+        new_days: set[str] = set()
+        for f in files:
+            new_days.update(
+                d
+                for (d,) in con.execute(
+                    f"SELECT DISTINCT CAST({crawl_day_sql('trim(CAST(crawled_at AS VARCHAR))')} AS VARCHAR) "
+                    f"FROM {_source_sql(f, strict=False)}"
+                ).fetchall()
+                if d is not None
+            )
+        kept = sorted(d for d in held if d not in new_days)
+        if not kept:
+            return [], {}
+        target = store.asset_dir("documents") / f".retained.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+        listing = ", ".join(sql_string(str(p)) for p in stored)
+        day_list = ", ".join(f"DATE {sql_string(d)}" for d in kept)
+        con.execute(
+            f"COPY (SELECT * FROM read_parquet([{listing}], union_by_name = true) WHERE crawled_at IN ({day_list})) "
+            f"TO {sql_string(str(target))} (FORMAT parquet, COMPRESSION zstd)"
+        )
+    finally:
+        con.close()
+    staged = InputFile(target, "parquet", file_sha256(target), target.stat().st_size)
+    return [staged], {d: held[d].get("documents", {}) for d in kept}
 
 
 MONTH_SQL = "strftime(crawled_at, '%Y-%m')"

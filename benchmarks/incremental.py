@@ -1,0 +1,109 @@
+"""Incremental update benchmark: one crawl day of ~10k pages added to N pages of history.
+
+Generates (once) a corpus of N + DAY pages over (N + DAY) / DAY crawl days, one Parquet file
+per day (benchmarks.gen_corpus, 30 % near-duplicates spread over the days); builds the history
+with `webdedup add` of every day but the last (a full build: no incremental state yet), then,
+each in a fresh process timed from outside (seconds and peak RSS of that process):
+
+  check   `webdedup check LAST_DAY --against STORAGE`  (the corpus is not changed)
+  add     `webdedup add LAST_DAY --output OUT`         (daily stages of the day + incremental
+          update of every global asset + publish); its report's per-step seconds are printed
+
+  python -m benchmarks.incremental --history 100000            # the only size run so far
+  python -m benchmarks.incremental --history 1000000 --day 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import ROOT
+
+DATA = ROOT / "benchmarks" / "data"
+
+
+def timed(argv: list[str]) -> tuple[float, float, str]:
+    """(seconds, peak RSS MiB, stdout) of a command in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seconds = time.perf_counter() - started
+    if done.returncode:
+        sys.exit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    # ru_maxrss of children is the largest of any child so far: meaningful when this one is largest
+    return seconds, max(peak, before) / 1024, done.stdout
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--history", type=int, default=100_000)
+    parser.add_argument("--day", type=int, default=10_000)
+    parser.add_argument("--work", default=None, help="scratch folder (default: benchmarks/data/inc-<history>-run)")
+    args = parser.parse_args(argv)
+    days = (args.history + args.day) // args.day
+    corpus = DATA / f"inc-{args.history}-{args.day}"
+    if not (corpus / "corpus.json").exists():
+        from benchmarks.gen_corpus import main as generate
+
+        generate(
+            ["--docs", str(args.history + args.day), "--days", str(days), "--layout", "daily", "--out", str(corpus)]
+        )
+    files = sorted((corpus / "documents").glob("*.parquet"))
+    history_dir, last = corpus / "history", files[-1]
+    history_dir.mkdir(exist_ok=True)
+    for f in files[:-1]:
+        if not (history_dir / f.name).exists():
+            os.link(f, history_dir / f.name)
+    work = Path(args.work) if args.work else DATA / f"inc-{args.history}-run"
+    shutil.rmtree(work, ignore_errors=True)
+    python = sys.executable
+    cli = [python, "-m", "webdedup_assets.cli"]
+    seconds, rss, _ = timed([*cli, "add", str(history_dir), "--output", str(work), "--json"])
+    print(
+        f"history: {len(files) - 1} days ({args.history:,}-ish pages), full build: {seconds:.1f} s, "
+        f"peak RSS {rss:.0f} MiB"
+    )
+    seconds, rss, out = timed(
+        [
+            *cli,
+            "check",
+            str(last),
+            "--against",
+            str(work / "_storage"),
+            "--report",
+            str(work.parent / f"{work.name}-check.parquet"),
+            "--json",
+        ]
+    )
+    summary = json.loads(out)
+    print(
+        f"check: {summary['documents']:,} pages, {summary['duplicates']:,} duplicates of the corpus, "
+        f"{summary['candidate_pairs']:,} candidates: {seconds:.2f} s (engine {summary['seconds']:.2f} s), "
+        f"peak RSS {rss:.0f} MiB"
+    )
+    seconds, rss, out = timed([*cli, "add", str(last), "--output", str(work), "--json"])
+    report = json.loads(out)
+    print(
+        f"add: {report['documents_added']:,} pages, mode {report['mode']}, {report['pairs_scored']:,} pairs scored, "
+        f"{report['clusters_touched']:,} clusters touched: {seconds:.2f} s in all (update "
+        f"{report['seconds']['total']:.2f} s: {report['seconds']}), peak RSS {rss:.0f} MiB"
+    )
+    size = sum(
+        p.stat().st_size
+        for p in (work / "_storage" / "incremental").rglob("*")
+        if p.is_file() and p.stat().st_nlink == 1
+    )
+    print(f"incremental state not shared with the daily files: {size / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,392 @@
+"""Incremental update == full recompute, after any sequence of add / replace / delete.
+
+Corpora are generated from word chains: a document is a window of 40 words at some shift of a
+family's 90-word sequence, so documents 4 or 8 words apart are near-duplicates and 16 apart
+are not; a day holding the shift between two clusters merges them. Every global asset, every
+report and every figure the manifest reads must equal a run from scratch on the same days.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from webdedup_assets.engine import incremental
+from webdedup_assets.engine.documents import stage_documents
+from webdedup_assets.engine.errors import WebdedupError
+from webdedup_assets.engine.fingerprint import stage_band_memberships, stage_fingerprinted
+from webdedup_assets.engine.stage import DUCKDB
+from webdedup_assets.engine.state import months_of
+from webdedup_assets.engine.storage import Store, connect
+from webdedup_assets.params import (
+    BandingParams,
+    CandidateParams,
+    FingerprintParams,
+    RepresentativeParams,
+    ScoringParams,
+)
+
+FINGERPRINT = FingerprintParams(shingle_size=3, num_perm=16, seed=3)
+BANDING = BandingParams(bands=8, rows=2)
+SCORING = ScoringParams(threshold=0.6)
+POLICIES = {
+    "fail": CandidateParams(),
+    "star": CandidateParams(bucket_policy="star", hot_bucket_size=3),
+}
+REPRESENTATIVE = RepresentativeParams()
+DAYS = [f"2026-0{1 + i // 2}-0{1 + i % 2}" for i in range(6)]  # two crawl days in each of three months
+HEADER = ["doc_id", "source", "domain", "crawled_at", "title", "body"]
+
+
+def _words(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    return [f"w{rng.randrange(10_000)}" for _ in range(n)]
+
+
+FAMILIES = [_words(family, 90) for family in range(3)]
+
+
+def text(family: int, shift: int) -> str:
+    if family < 0:  # a document like no other
+        return " ".join(_words(1000 + shift, 40))
+    return " ".join(FAMILIES[family][shift : shift + 40])
+
+
+class Corpus:
+    """The days held and their documents, written as one CSV input (all days)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.days: dict[str, list[dict]] = {}
+        self.counter = 0
+
+    def new_id(self) -> str:
+        self.counter += 1
+        return f"doc{self.counter:04d}"
+
+    def write(self) -> Path:
+        path = self.folder / "input.csv"
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, HEADER)
+            writer.writeheader()
+            for day in sorted(self.days):
+                for row in self.days[day]:
+                    writer.writerow(row)
+        return path
+
+    def row(self, day: str, family: int, shift: int, doc_id: str | None = None) -> dict:
+        return {
+            "doc_id": doc_id or self.new_id(),
+            "source": "gen",
+            "domain": f"site{(family + shift) % 3}.example",
+            "crawled_at": day,
+            "title": f"t{family}-{shift}",
+            "body": text(family, shift),
+        }
+
+
+def daily(store: Store, corpus: Corpus, days: list[str]) -> None:
+    """The daily stages for the months of `days` (a day without documents leaves the corpus)."""
+    path = corpus.write()
+    months = months_of(days)
+    stage_documents(store, str(path), "csv", months=months)
+    stage_fingerprinted(store, FINGERPRINT, months)
+    stage_band_memberships(store, BANDING, months)
+
+
+def full_run(root: Path, corpus: Corpus, candidates: CandidateParams) -> Store:
+    store = Store(root)
+    daily(store, corpus, sorted(corpus.days))
+    DUCKDB.run("candidate_pairs", store, candidates)
+    DUCKDB.run("scored_pairs", store, SCORING)
+    DUCKDB.run("duplicate_pairs", store, None)
+    DUCKDB.run("clusters", store)
+    DUCKDB.run("deduped_documents", store, REPRESENTATIVE)
+    return store
+
+
+ORDER = {
+    "candidate_pairs": "left_doc_id, right_doc_id",
+    "scored_pairs": "left_doc_id, right_doc_id",
+    "duplicate_pairs": "left_doc_id, right_doc_id",
+    "clusters": "doc_id",
+    "deduped_documents": "doc_id",
+}
+REPORTS = {
+    "candidate_pairs": ["candidate_summary.csv", "collision_buckets.csv"],
+    "deduped_documents": ["cluster_inspection.csv"],
+}
+
+
+def snapshot(store: Store) -> dict:
+    """Every global asset's rows (in key order, and in stored order where the full stage's is
+    defined), parameters, figures and reports."""
+    con = connect()
+    out = {}
+    for asset, order in ORDER.items():
+        out[asset] = con.sql(f"SELECT * FROM {store.scan_sql(asset)} ORDER BY {order}").fetchall()
+        out[asset + ":columns"] = con.sql(f"SELECT * FROM {store.scan_sql(asset)} LIMIT 0").arrow().schema.to_string()
+        if asset != "deduped_documents":  # stored order: the full stages' ORDER BY
+            out[asset + ":stored"] = con.sql(f"SELECT * FROM {store.scan_sql(asset)}").fetchall()
+        params = store.params(asset)
+        out[asset + ":params"] = json.dumps(params, sort_keys=True)
+        stats = {k: v for k, v in store.stats(asset)[0].items() if k not in ("seconds", "threads", "document_passes")}
+        out[asset + ":stats"] = stats
+        for name in REPORTS.get(asset, []):
+            out[name] = (store.asset_dir(asset) / name).read_text()
+    con.close()
+    return out
+
+
+def assert_same(incremental_store: Store, corpus: Corpus, tmp: Path, candidates: CandidateParams) -> None:
+    reference = tmp / "reference"
+    shutil.rmtree(reference, ignore_errors=True)
+    expected = snapshot(full_run(reference, corpus, candidates))
+    got = snapshot(incremental_store)
+    for key in expected:
+        assert got[key] == expected[key], key
+
+
+# ---- operations ---------------------------------------------------------------------------
+
+
+def op_add(corpus: Corpus, rng: random.Random) -> list[str]:
+    free = [d for d in DAYS if d not in corpus.days]
+    day = rng.choice(free or DAYS)
+    corpus.days[day] = [
+        corpus.row(day, rng.choice([-1, 0, 0, 1, 2]), rng.randrange(0, 48, 4)) for _ in range(rng.randrange(1, 7))
+    ]
+    return [day]
+
+
+def op_replace(corpus: Corpus, rng: random.Random) -> list[str]:
+    """A held day again, with changed content: some documents keep their doc_id with a new body,
+    some disappear, some are new."""
+    if not corpus.days:
+        return op_add(corpus, rng)
+    day = rng.choice(sorted(corpus.days))
+    rows = []
+    for row in corpus.days[day]:
+        fate = rng.random()
+        if fate < 0.3:
+            continue  # gone
+        if fate < 0.7:
+            rows.append(corpus.row(day, rng.choice([-1, 0, 1, 2]), rng.randrange(0, 48, 4), row["doc_id"]))
+        else:
+            rows.append(row)
+    rows += [corpus.row(day, rng.choice([0, 1]), rng.randrange(0, 48, 4)) for _ in range(rng.randrange(0, 3))]
+    if rows:
+        corpus.days[day] = rows
+    else:
+        corpus.days.pop(day)
+    return [day]
+
+
+def op_delete(corpus: Corpus, rng: random.Random) -> list[str]:
+    if not corpus.days:
+        return op_add(corpus, rng)
+    day = rng.choice(sorted(corpus.days))
+    corpus.days.pop(day)
+    return [day]
+
+
+def op_merge(corpus: Corpus, rng: random.Random) -> list[str]:
+    """Two clusters 16 words apart, then a day holding the document between them."""
+    free = [d for d in DAYS if d not in corpus.days]
+    if len(free) < 2:
+        return op_replace(corpus, rng)
+    family, shift = rng.choice([0, 1, 2]), rng.randrange(0, 32, 4)
+    first, second = sorted(rng.sample(free, 2))
+    corpus.days[first] = [corpus.row(first, family, shift), corpus.row(first, family, shift + 16)]
+    return [first, second, family, shift]
+
+
+OPS = {"add": op_add, "replace": op_replace, "delete": op_delete, "merge": op_merge}
+
+
+def apply(store: Store, corpus: Corpus, name: str, rng: random.Random, candidates: CandidateParams) -> None:
+    result = OPS[name](corpus, rng)
+    if name == "merge" and len(result) == 4:
+        first, second, family, shift = result
+        daily(store, corpus, [first])
+        incremental.update(store, candidates, SCORING, REPRESENTATIVE)
+        corpus.days[second] = [corpus.row(second, family, shift + 8)]
+        daily(store, corpus, [second])
+    else:
+        daily(store, corpus, result)
+    report = incremental.update(store, candidates, SCORING, REPRESENTATIVE)
+    assert report.mode in ("incremental", "unchanged"), report
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 10_000),
+    ops=st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=4),
+    policy=st.sampled_from(sorted(POLICIES)),
+)
+def test_incremental_equals_full_recompute(tmp_path_factory, seed, ops, policy):
+    tmp = tmp_path_factory.mktemp("inc")
+    rng = random.Random(seed)
+    candidates = POLICIES[policy]
+    corpus = Corpus(tmp)
+    store = Store(tmp / "storage")
+    first = op_add(corpus, rng) + op_add(corpus, rng)
+    daily(store, corpus, first)
+    assert incremental.update(store, candidates, SCORING, REPRESENTATIVE).mode == "full"
+    for name in ops:
+        apply(store, corpus, name, rng, candidates)
+        if corpus.days:
+            assert_same(store, corpus, tmp, candidates)
+
+
+def test_a_day_joins_two_clusters(tmp_path):
+    corpus = Corpus(tmp_path)
+    store = Store(tmp_path / "storage")
+    corpus.days[DAYS[0]] = [corpus.row(DAYS[0], 0, 0, "b-left"), corpus.row(DAYS[0], 0, 4, "c-left")]
+    corpus.days[DAYS[1]] = [corpus.row(DAYS[1], 0, 16, "d-right"), corpus.row(DAYS[1], 0, 20, "e-right")]
+    daily(store, corpus, DAYS[:2])
+    incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE)
+    con = connect()
+    before = dict(con.sql(f"SELECT doc_id, cluster_id FROM {store.scan_sql('clusters')}").fetchall())
+    assert before["b-left"] == "cluster-b-left" and before["d-right"] == "cluster-d-right"
+    corpus.days[DAYS[2]] = [corpus.row(DAYS[2], 0, 10, "z-bridge")]
+    daily(store, corpus, [DAYS[2]])
+    report = incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE)
+    assert report.mode == "incremental" and report.days_added == [DAYS[2]] and report.documents_added == 1
+    after = dict(con.sql(f"SELECT doc_id, cluster_id FROM {store.scan_sql('clusters')}").fetchall())
+    assert set(after.values()) == {"cluster-b-left"}
+    con.close()
+    assert_same(store, corpus, tmp_path, POLICIES["fail"])
+
+
+def test_changed_fingerprint_parameters_are_refused(tmp_path):
+    corpus = Corpus(tmp_path)
+    store = Store(tmp_path / "storage")
+    corpus.days[DAYS[0]] = [corpus.row(DAYS[0], 0, 0), corpus.row(DAYS[0], 0, 4)]
+    daily(store, corpus, [DAYS[0]])
+    incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE)
+    stage_fingerprinted(store, FingerprintParams(shingle_size=4, num_perm=16, seed=3), months_of([DAYS[0]]))
+    stage_band_memberships(store, BANDING, months_of([DAYS[0]]))
+    with pytest.raises(WebdedupError, match="incremental update refused.*shingle_size"):
+        incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE)
+    report = incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE, full_rebuild_flag=True)
+    assert report.mode == "full" and report.reason == "full_rebuild requested"
+
+
+def test_changed_threshold_rebuilds_and_says_so(tmp_path):
+    corpus = Corpus(tmp_path)
+    store = Store(tmp_path / "storage")
+    corpus.days[DAYS[0]] = [corpus.row(DAYS[0], 0, 0), corpus.row(DAYS[0], 0, 8)]
+    daily(store, corpus, [DAYS[0]])
+    incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE)
+    report = incremental.update(store, POLICIES["fail"], ScoringParams(threshold=0.9), REPRESENTATIVE)
+    assert report.mode == "full" and "scoring parameters changed" in report.reason
+
+
+def test_nothing_changed_is_a_no_op(tmp_path):
+    corpus = Corpus(tmp_path)
+    store = Store(tmp_path / "storage")
+    corpus.days[DAYS[0]] = [corpus.row(DAYS[0], 0, 0), corpus.row(DAYS[0], 0, 8)]
+    daily(store, corpus, [DAYS[0]])
+    incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE)
+    assert incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE).mode == "unchanged"
+    daily(store, corpus, [DAYS[0]])  # the same day again, same content: files rewritten
+    assert incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE).mode == "unchanged"
+
+
+# ---- the command line ---------------------------------------------------------------------
+
+
+def _split_fixture(folder: Path) -> tuple[Path, Path]:
+    import pyarrow.csv as pacsv
+
+    from tests.conftest import FIXTURE
+
+    table = pacsv.read_csv(FIXTURE, convert_options=pacsv.ConvertOptions(column_types={"crawled_at": "string"}))
+    early = table.filter(pa.compute.less(table["crawled_at"], "2026-03-10"))
+    late = table.filter(pa.compute.greater_equal(table["crawled_at"], "2026-03-10"))
+    paths = folder / "early.csv", folder / "late.csv"
+    pacsv.write_csv(early, paths[0])
+    pacsv.write_csv(late, paths[1])
+    return paths
+
+
+def test_cli_add_day_by_day_equals_run(tmp_path, capsys):
+    from tests.conftest import FIXTURE
+    from webdedup_assets.cli import main
+
+    early, late = _split_fixture(tmp_path)
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "full"), "--quiet"]) == 0
+    assert main(["add", str(early), "--output", str(tmp_path / "inc")]) == 0
+    assert "full rebuild (no incremental state" in capsys.readouterr().out
+    assert main(["add", str(late), "--output", str(tmp_path / "inc")]) == 0
+    assert ": incremental" in capsys.readouterr().out
+    con = connect()
+    for name, order in (("clusters.csv", "doc_id"), ("duplicate_pairs.csv", "left_doc_id, right_doc_id")):
+        expected = con.sql(f"SELECT * FROM read_csv('{tmp_path / 'full' / name}') ORDER BY {order}").fetchall()
+        got = con.sql(f"SELECT * FROM read_csv('{tmp_path / 'inc' / name}') ORDER BY {order}").fetchall()
+        assert got == expected, name
+    for name in ("deduped_documents.parquet", "scored_pairs.parquet"):
+        order = "doc_id" if name.startswith("deduped") else "left_doc_id, right_doc_id"
+        expected = con.sql(f"SELECT * FROM '{tmp_path / 'full' / name}' ORDER BY {order}").fetchall()
+        got = con.sql(f"SELECT * FROM '{tmp_path / 'inc' / name}' ORDER BY {order}").fetchall()
+        assert got == expected, name
+    full = json.loads((tmp_path / "full" / "manifest.json").read_text())["counts"]
+    inc = json.loads((tmp_path / "inc" / "manifest.json").read_text())["counts"]
+    assert inc == full
+    con.close()
+
+
+def test_cli_add_refuses_other_fingerprint(tmp_path, capsys):
+    from webdedup_assets.cli import main
+
+    early, late = _split_fixture(tmp_path)
+    assert main(["add", str(early), "--output", str(tmp_path / "inc")]) == 0
+    assert main(["add", str(late), "--output", str(tmp_path / "inc"), "--shingle-size", "3"]) == 2
+    assert "changing a fingerprint parameter needs a full rebuild" in capsys.readouterr().err
+
+
+def test_cli_check_changes_nothing(tmp_path, capsys):
+    from tests.conftest import FIXTURE
+    from webdedup_assets.cli import main
+
+    early, late = _split_fixture(tmp_path)
+    assert main(["add", str(early), "--output", str(tmp_path / "inc")]) == 0
+    storage = tmp_path / "inc" / "_storage"
+    before = sorted((p.relative_to(storage), p.stat().st_mtime_ns) for p in storage.rglob("*") if p.is_file())
+    report = tmp_path / "check.parquet"
+    assert main(["check", str(late), "--against", str(storage), "--report", str(report)]) == 0
+    after = sorted((p.relative_to(storage), p.stat().st_mtime_ns) for p in storage.rglob("*") if p.is_file())
+    assert before == after
+    rows = pq.read_table(report).to_pylist()
+    # the answer agrees with a full run over both: a late page is a duplicate of an early one
+    # exactly when the full run pairs them
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "full"), "--quiet"]) == 0
+    con = connect()
+    early_ids = {r[0] for r in con.sql(f"SELECT doc_id FROM read_csv('{early}')").fetchall()}
+    late_ids = {r[0] for r in con.sql(f"SELECT doc_id FROM read_csv('{late}')").fetchall()}
+    pairs = con.sql(
+        f"SELECT left_doc_id, right_doc_id, exact_jaccard FROM read_csv('{tmp_path / 'full' / 'duplicate_pairs.csv'}')"
+    ).fetchall()
+    con.close()
+    expected = {}
+    for left, right, jaccard in pairs:
+        for new, old in ((left, right), (right, left)):
+            if new in late_ids and old in early_ids:
+                expected[new] = max(expected.get(new, 0.0), jaccard)
+    assert {r["doc_id"] for r in rows} == late_ids
+    got = {r["doc_id"]: r["exact_jaccard"] for r in rows if r["is_duplicate"]}
+    assert set(got) == set(expected)
+    for doc_id, jaccard in got.items():
+        assert jaccard == pytest.approx(expected[doc_id])
+    assert all(r["matched_cluster_id"] for r in rows if r["is_duplicate"])
