@@ -211,3 +211,82 @@ def test_input_days_of_parquet_come_from_the_footer_or_the_column(tmp_path):
     (parquet,) = resolve_input(str(spanning))
     assert _days_from_statistics(parquet) is None
     assert input_days(str(spanning)) == expected
+
+
+def test_a_new_daily_export_in_a_held_month_is_the_only_file_fingerprinted_again(tmp_path):
+    """Derived files mirror the documents files of a month: re-running the month after one more
+    daily export arrived copies and fingerprints that export alone; the others stay as they were."""
+    from webdedup_assets.cli import main
+
+    paths = write_daily_parquet(tmp_path / "all")
+    days = sorted(paths)
+    (tmp_path / "input").mkdir()
+    for day in days[:-1]:
+        paths[day].rename(tmp_path / "input" / paths[day].name)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "input"), "--output", str(out), "--quiet"]) == 0
+    store = Store(out / "_storage")
+    derived = {
+        asset: {p.name: p.stat().st_mtime_ns for p in store.partition_files(asset, "2026-03")}
+        for asset in ("documents", "fingerprinted", "band_memberships")
+    }
+    assert len(derived["fingerprinted"]) == len(days) - 1  # one file per documents segment
+    paths[days[-1]].rename(tmp_path / "input" / paths[days[-1]].name)
+    assert main(["run", str(tmp_path / "input"), "--output", str(out), "--quiet"]) == 0
+    for asset, before in derived.items():
+        after = {p.name: p.stat().st_mtime_ns for p in store.partition_files(asset, "2026-03")}
+        assert set(after) == set(before) | {f"part-2026-03.{days[-1]}.parquet"}, asset
+        assert {name: after[name] for name in before} == before, asset  # untouched
+    stats = json.loads(store.stats_path("fingerprinted", "2026-03").read_text())
+    new_rows = sum(1 for r in fixture_rows() if r["crawled_at"] == days[-1])
+    assert stats["files_reused"] == len(days) - 1 and stats["documents"] == new_rows
+    assert stats["rows"] == 24
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert (counts["candidate_pairs"], counts["representatives"]) == (18, 12)
+    # new parameters: nothing is reused
+    assert main(["run", str(tmp_path / "input"), "--output", str(out), "--quiet", "--shingle-size", "4"]) == 0
+    stats = json.loads(store.stats_path("fingerprinted", "2026-03").read_text())
+    assert stats["files_reused"] == 0 and stats["documents"] == 24
+
+
+def test_webdedup_add_of_one_day_leaves_the_months_other_files_untouched(tmp_path, capsys):
+    """`webdedup add` of a day in a held month: the month's stored files that hold none of the
+    input's days stay as they are (neither re-encoded nor fingerprinted again); a CSV day is
+    written as a segment of its own beside them; the results equal a run over everything."""
+    from webdedup_assets.cli import main
+
+    paths = write_daily_parquet(tmp_path / "all")
+    days = sorted(paths)
+    (tmp_path / "held").mkdir()
+    for day in days[:-1]:
+        paths[day].rename(tmp_path / "held" / paths[day].name)
+    last = [r for r in fixture_rows() if r["crawled_at"] == days[-1]]
+    new_day = tmp_path / "new.csv"
+    with open(new_day, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(last[0]))
+        writer.writeheader()
+        writer.writerows(last)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "held"), "--output", str(out), "--quiet"]) == 0
+    store = Store(out / "_storage")
+    before = {
+        asset: {p.name: p.stat().st_mtime_ns for p in store.partition_files(asset, "2026-03")}
+        for asset in ("documents", "fingerprinted", "band_memberships")
+    }
+    assert main(["add", str(new_day), "--output", str(out)]) == 0
+    capsys.readouterr()
+    for asset, old in before.items():
+        now = {p.name: p.stat().st_mtime_ns for p in store.partition_files(asset, "2026-03")}
+        assert set(now) == set(old) | {f"part-2026-03.{days[-1]}.parquet"}, asset
+        assert {name: now[name] for name in old} == old, asset
+    stats = json.loads(store.stats_path("fingerprinted", "2026-03").read_text())
+    assert stats["documents"] == len(last) and stats["rows"] == 24
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert (counts["documents"], counts["candidate_pairs"], counts["representatives"]) == (24, 18, 12)
+    # a doc_id the corpus already holds on another day is refused, naming it
+    with open(new_day, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(last[0]))
+        writer.writeheader()
+        writer.writerow({**fixture_rows()[0], "crawled_at": "2026-03-30"})
+    assert main(["add", str(new_day), "--output", str(out)]) == 2
+    assert f"already holds on other days, first: {fixture_rows()[0]['doc_id']!r}" in capsys.readouterr().err

@@ -17,6 +17,7 @@ import shutil
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -421,11 +422,10 @@ def stage_documents(
         files, described, warc_summary = stage_warc(store, files, warc_options, None)
     else:
         clear_rejections(store, None)
-    retained: dict[str, dict[str, Any]] = {}
-    staged: list[InputFile] = []
+    retained = Retained()
     if extend and months is not None:
-        staged, retained = _retained(store, files, months)
-        files = [*files, *staged]
+        retained = _retained(store, files, months)
+        files = [*files, *retained.staged]
     con = connect(store)
     params = {
         "stage": "documents",
@@ -457,11 +457,13 @@ def stage_documents(
         stats = {"rows": scalar(con, "SELECT count(*) FROM keys")}
         store.write_stats("documents", None, {**stats, "seconds": round(time.perf_counter() - started, 4)})
     else:
-        stats = _write_months(con, store, select, months, params, files)
+        kept = [p for paths in retained.files.values() for p in paths]
+        _refuse_held_doc_ids(con, kept)
+        stats = _write_months(con, store, select, months, params, files, retained.files)
         day_rows = stats.pop("day_rows")
-        for f in staged:  # (a run killed before this leaves a .tmp file: removed with the leftovers)
+        for f in retained.staged:  # (a run killed before this leaves a .tmp file: removed with the leftovers)
             f.path.unlink(missing_ok=True)
-        entries = {**_day_entries(day_rows, sources), **{d: e for d, e in retained.items() if d in day_rows}}
+        entries = {**_day_entries(day_rows, sources), **retained.entries}
         record_documents(store, input_path, input_format, months, entries)
         if coverage is not None:
             stats.update(_uncovered(con, coverage, uncovered_files))
@@ -471,18 +473,26 @@ def stage_documents(
     return {**params, **stats}
 
 
-def _retained(
-    store: Store, files: list[InputFile], months: list[str]
-) -> tuple[list[InputFile], dict[str, dict[str, Any]]]:
+@dataclass
+class Retained:
+    """For `webdedup add`: what a month keeps of the held corpus besides the input's days."""
+
+    files: dict[str, list[Path]] = field(default_factory=dict)  # per month: stored files kept as they are
+    staged: list[InputFile] = field(default_factory=list)  # rows of held days from files that must change
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)  # state entries of the held days kept
+
+
+def _retained(store: Store, files: list[InputFile], months: list[str]) -> Retained:
     """For `webdedup add`: the held days of `months` that the input does not hold stay in the
-    corpus. Their stored rows are written to one staging Parquet file read with the input (so
-    doc_ids stay unique across both); returns that file and those days' state entries."""
+    corpus. A stored file holding none of the input's days is kept as it is (so it is neither
+    re-encoded nor fingerprinted again); the rows of held days in a file that also holds a day
+    of the input are written to a staging Parquet file read with the input."""
     state = load_state(store)
     wanted = set(months)
     held = {d: e for d, e in state["days"].items() if crawl_month(d) in wanted}
-    stored = [p for m in months for p in store.partition_files("documents", m)]
-    if not held or not stored:
-        return [], {}
+    retained = Retained()
+    if not held:
+        return retained
     con = connect(store)
     try:
         new_days: set[str] = set()
@@ -495,27 +505,60 @@ def _retained(
                 ).fetchall()
                 if d is not None
             )
-        kept = sorted(d for d in held if d not in new_days)
-        if not kept:
-            return [], {}
-        target = store.asset_dir("documents") / f".retained.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-        listing = ", ".join(sql_string(str(p)) for p in stored)
-        day_list = ", ".join(f"DATE {sql_string(d)}" for d in kept)
-        con.execute(
-            f"COPY (SELECT * FROM read_parquet([{listing}], union_by_name = true) WHERE crawled_at IN ({day_list})) "
-            f"TO {sql_string(str(target))} (FORMAT parquet, COMPRESSION zstd)"
-        )
+        kept_days = sorted(d for d in held if d not in new_days)
+        retained.entries = {d: held[d].get("documents", {}) for d in kept_days}
+        changing: list[Path] = []
+        for month in months:
+            for path in store.partition_files("documents", month):
+                days = {
+                    d
+                    for (d,) in con.execute(
+                        f"SELECT DISTINCT CAST(crawled_at AS VARCHAR) FROM read_parquet({sql_string(str(path))})"
+                    ).fetchall()
+                }
+                if days & new_days:
+                    changing.append(path)
+                else:
+                    retained.files.setdefault(month, []).append(path)
+        if kept_days and changing:
+            target = store.asset_dir("documents") / f".retained.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+            listing = ", ".join(sql_string(str(p)) for p in changing)
+            day_list = ", ".join(f"DATE {sql_string(d)}" for d in kept_days)
+            con.execute(
+                f"COPY (SELECT * FROM read_parquet([{listing}], union_by_name = true) "
+                f"WHERE crawled_at IN ({day_list})) TO {sql_string(str(target))} (FORMAT parquet, COMPRESSION zstd)"
+            )
+            retained.staged = [InputFile(target, "parquet", file_sha256(target), target.stat().st_size)]
     finally:
         con.close()
-    staged = InputFile(target, "parquet", file_sha256(target), target.stat().st_size)
-    return [staged], {d: held[d].get("documents", {}) for d in kept}
+    return retained
+
+
+def _refuse_held_doc_ids(con: duckdb.DuckDBPyConnection, kept: list[Path]) -> None:
+    """doc_ids of the input that a kept file of the corpus already holds (`webdedup add`)."""
+    if not kept:
+        return
+    listing = ", ".join(sql_string(str(p)) for p in kept)
+    sql = f"SELECT doc_id FROM keys WHERE doc_id IN (SELECT doc_id FROM read_parquet([{listing}])) ORDER BY doc_id"
+    again = [d for (d,) in con.execute(sql + " LIMIT 5").fetchall()]
+    if again:
+        raise WebdedupError(
+            f"doc_id must be unique: the input repeats doc_id(s) the corpus already holds on other days, first: "
+            f"{', '.join(repr(d) for d in again)}"
+        )
 
 
 MONTH_SQL = "strftime(crawled_at, '%Y-%m')"
 
 
 def _write_months(
-    con, store: Store, select: str, months: list[str], params: dict[str, Any], files: list[InputFile]
+    con,
+    store: Store,
+    select: str,
+    months: list[str],
+    params: dict[str, Any],
+    files: list[InputFile],
+    kept: dict[str, list[Path]] | None = None,
 ) -> dict[str, Any]:
     """Every month of the run as documents/part-<month>.parquet and segments; months without
     documents lose their files.
@@ -523,7 +566,10 @@ def _write_months(
     An input file that already is exactly the stored form and holds days of one month that no
     other file holds is adopted as a byte copy, a segment part-<month>.<first day>.parquet (see
     _adoptable_files: daily or monthly exports); every other document is written in one pass over
-    the input (COPY ... PARTITION_BY month), each month then moved into place."""
+    the input (COPY ... PARTITION_BY month), each month then moved into place. `kept` (`webdedup
+    add`): stored files of a month that stay as they are; what is written beside them goes to
+    segments named by their first day."""
+    kept = kept or {}
     started = time.perf_counter()
     wanted = set(months)
     month_list = ", ".join(sql_string(m) for m in months)
@@ -540,6 +586,14 @@ def _write_months(
     for month, _, rows in adopted.values():
         adopted_rows[month] = adopted_rows.get(month, 0) + rows
     copied = sorted(m for m in month_rows if month_rows[m] > adopted_rows.get(m, 0))
+    adopted_list = ", ".join(str(i) for i in adopted) or "-1"
+    first_copied = dict(
+        con.execute(
+            f"SELECT {MONTH_SQL}, CAST(min(crawled_at) AS VARCHAR) FROM keys "
+            f"WHERE {in_run} AND __file_index NOT IN ({adopted_list}) GROUP BY 1"
+        ).fetchall()
+    )
+    kept_rows = {m: sum(pq.read_metadata(p).num_rows for p in paths) for m, paths in kept.items()}
     staging = store.asset_dir("documents") / f".staging-{os.getpid()}-{uuid.uuid4().hex}"
     staging.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -563,29 +617,35 @@ def _write_months(
                 shown.close()
         seconds = round((time.perf_counter() - started) / max(1, len(month_rows)), 4)
         for month in months:
-            if month not in month_rows:
+            if month not in month_rows and not kept.get(month):
                 store.remove("documents", month)  # a month without documents (or whose input was deleted)
                 continue
             segments = [
-                store.adopt("documents", month, files[i].path, params, segment=first)
+                store.adopt("documents", month, files[i].path, params, segment=first, sha256=files[i].sha256)
                 for i, (m, first, _) in sorted(adopted.items(), key=lambda item: item[1][1])
                 if m == month
             ]
-            store.remove_segments("documents", month, keep=segments)
+            staying = kept.get(month, [])
+            store.remove_segments("documents", month, keep=[*segments, *staying])
+            main = store.path("documents", month)
             if month in copied:
                 written = sorted((staging / f"__month={month}").glob("*.parquet"))
                 if len(written) != 1:
                     raise WebdedupError(
                         f"documents: expected one file for crawl month {month}, DuckDB wrote {len(written)}"
                     )
-                store.place("documents", month, written[0])
-            else:
-                store.path("documents", month).unlink(missing_ok=True)
+                if staying:  # beside files kept as they are: a segment of its own
+                    store.place_segment("documents", month, first_copied[month], written[0])
+                else:
+                    store.place("documents", month, written[0])
+            if main not in staying and not (month in copied and not staying):
+                main.unlink(missing_ok=True)
             store.write_stats(
                 "documents",
                 month,
                 {
-                    "rows": month_rows[month],
+                    "rows": month_rows.get(month, 0) + kept_rows.get(month, 0),
+                    "files_kept": len(staying),
                     "seconds": seconds,
                     "segments_adopted": len(segments),
                     "days": sorted(d for d in day_rows if crawl_month(d) == month),

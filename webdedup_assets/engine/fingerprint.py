@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,7 +18,7 @@ from ..progress import Task
 from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
 from .stage import DUCKDB, StageOutput, StageResult, StageRun
-from .storage import PartitionWriter, Store
+from .storage import PartitionWriter, Store, file_identity, read_params
 
 BATCH_ROWS = 8192
 
@@ -33,48 +37,112 @@ def fingerprint_schema(num_perm: int) -> pa.Schema:
 BAND_SCHEMA = pa.schema([("doc_id", pa.string()), ("band_index", pa.int16()), ("band_hash", pa.int64())])
 
 
-def _source_files(store: Store, asset: str, partition: str | None):
-    if partition is not None:
-        paths = store.partition_files(asset, partition)
-        if not paths:
-            raise WebdedupError(f"upstream {asset!r} partition {partition} has not been materialized")
-        return paths
-    return store.require(asset)
+@dataclass(frozen=True)
+class Piece:
+    """One stored file of the upstream asset and the file of this asset computed from it: a
+    derived file mirrors its source (same name), so a month whose documents are several files
+    (segments of adopted exports) recomputes only the files that changed."""
+
+    month: str | None
+    source: Path
+    target: Path
 
 
-def _pieces(
-    store: Store, asset: str, partitions: list[str | None], columns: list[str] | None = None, rows: int = BATCH_ROWS
-):
-    """(partition, batch) of every stored file of `partitions`, in order, coalesced into lists
-    of about BATCH_ROWS rows: many small files make one kernel batch, so the cost follows
-    documents, not files."""
-    group: list[tuple[str | None, pa.RecordBatch]] = []
+@dataclass
+class Plan:
+    compute: list[Piece]
+    reused_rows: dict[str | None, int]  # per month: rows of derived files kept as they are
+    reused_files: dict[str | None, int]
+
+
+def plan_pieces(run: StageRun, upstream: str) -> Plan:
+    """The upstream files of the run's months to compute; derived files whose source and
+    parameters are unchanged are kept, derived files whose source is gone are removed."""
+    store, asset = run.store, run.stage.name
+    plan = Plan([], {}, {})
+    for month in run.partitions:
+        if month is None:
+            sources = [p for p in store.require(upstream) if p != store.schema_path(upstream)]
+        else:
+            sources = store.partition_files(upstream, month)
+            if not sources:
+                raise WebdedupError(f"upstream {upstream!r} partition {month} has not been materialized")
+            for stale in set(store.partition_files(asset, month)) - {store.asset_dir(asset) / s.name for s in sources}:
+                stale.unlink(missing_ok=True)
+        plan.reused_rows.setdefault(month, 0)
+        plan.reused_files.setdefault(month, 0)
+        for source in sources:
+            target = store.asset_dir(asset) / source.name
+            if month is not None and _up_to_date(target, source, run):
+                plan.reused_rows[month] += pq.read_metadata(target).num_rows
+                plan.reused_files[month] += 1
+            else:
+                plan.compute.append(Piece(month, source, target))
+    return plan
+
+
+def _up_to_date(target: Path, source: Path, run: StageRun) -> bool:
+    if not target.exists():
+        return False
+    stored = read_params(target)
+    built_with = {k: v for k, v in stored.items() if k not in ("partition", "source")}
+    return stored.get("source") == file_identity(source) and built_with == run.parameters
+
+
+def _piece_parameters(run: StageRun, piece: Piece) -> dict[str, Any]:
+    return {**run.partition_parameters(piece.month), "source": file_identity(piece.source)}
+
+
+def _pieces(pieces: list[Piece], columns: list[str] | None = None, rows: int = BATCH_ROWS):
+    """(piece, batch) of every file to compute, in order, coalesced into lists of about
+    BATCH_ROWS rows: many small files make one kernel batch, so the cost follows documents,
+    not files."""
+    group: list[tuple[Piece, pa.RecordBatch]] = []
     size = 0
-    for partition in partitions:
-        for path in _source_files(store, asset, partition):
-            # use_threads=False: decoding on this one reader thread is 2x cheaper here than
-            # pyarrow's pool fanning out per column chunk, and leaves the cores to the kernel.
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=columns, use_threads=False):
-                group.append((partition, batch))
-                size += batch.num_rows
-                if size >= rows:
-                    yield group
-                    group, size = [], 0
+    for piece in pieces:
+        # use_threads=False: decoding on this one reader thread is 2x cheaper here than
+        # pyarrow's pool fanning out per column chunk, and leaves the cores to the kernel.
+        for batch in pq.ParquetFile(piece.source).iter_batches(
+            batch_size=BATCH_ROWS, columns=columns, use_threads=False
+        ):
+            group.append((piece, batch))
+            size += batch.num_rows
+            if size >= rows:
+                yield group
+                group, size = [], 0
     if group:
         yield group
 
 
-def _rows_of(store: Store, asset: str, partitions: list[str | None]) -> int:
-    return sum(pq.read_metadata(p).num_rows for part in partitions for p in _source_files(store, asset, part))
+def _rows_of(pieces: list[Piece]) -> int:
+    return sum(pq.read_metadata(piece.source).num_rows for piece in pieces)
 
 
-def _split(out: pa.RecordBatch, group: list[tuple[str | None, pa.RecordBatch]]):
-    """The rows of `out` (one per input row) cut back into the group's partitions."""
+def _split(out: pa.RecordBatch, group: list[tuple[Piece, pa.RecordBatch]]):
+    """The rows of `out` (one per input row) cut back into the group's pieces."""
     offset = 0
-    for partition, batch in group:
+    for piece, batch in group:
         n = batch.num_rows
-        yield partition, out.slice(offset, n)
+        yield piece, out.slice(offset, n)
         offset += n
+
+
+def _month_rows(plan: Plan, written: dict[Piece, int]) -> dict[str | None, int]:
+    rows = dict(plan.reused_rows)
+    for piece, n in written.items():
+        rows[piece.month] = rows.get(piece.month, 0) + n
+    return rows
+
+
+def _writer(run: StageRun, schema: pa.Schema, **options: Any) -> PartitionWriter:
+    return PartitionWriter(
+        run.store,
+        run.stage.name,
+        schema,
+        lambda piece: _piece_parameters(run, piece),
+        path_of=lambda piece: piece.target,
+        **options,
+    )
 
 
 def stage_fingerprinted(
@@ -91,12 +159,12 @@ def stage_band_memberships(store: Store, params: BandingParams, months: list[str
 
 @DUCKDB.implements("fingerprinted")
 def fingerprint_partitions(run: StageRun) -> StageOutput:
-    """Signatures for every document of the run's partitions in one streamed pass (bounded
-    memory, all cores, see engine.parallel), written as one file per partition.
+    """Signatures for every document of the run's months in one streamed pass (bounded memory,
+    all cores, see engine.parallel), one file per documents file (see Piece).
 
     threads (option): kernel worker threads (default $WEBDEDUP_THREADS or the CPU count); the
     output does not depend on it."""
-    store, params = run.store, run.params
+    params = run.params
     num_perm = params.num_perm
     try:
         coeff_a, coeff_b = MinHashParams(num_perm, params.seed).coefficients()
@@ -130,44 +198,53 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
 
     # No dictionary encoding (doc_ids are unique, signatures random: 3x less write CPU), and
     # signatures uncompressed: zstd saves 12 % of them and costs every reader a decompression.
-    writer = PartitionWriter(
-        store, "fingerprinted", schema, run.partition_parameters, use_dictionary=False, uncompressed=["signature"]
-    )
-    totals: dict[str | None, dict[str, int]] = {}
-    shown = Task("fingerprinted", lambda: _rows_of(store, "documents", run.partitions), "docs")
+    plan = plan_pieces(run, "documents")
+    writer = _writer(run, schema, use_dictionary=False, uncompressed=["signature"])
+    totals: dict[str | None, dict[str, int]] = {
+        month: {"documents": 0, "tokens": 0, "empty_documents": 0, "files_reused": plan.reused_files[month]}
+        for month in plan.reused_rows
+    }
+    shown = Task("fingerprinted", lambda: _rows_of(plan.compute), "docs")
     try:
         # A reader thread decodes the next batches while `workers` threads run the kernel
         # (nogil); results come back in input order, so the files are the same for any count.
-        groups = prefetch(_pieces(store, "documents", run.partitions, ["doc_id", "body"]), depth=workers + 1)
+        groups = prefetch(_pieces(plan.compute, ["doc_id", "body"]), depth=workers + 1)
         for out, group, figures in ordered_map(compute, groups, workers):
-            for (partition, piece), (n_tokens, n_empty) in zip(_split(out, group), figures):
-                writer.write(partition, piece)
-                day = totals.setdefault(partition, {"documents": 0, "tokens": 0, "empty_documents": 0})
-                day["documents"] += piece.num_rows
-                day["tokens"] += n_tokens
-                day["empty_documents"] += n_empty
+            for (piece, rows), (n_tokens, n_empty) in zip(_split(out, group), figures):
+                writer.write(piece, rows)
+                month = totals[piece.month]
+                month["documents"] += rows.num_rows
+                month["tokens"] += n_tokens
+                month["empty_documents"] += n_empty
             shown.advance(out.num_rows)
-        rows = writer.close()
+        written = writer.close()
     except BaseException:
         writer.abort()
         raise
     finally:
         shown.close()
-    figures = {k: sum(t[k] for t in totals.values()) for k in ("documents", "tokens", "empty_documents")}
+    # figures count the documents fingerprinted by this run; rows include the files kept as they were
+    figures = {
+        k: sum(t[k] for t in totals.values()) for k in ("documents", "tokens", "empty_documents", "files_reused")
+    }
+    rows = _month_rows(plan, written)
     return StageOutput(sum(rows.values()), {**figures, "threads": workers}, rows, totals, schema)
 
 
 @DUCKDB.implements("band_memberships")
 def band_partitions(run: StageRun) -> StageOutput:
-    """Band keys of every document of the run's partitions in one streamed pass, one file per
-    partition (the contract has checked bands x rows against the fingerprints' num_perm)."""
-    store, bands, rows = run.store, run.params.bands, run.params.rows
+    """Band keys of every document of the run's months in one streamed pass, one file per
+    fingerprinted file (the contract has checked bands x rows against the fingerprints' num_perm)."""
+    bands, rows = run.params.bands, run.params.rows
     num_perm = run.upstream["fingerprinted"]["fingerprint"]["num_perm"]
-    for partition in run.partitions:
-        for path in _source_files(store, "fingerprinted", partition):
-            if pq.read_schema(path).field("signature").type.list_size != num_perm:
-                raise WebdedupError(f"{path} holds signatures of another num_perm; re-materialize fingerprinted")
-    totals: dict[str | None, dict[str, int]] = {}
+    plan = plan_pieces(run, "fingerprinted")
+    for piece in plan.compute:
+        if pq.read_schema(piece.source).field("signature").type.list_size != num_perm:
+            raise WebdedupError(f"{piece.source} holds signatures of another num_perm; re-materialize fingerprinted")
+    totals: dict[str | None, dict[str, int]] = {
+        month: {"documents_banded": 0, "documents_without_shingles": 0, "files_reused": plan.reused_files[month]}
+        for month in plan.reused_rows
+    }
 
     def keyed(group):
         batch = pa.Table.from_batches([b for _, b in group]).combine_chunks().to_batches()
@@ -181,24 +258,20 @@ def band_partitions(run: StageRun) -> StageOutput:
             keys = band_keys(signatures, bands, rows)
         return group, with_shingles, batch, keys
 
-    writer = PartitionWriter(
-        store, "band_memberships", BAND_SCHEMA, run.partition_parameters, use_dictionary=["doc_id", "band_index"]
-    )
+    writer = _writer(run, BAND_SCHEMA, use_dictionary=["doc_id", "band_index"])
     band_numbers = np.arange(bands, dtype=np.int16)
     try:
         # A reader thread decodes the next batches while this one computes band keys; groups of
         # 4 x BATCH_ROWS documents keep row groups as large as one write per 32k documents.
-        for group, with_shingles, batch, keys in map(
-            keyed, prefetch(_pieces(store, "fingerprinted", run.partitions, rows=4 * BATCH_ROWS), 2)
-        ):
+        for group, with_shingles, batch, keys in map(keyed, prefetch(_pieces(plan.compute, rows=4 * BATCH_ROWS), 2)):
             offset = key_offset = 0
-            for partition, piece in group:
-                n = piece.num_rows
+            for piece, part in group:
+                n = part.num_rows
                 mask = with_shingles[offset : offset + n]
                 kept = int(mask.sum())
-                day = totals.setdefault(partition, {"documents_banded": 0, "documents_without_shingles": 0})
-                day["documents_banded"] += kept
-                day["documents_without_shingles"] += n - kept
+                month = totals[piece.month]
+                month["documents_banded"] += kept
+                month["documents_without_shingles"] += n - kept
                 doc_ids = batch.column("doc_id").slice(offset, n).filter(pa.array(mask))
                 out = pa.record_batch(
                     [
@@ -208,12 +281,14 @@ def band_partitions(run: StageRun) -> StageOutput:
                     ],
                     schema=BAND_SCHEMA,
                 )
-                writer.write(partition, out)
+                writer.write(piece, out)
                 offset += n
                 key_offset += kept
         written = writer.close()
     except BaseException:
         writer.abort()
         raise
-    figures = {k: sum(t[k] for t in totals.values()) for k in ("documents_banded", "documents_without_shingles")}
-    return StageOutput(sum(written.values()), figures, written, totals, BAND_SCHEMA)
+    keys = ("documents_banded", "documents_without_shingles", "files_reused")
+    figures = {k: sum(t[k] for t in totals.values()) for k in keys}
+    rows_written = _month_rows(plan, written)
+    return StageOutput(sum(rows_written.values()), figures, rows_written, totals, BAND_SCHEMA)

@@ -125,17 +125,48 @@ class Store:
         params_sidecar(target).unlink(missing_ok=True)
         os.replace(written, target)
 
+    def place_segment(self, asset: str, partition: str, segment: str, written: Path) -> Path:
+        """Move a file this stage wrote into place as a segment of a partition."""
+        target = self.segment_path(asset, partition, segment)
+        params_sidecar(target).unlink(missing_ok=True)
+        os.replace(written, target)
+        return target
+
     def adopt(
-        self, asset: str, partition: str | None, source: Path, params: dict[str, Any], segment: str | None = None
+        self,
+        asset: str,
+        partition: str | None,
+        source: Path,
+        params: dict[str, Any],
+        segment: str | None = None,
+        sha256: str | None = None,
     ) -> Path:
         """Store a byte copy of an input file that already is exactly this asset's data (see
         engine.documents), as the partition's file or one of its segments; its footer is the
-        input's own, so the parameters go beside it."""
+        input's own, so the parameters go beside it, with the input's sha256. A copy whose
+        recorded sha256 and size match is left as it is, so the files derived from it
+        (fingerprinted, band_memberships) see the same file and are not computed again."""
         target = self.path(asset, partition) if segment is None else self.segment_path(asset, partition, segment)
-        with atomic_path(target) as temp:
-            shutil.copyfile(source, temp)  # copy_file_range/sendfile: in-kernel, no re-encoding
-            write_text(params_sidecar(target), encode(params))
+        sidecar = params_sidecar(target)
+        same = (
+            sha256 is not None
+            and target.exists()
+            and sidecar.exists()
+            and target.stat().st_size == source.stat().st_size
+            and decode(sidecar.read_text()).get("adopted_sha256") == sha256
+        )
+        if not same:
+            with atomic_path(target) as temp:
+                shutil.copyfile(source, temp)  # copy_file_range/sendfile: in-kernel, no re-encoding
+        write_text(sidecar, encode({**params, "adopted_sha256": sha256}))
         return target
+
+
+def file_identity(path: Path) -> dict[str, Any]:
+    """What a derived file records of the stored file it was computed from: a file is only ever
+    replaced, never changed in place, so a new name, size, inode or mtime means new content."""
+    stat = path.stat()
+    return {"file": path.name, "bytes": stat.st_size, "inode": stat.st_ino, "mtime_ns": stat.st_mtime_ns}
 
 
 def sum_figures(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -205,27 +236,29 @@ class PartitionWriter:
         store: Store,
         asset: str,
         schema: pa.Schema,
-        params: Callable[[str], dict[str, Any]],
+        params: Callable[[Any], dict[str, Any]],
         use_dictionary: bool | list[str] = True,
         uncompressed: Iterable[str] = (),
+        path_of: Callable[[Any], Path] | None = None,
     ) -> None:
         self.store, self.asset, self.schema, self.params = store, asset, schema, params
+        self.path_of = path_of or (lambda partition: store.path(asset, partition))
         skip = set(uncompressed)
         self.options = {
             "compression": {n: ("none" if n in skip else "zstd") for n in schema.names} if skip else "zstd",
             "use_dictionary": use_dictionary,
         }
-        self.rows: dict[str, int] = {}
-        self._current: str | None = None
+        self.rows: dict[Any, int] = {}
+        self._current: Any = None
         self._writer: pq.ParquetWriter | None = None
         self._temp: Path | None = None
 
-    def write(self, partition: str, batch: pa.RecordBatch) -> None:
+    def write(self, partition: Any, batch: pa.RecordBatch) -> None:
         if self._writer is None or partition != self._current:
             self._finish()
             if partition in self.rows:
                 raise ValueError(f"partition {partition} arrived twice: batches must be grouped by partition")
-            target = self.store.path(self.asset, partition)
+            target = self.path_of(partition)
             target.parent.mkdir(parents=True, exist_ok=True)
             self._temp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
             self._writer = pq.ParquetWriter(
@@ -241,12 +274,12 @@ class PartitionWriter:
         if self._writer is None:
             return
         self._writer.close()
-        target = self.store.path(self.asset, self._current)
+        target = self.path_of(self._current)
         params_sidecar(target).unlink(missing_ok=True)
         os.replace(self._temp, target)
         self._writer = self._temp = None
 
-    def close(self) -> dict[str, int]:
+    def close(self) -> dict[Any, int]:
         self._finish()
         return self.rows
 
