@@ -141,7 +141,7 @@ def report_months(context: dg.AssetExecutionContext, storage: WebdedupStorage, a
         per_month[month] = {
             "dagster/row_count": dg.MetadataValue.int(rows),
             "preview": dg.MetadataValue.md(previews.get(month, f"no {asset} rows in {month}")),
-            "month_stats": dg.MetadataValue.json(stats),
+            "month_stats": dg.MetadataValue.json({k: v for k, v in stats.items() if k != "sources"}),
             "path": dg.MetadataValue.path(str(store.asset_dir(asset))),
             "files": dg.MetadataValue.json(files),
         }

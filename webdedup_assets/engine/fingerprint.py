@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,13 +54,14 @@ class Plan:
     compute: list[Piece]
     reused_rows: dict[str | None, int]  # per month: rows of derived files kept as they are
     reused_files: dict[str | None, int]
+    sources: dict[str | None, dict[str, Any]]  # per month: derived file name -> its source's identity
 
 
 def plan_pieces(run: StageRun, upstream: str) -> Plan:
     """The upstream files of the run's months to compute; derived files whose source and
     parameters are unchanged are kept, derived files whose source is gone are removed."""
     store, asset = run.store, run.stage.name
-    plan = Plan([], {}, {})
+    plan = Plan([], {}, {}, {})
     for month in run.partitions:
         if month is None:
             sources = [p for p in store.require(upstream) if p != store.schema_path(upstream)]
@@ -71,9 +73,13 @@ def plan_pieces(run: StageRun, upstream: str) -> Plan:
                 stale.unlink(missing_ok=True)
         plan.reused_rows.setdefault(month, 0)
         plan.reused_files.setdefault(month, 0)
+        recorded = _recorded_sources(store, asset, month)
+        plan.sources[month] = {}
         for source in sources:
             target = store.asset_dir(asset) / source.name
-            if month is not None and _up_to_date(target, source, run):
+            identity = file_identity(source)
+            plan.sources[month][target.name] = identity
+            if month is not None and recorded.get(target.name) == identity and _built_with(target, run):
                 plan.reused_rows[month] += pq.read_metadata(target).num_rows
                 plan.reused_files[month] += 1
             else:
@@ -81,16 +87,28 @@ def plan_pieces(run: StageRun, upstream: str) -> Plan:
     return plan
 
 
-def _up_to_date(target: Path, source: Path, run: StageRun) -> bool:
+def _recorded_sources(store: Store, asset: str, month: str | None) -> dict[str, Any]:
+    """The source identities the month's last build recorded in its stats (written after its
+    files: a build cut short records nothing, so its files are computed again). Kept out of
+    the data files, whose bytes must not depend on inodes or times."""
+    path = store.stats_path(asset, month)
+    if month is None or not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text()).get("sources") or {}
+    except ValueError:
+        return {}
+
+
+def _built_with(target: Path, run: StageRun) -> bool:
     if not target.exists():
         return False
-    stored = read_params(target)
-    built_with = {k: v for k, v in stored.items() if k not in ("partition", "source")}
-    return stored.get("source") == file_identity(source) and built_with == run.parameters
+    stored = {k: v for k, v in read_params(target).items() if k != "partition"}
+    return stored == run.parameters
 
 
 def _piece_parameters(run: StageRun, piece: Piece) -> dict[str, Any]:
-    return {**run.partition_parameters(piece.month), "source": file_identity(piece.source)}
+    return run.partition_parameters(piece.month)
 
 
 def _pieces(pieces: list[Piece], columns: list[str] | None = None, rows: int = BATCH_ROWS):
@@ -204,6 +222,8 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
         month: {"documents": 0, "tokens": 0, "empty_documents": 0, "files_reused": plan.reused_files[month]}
         for month in plan.reused_rows
     }
+    for month, sources in plan.sources.items():
+        totals[month]["sources"] = sources
     shown = Task("fingerprinted", lambda: _rows_of(plan.compute), "docs")
     try:
         # A reader thread decodes the next batches while `workers` threads run the kernel
@@ -288,6 +308,8 @@ def band_partitions(run: StageRun) -> StageOutput:
     except BaseException:
         writer.abort()
         raise
+    for month, sources in plan.sources.items():
+        totals[month]["sources"] = sources
     keys = ("documents_banded", "documents_without_shingles", "files_reused")
     figures = {k: sum(t[k] for t in totals.values()) for k in keys}
     rows_written = _month_rows(plan, written)
