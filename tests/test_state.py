@@ -364,7 +364,7 @@ def test_a_dagster_run_reading_another_input_is_refused(tmp_path):
     import dagster as dg
 
     from webdedup_assets.defs import build_defs
-    from webdedup_assets.engine.documents import input_days
+    from webdedup_assets.engine.reading import input_days
 
     from .conftest import job_config
 

@@ -265,7 +265,7 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
 
     from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, one_planned_event_per_asset, register_months
     from .defs.config import DocumentsConfig
-    from .engine.documents import input_days
+    from .engine.reading import input_days
     from .engine.state import clear_days, held_days, months_of, reset_outdated
     from .engine.storage import Store
 

@@ -115,10 +115,11 @@ def _global_params(args: argparse.Namespace):
 
 def cmd_add(args: argparse.Namespace) -> int:
     from .engine import incremental
-    from .engine.documents import input_days, stage_documents
+    from .engine.documents import stage_documents
     from .engine.errors import WebdedupError
     from .engine.fingerprint import stage_band_memberships, stage_fingerprinted
     from .engine.manifest import stage_manifest
+    from .engine.reading import input_days
     from .engine.state import months_of, remove_leftovers, writer_lock
     from .engine.storage import Store
 
@@ -166,9 +167,10 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .engine import incremental
-    from .engine.documents import input_days, stage_documents
+    from .engine.documents import stage_documents
     from .engine.errors import WebdedupError
     from .engine.fingerprint import stage_band_memberships, stage_fingerprinted
+    from .engine.reading import input_days
     from .engine.state import months_of
     from .engine.storage import Store
 
