@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from webdedup_assets.engine.contract import CONTRACT_SCHEMA
 from webdedup_assets.engine.documents import stage_documents, stored_input
-from webdedup_assets.engine.errors import WebdedupError
 from webdedup_assets.engine.storage import Store, params_sidecar, read_params
+from webdedup_assets.errors import WebdedupError
+from webdedup_assets.ingest.contract import CONTRACT_SCHEMA
 
 from .conftest import FIXTURE, failure_messages, run_job
 

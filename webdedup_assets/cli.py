@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import params
 from .core.minhash import candidate_probability
-from .engine.errors import WebdedupError
+from .errors import WebdedupError
 from .evaluate_cli import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 from .explain_cli import add_explain_parsers, cmd_explain, cmd_inspect
 from .incremental_cli import add_incremental_parsers, cmd_add, cmd_check

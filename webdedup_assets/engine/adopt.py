@@ -10,8 +10,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import WebdedupError
 from ..ingest.inputs import InputFile
-from .errors import WebdedupError
 from .parallel import thread_count
 
 MONTH_SQL = "strftime(crawled_at, '%Y-%m')"

@@ -18,24 +18,16 @@ from typing import Any
 import duckdb
 import pyarrow.parquet as pq
 
+from ..errors import WebdedupError
+from ..fileio import atomic_path, file_sha256
+from ..ingest.contract import REQUIRED_COLUMNS
 from ..ingest.inputs import WARC_FORMATS, InputFile, day_of_file, resolve_input
 from ..ingest.options import WarcOptions
 from ..progress import Task
 from .adopt import MONTH_SQL, adoptable_files
-from .contract import REQUIRED_COLUMNS
-from .errors import WebdedupError
 from .reading import combine_checksums, combined_sha256, crawl_day_sql, load_input, read_error, select_sql, source_sql
 from .state import crawl_month, load_state, record_documents, require_same_input
-from .storage import (
-    Store,
-    atomic_path,
-    connect,
-    copy_query,
-    file_sha256,
-    scalar,
-    sql_string,
-    write_schema,
-)
+from .storage import Store, connect, copy_query, scalar, sql_string, write_schema
 from .warc_staging import clear_rejections, discard_staging, stage_warc
 
 

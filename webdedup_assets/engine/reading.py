@@ -19,10 +19,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import WebdedupError
+from ..ingest.contract import REQUIRED_COLUMNS
 from ..ingest.inputs import WARC_FORMATS, InputFile, format_suffix, resolve_input
 from ..ingest.options import WarcOptions
-from .contract import REQUIRED_COLUMNS
-from .errors import WebdedupError
 from .storage import Store, connect, quote_ident, scalar, sql_string
 from .warc_staging import stage_warc
 

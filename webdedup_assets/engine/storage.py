@@ -26,9 +26,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..fileio import atomic_path, file_sha256, write_text  # noqa: F401  (re-exported: storage's importers)
+from ..errors import WebdedupError
+from ..fileio import atomic_path, write_text
 from ..progress import Task
-from .errors import WebdedupError
 from .serial import decode, encode
 
 METADATA_KEY = b"webdedup"
