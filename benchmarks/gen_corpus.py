@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from webdedup_assets.engine.contract import CONTRACT_SCHEMA
+from webdedup_assets.ingest.contract import CONTRACT_SCHEMA
 
 ASCII_LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyz"))
 LATIN_EXTRA = list("éèêëàâäçîïôöùûüñßøåæœ")

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from webdedup_assets.engine.contract import CONTRACT_SCHEMA
 from webdedup_assets.engine.documents import stage_documents, stored_input
-from webdedup_assets.engine.errors import WebdedupError
 from webdedup_assets.engine.storage import Store, params_sidecar, read_params
+from webdedup_assets.errors import WebdedupError
+from webdedup_assets.ingest.contract import CONTRACT_SCHEMA
 
 from .conftest import FIXTURE, failure_messages, run_job
 
@@ -195,7 +195,7 @@ def test_the_whole_pipeline_on_daily_parquet_gives_the_fixture_results(tmp_path)
 
 
 def test_input_days_of_parquet_come_from_the_footer_or_the_column(tmp_path):
-    from webdedup_assets.engine.documents import _days_from_statistics, input_days
+    from webdedup_assets.engine.reading import days_from_statistics, input_days
     from webdedup_assets.ingest.inputs import resolve_input
 
     rows = fixture_rows()
@@ -204,12 +204,12 @@ def test_input_days_of_parquet_come_from_the_footer_or_the_column(tmp_path):
     one_day_groups = tmp_path / "groups.parquet"
     pq.write_table(contract_table(sorted(rows, key=lambda r: r["crawled_at"])), one_day_groups, row_group_size=1)
     (parquet,) = resolve_input(str(one_day_groups))
-    assert sorted(_days_from_statistics(parquet)) == expected
+    assert sorted(days_from_statistics(parquet)) == expected
     assert input_days(str(one_day_groups)) == expected
     spanning = tmp_path / "spanning.parquet"
     pq.write_table(contract_table(rows), spanning)  # one row group over every day
     (parquet,) = resolve_input(str(spanning))
-    assert _days_from_statistics(parquet) is None
+    assert days_from_statistics(parquet) is None
     assert input_days(str(spanning)) == expected
 
 

@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 
 from webdedup_assets.engine import incremental
 from webdedup_assets.engine.documents import stage_documents
-from webdedup_assets.engine.errors import WebdedupError
 from webdedup_assets.engine.fingerprint import stage_band_memberships, stage_fingerprinted
 from webdedup_assets.engine.stage import DUCKDB
 from webdedup_assets.engine.state import months_of
 from webdedup_assets.engine.storage import Store, connect
+from webdedup_assets.errors import WebdedupError
 from webdedup_assets.params import (
     BandingParams,
     CandidateParams,

@@ -16,9 +16,10 @@ import pytest
 
 from webdedup_assets.cli import RANGE_END_TAG, RANGE_START_TAG, main
 from webdedup_assets.defs import CRAWL_MONTHS, DAILY_JOB, GLOBAL_JOB, build_defs, register_months
-from webdedup_assets.engine.documents import combined_sha256, input_days, resolve_input
 from webdedup_assets.engine.manifest import load_manifest
+from webdedup_assets.engine.reading import combined_sha256, input_days
 from webdedup_assets.engine.storage import Store
+from webdedup_assets.ingest.inputs import resolve_input
 from webdedup_assets.params import BandingParams, CandidateParams
 
 from .conftest import FIXTURE, check_results, failure_messages
@@ -223,7 +224,7 @@ def dagster_cli(tmp_path: Path) -> tuple[dict[str, str], str]:
     # the crawl_months partitions of that instance: what the discover_crawl_months sensor adds under `dagster dev`
     register = (
         "import sys, dagster as dg; from webdedup_assets.defs import register_months; "
-        "from webdedup_assets.engine.documents import input_days; "
+        "from webdedup_assets.engine.reading import input_days; "
         "register_months(dg.DagsterInstance.get(), input_days(sys.argv[1]))"
     )
     subprocess.run([sys.executable, "-c", register, str(folder)], env=env, cwd=tmp_path, check=True)

@@ -16,7 +16,6 @@ import pytest
 
 from webdedup_assets.cli import main
 from webdedup_assets.engine import publish as publish_module
-from webdedup_assets.engine.errors import WebdedupError
 from webdedup_assets.engine.state import (
     HOLDERS_DIR,
     LockBusy,
@@ -27,6 +26,7 @@ from webdedup_assets.engine.state import (
     writer_lock,
 )
 from webdedup_assets.engine.storage import Store
+from webdedup_assets.errors import WebdedupError
 
 from .conftest import FIXTURE
 
@@ -364,7 +364,7 @@ def test_a_dagster_run_reading_another_input_is_refused(tmp_path):
     import dagster as dg
 
     from webdedup_assets.defs import build_defs
-    from webdedup_assets.engine.documents import input_days
+    from webdedup_assets.engine.reading import input_days
 
     from .conftest import job_config
 

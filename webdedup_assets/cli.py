@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import params
 from .core.minhash import candidate_probability
-from .engine.errors import WebdedupError
+from .errors import WebdedupError
 from .evaluate_cli import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 from .explain_cli import add_explain_parsers, cmd_explain, cmd_inspect
 from .incremental_cli import add_incremental_parsers, cmd_add, cmd_check
@@ -265,7 +265,7 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
 
     from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, one_planned_event_per_asset, register_months
     from .defs.config import DocumentsConfig
-    from .engine.documents import input_days
+    from .engine.reading import input_days
     from .engine.state import clear_days, held_days, months_of, reset_outdated
     from .engine.storage import Store
 

@@ -157,9 +157,9 @@ def _folders(args: argparse.Namespace) -> tuple[Path | None, Path]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .engine.errors import WebdedupError
     from .engine.evaluate import evaluate_run
     from .engine.storage import Store
+    from .errors import WebdedupError
 
     storage_root, evaluation_dir = _folders(args)
     if storage_root is None:
@@ -246,9 +246,9 @@ def add_tune_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .engine.errors import WebdedupError
     from .engine.storage import Store
     from .engine.tune import tune
+    from .errors import WebdedupError
 
     storage_root, evaluation_dir = _folders(args)
     if storage_root is None:

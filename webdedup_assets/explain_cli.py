@@ -51,8 +51,8 @@ def _store(args: argparse.Namespace):
 
 
 def _answer(args: argparse.Namespace, compute) -> tuple[int, Any]:
-    from .engine.errors import WebdedupError
     from .engine.state import writer_lock
+    from .errors import WebdedupError
 
     try:
         store = _store(args)

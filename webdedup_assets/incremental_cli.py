@@ -115,12 +115,13 @@ def _global_params(args: argparse.Namespace):
 
 def cmd_add(args: argparse.Namespace) -> int:
     from .engine import incremental
-    from .engine.documents import input_days, stage_documents
-    from .engine.errors import WebdedupError
+    from .engine.documents import stage_documents
     from .engine.fingerprint import stage_band_memberships, stage_fingerprinted
     from .engine.manifest import stage_manifest
+    from .engine.reading import input_days
     from .engine.state import months_of, remove_leftovers, writer_lock
     from .engine.storage import Store
+    from .errors import WebdedupError
 
     output_dir = Path(args.output).expanduser().resolve()
     storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
@@ -166,11 +167,12 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .engine import incremental
-    from .engine.documents import input_days, stage_documents
-    from .engine.errors import WebdedupError
+    from .engine.documents import stage_documents
     from .engine.fingerprint import stage_band_memberships, stage_fingerprinted
+    from .engine.reading import input_days
     from .engine.state import months_of
     from .engine.storage import Store
+    from .errors import WebdedupError
 
     store = Store(Path(args.against))
     try:

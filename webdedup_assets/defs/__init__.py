@@ -14,9 +14,10 @@ from typing import Any
 
 import dagster as dg
 
-from ..engine.documents import WARC_FORMATS, combined_sha256, input_days, resolve_input
-from ..engine.errors import WebdedupError
+from ..engine.reading import combined_sha256, input_days
 from ..engine.state import crawl_month
+from ..errors import WebdedupError
+from ..ingest.inputs import WARC_FORMATS, resolve_input
 from ..progress import log_sink, set_default
 from .assets import GLOBAL_ASSETS, build_daily_assets
 from .checks import CHECKS

@@ -4,10 +4,10 @@ parameter model, upstream, per-day or global); the modules here register their D
 implementation on `DUCKDB`, and each stage_* function runs one through the contract and
 returns its StageResult (documents and manifest still return a dict of figures)."""
 
+from ..errors import WebdedupError
 from .candidates import stage_candidate_pairs
 from .clustering import stage_clusters, stage_deduped_documents
 from .documents import stage_documents
-from .errors import WebdedupError
 from .fingerprint import stage_band_memberships, stage_fingerprinted
 from .manifest import stage_manifest
 from .scoring import stage_duplicate_pairs, stage_scored_pairs

@@ -3,8 +3,8 @@ candidate_scope is `domain`)."""
 
 from __future__ import annotations
 
+from ..errors import WebdedupError
 from ..params import CandidateParams
-from .errors import WebdedupError
 from .publish import report_path
 from .stage import DUCKDB, StageOutput, StageResult, StageRun
 from .storage import Store, connect, scalar, write_csv, write_relation

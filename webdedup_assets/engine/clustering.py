@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 
 from ..core.components import component_labels
 from ..core.ranking import policy_order_by
+from ..errors import WebdedupError
 from ..params import RepresentativeParams
 from .documents import stored_extra_columns
-from .errors import WebdedupError
 from .parallel import ordered_map, thread_count
 from .publish import report_path
 from .stage import DUCKDB, StageOutput, StageResult, StageRun

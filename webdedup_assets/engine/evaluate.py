@@ -34,9 +34,10 @@ from ..core.exact import adjusted_rand_index, cluster_pair_counts, pair_metrics,
 from ..core.fingerprint import shingle_sets
 from ..core.kernel import jaccard_blocks
 from ..core.minhash import candidate_probability
-from .errors import WebdedupError
+from ..errors import WebdedupError
+from ..fileio import atomic_path
 from .state import writer_lock
-from .storage import Store, atomic_path, connect, quote_ident
+from .storage import Store, connect, quote_ident
 
 DEFAULT_THRESHOLDS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 BIN_WIDTH = 0.05

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 from ..core.fingerprint import fingerprint_texts
 from ..core.hashing import FINGERPRINT_VERSION
 from ..core.minhash import MinHashParams, band_keys
+from ..errors import WebdedupError
 from ..params import BandingParams, FingerprintParams
 from ..progress import Task
-from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
 from .stage import DUCKDB, StageOutput, StageResult, StageRun
 from .storage import PartitionWriter, Store, file_identity, read_params

@@ -58,11 +58,11 @@ from ..core.fingerprint import shingle_sets
 from ..core.minhash import estimate_jaccard
 from ..core.ranking import policy_order_by
 from ..core.sets import jaccard_blocks
+from ..errors import WebdedupError
 from ..params import CandidateParams, RepresentativeParams, ScoringParams
 from .candidates import pair_slot_budget
 from .clustering import cluster_inspection
 from .documents import stored_extra_columns
-from .errors import WebdedupError
 from .publish import report_path
 from .scoring import SCORED_SCHEMA, reasons
 from .serial import from_stored

@@ -121,7 +121,7 @@ def stage_manifest(store: Store, output_dir: Path | None = None) -> dict[str, An
     if output_dir is not None:
         manifest["outputs"] = publish(store, output_dir, manifest)
     else:
-        from .storage import write_text
+        from ..fileio import write_text
 
         write_text(store.asset_dir("manifest") / "manifest.json", json.dumps(manifest, indent=2, default=str))
     return manifest

@@ -19,7 +19,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .storage import Store, _link_or_copy, connect, publish_concatenated, sql_string, write_text
+from ..fileio import write_text
+from .storage import Store, _link_or_copy, connect, publish_concatenated, sql_string
 
 JOURNAL = ".publish-journal.json"
 MANIFEST = "manifest.json"

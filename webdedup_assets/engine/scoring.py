@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 from ..core.fingerprint import shingle_sets
 from ..core.minhash import estimate_jaccard
 from ..core.sets import jaccard_blocks
+from ..errors import WebdedupError
 from ..params import ScoringParams
 from ..progress import Task
-from .errors import WebdedupError
 from .parallel import ordered_map, prefetch, thread_count
 from .stage import DUCKDB, StageOutput, StageResult, StageRun
 from .storage import Store, connect, scalar, write_batches, write_relation

@@ -22,8 +22,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..errors import WebdedupError
 from ..params import BandingParams, CandidateParams, FingerprintParams, ParamGroup, RepresentativeParams, ScoringParams
-from .errors import WebdedupError
 from .serial import from_stored, to_stored
 from .state import check_consistent, record_stage
 from .storage import Store, read_params, write_schema

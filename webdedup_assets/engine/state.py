@@ -33,8 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import WebdedupError
-from .storage import Store, write_text
+from ..errors import WebdedupError
+from ..fileio import write_text
+from .storage import Store
 
 STATE_FILE = "corpus_state.json"
 STATE_FORMAT = 2  # 2: the daily assets are stored per crawl month

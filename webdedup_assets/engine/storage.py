@@ -26,9 +26,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..fileio import atomic_path, file_sha256, write_text  # noqa: F401  (re-exported: storage's importers)
+from ..errors import WebdedupError
+from ..fileio import atomic_path, write_text
 from ..progress import Task
-from .errors import WebdedupError
 from .serial import decode, encode
 
 METADATA_KEY = b"webdedup"
@@ -198,6 +198,15 @@ def _with_params(schema: pa.Schema, params: dict[str, Any]) -> pa.Schema:
     return schema.with_metadata(metadata)
 
 
+def writer_options(
+    schema: pa.Schema, use_dictionary: bool | list[str] = True, uncompressed: Iterable[str] = ()
+) -> dict[str, Any]:
+    """pyarrow ParquetWriter options of every stored file: zstd, except the `uncompressed` columns."""
+    skip = set(uncompressed)
+    compression = {name: ("none" if name in skip else "zstd") for name in schema.names} if skip else "zstd"
+    return {"compression": compression, "use_dictionary": use_dictionary}
+
+
 def write_batches(
     target: Path,
     schema: pa.Schema,
@@ -214,10 +223,8 @@ def write_batches(
     compress; trying costs a second per million documents)."""
     schema = _with_params(schema, params)
     rows = 0
-    skip = set(uncompressed)
-    compression = {name: ("none" if name in skip else "zstd") for name in schema.names} if skip else "zstd"
     with atomic_path(target) as temp:
-        with pq.ParquetWriter(temp, schema, compression=compression, use_dictionary=use_dictionary) as writer:
+        with pq.ParquetWriter(temp, schema, **writer_options(schema, use_dictionary, uncompressed)) as writer:
             for batch in batches:
                 if batch.num_rows:
                     writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
@@ -243,11 +250,7 @@ class PartitionWriter:
     ) -> None:
         self.store, self.asset, self.schema, self.params = store, asset, schema, params
         self.path_of = path_of or (lambda partition: store.path(asset, partition))
-        skip = set(uncompressed)
-        self.options = {
-            "compression": {n: ("none" if n in skip else "zstd") for n in schema.names} if skip else "zstd",
-            "use_dictionary": use_dictionary,
-        }
+        self.options = writer_options(schema, use_dictionary, uncompressed)
         self.rows: dict[Any, int] = {}
         self._current: Any = None
         self._writer: pq.ParquetWriter | None = None

@@ -29,10 +29,11 @@ from ..core.exact import similarity_join
 from ..core.fingerprint import fingerprint_texts
 from ..core.minhash import MinHashParams, band_keys
 from ..core.tuning import banded_hits, bandings, probability_at, recommend
-from .errors import WebdedupError
+from ..errors import WebdedupError
+from ..fileio import atomic_path
 from .evaluate import MAX_REFERENCE_DOCUMENTS, load_shingle_sets
 from .state import writer_lock
-from .storage import Store, atomic_path, connect
+from .storage import Store, connect
 
 DEFAULT_NUM_PERMS = (64, 96, 120, 128, 130, 160)
 DEFAULT_MAX_PAIR_SLOTS = 50_000_000

@@ -14,5 +14,5 @@ Below the engine: nothing here imports `webdedup_assets.engine`, Dagster or Duck
     convert.py         WARC files (process pool) or Common Crawl targets -> one Parquet, merged in input order
 
 A new input format: a reader module here that yields contract rows (plus its own provenance
-columns), a suffix in inputs.SUFFIX_FORMATS, and its branch in engine/documents.py.
+columns), a suffix in inputs.SUFFIX_FORMATS, and its branch in engine/reading.py.
 """

@@ -1,0 +1,428 @@
+"""Reading CSV and Parquet input with DuckDB, validated: the input contract of the documents stage.
+
+Input contract: columns doc_id, source, domain, crawled_at, title, body (any order);
+every other column is kept as is. doc_id must be present and unique; crawled_at must be a
+date or timestamp (stored as its UTC day); a NULL body is stored as the empty string (such
+a document gets no shingles and can never be a candidate). CSV files must be UTF-8. Every
+problem is an error naming the file and the row, column or doc_ids.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import hashlib
+import re
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import WebdedupError
+from ..ingest.contract import REQUIRED_COLUMNS
+from ..ingest.inputs import WARC_FORMATS, InputFile, format_suffix, resolve_input
+from ..ingest.options import WarcOptions
+from .storage import Store, connect, quote_ident, scalar, sql_string
+from .warc_staging import stage_warc
+
+TEXT_COLUMNS = ("doc_id", "source", "domain", "title", "body")
+MAX_LINE_BYTES = 1 << 30  # a single CSV record may hold a very large page
+
+
+def combined_sha256(files: list[InputFile]) -> str:
+    """One checksum for the whole input (the file's own sha256 when there is one file)."""
+    return combine_checksums([(f.path.name, f.sha256) for f in files])
+
+
+def combine_checksums(named: list[tuple[str, str]]) -> str:
+    """(file name, sha256) pairs in input order -> one checksum; a single file keeps its own."""
+    if len(named) == 1:
+        return named[0][1]
+    digest = hashlib.sha256()
+    for name, sha256 in named:
+        digest.update(f"{name}\t{sha256}\n".encode())
+    return digest.hexdigest()
+
+
+def crawl_day_sql(raw: str) -> str:
+    """SQL for the UTC crawl day of a crawled_at text: a timestamp (an offset is converted to UTC,
+    the session time zone) or a plain date; NULL when it is neither."""
+    return f"COALESCE(CAST(TRY_CAST({raw} AS TIMESTAMPTZ) AS DATE), TRY_CAST({raw} AS DATE))"
+
+
+def check_utf8(path: Path) -> None:
+    """Fail on the first invalid UTF-8 byte, naming the file, byte offset and line."""
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    offset = 0
+    lines = 1
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 22):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as err:
+                bad = offset + err.start
+                line = lines + chunk[: err.start].count(b"\n")
+                raise WebdedupError(
+                    f"{path}: invalid UTF-8 at byte offset {bad} (line {line}): "
+                    f"byte 0x{chunk[err.start]:02x}; convert the file to UTF-8 (for example "
+                    f"`iconv -f latin1 -t utf-8`)"
+                ) from None
+            offset += len(chunk)
+            lines += chunk.count(b"\n")
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise WebdedupError(f"{path}: invalid UTF-8: the file ends inside a multi-byte character") from None
+
+
+CSV_DELIMITERS = {".tsv": "\t"}  # every other CSV input is comma-separated
+
+
+def _delimiter(path: Path) -> str:
+    return CSV_DELIMITERS.get(format_suffix(path), ",")
+
+
+def _csv_reader(handle, path: Path):
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
+    return csv.reader(handle, delimiter=_delimiter(path), quotechar='"', doublequote=True, strict=True)
+
+
+def csv_header(path: Path) -> list[str]:
+    """The column names of a CSV file, checked: the file is not empty, and no name is empty or
+    repeated. Reads the first record only."""
+    if path.stat().st_size == 0:
+        raise WebdedupError(
+            f"{path}: the file is empty (0 bytes); a CSV input needs at least its header line "
+            f"({','.join(REQUIRED_COLUMNS)})"
+        )
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = _csv_reader(handle, path)
+        try:
+            header = next(reader, [])
+        except csv.Error as err:
+            raise WebdedupError(f"{path}: line 1: cannot read the header: {_csv_problem(err)}") from None
+    if not any(name.strip() for name in header):
+        raise WebdedupError(f"{path}: line 1: the header line is empty; the first line must name the columns")
+    if len(header) == 1:
+        other = next((d for d in (";", "\t", "|", ",") if d in header[0] and d != _delimiter(path)), None)
+        if other is not None:
+            shown = {"\t": "tabs", ";": "semicolons", "|": "'|'", ",": "commas"}[other]
+            wanted = "tab-separated (.tsv)" if _delimiter(path) == "\t" else "comma-separated (tab for .tsv)"
+            raise WebdedupError(
+                f"{path}: line 1: the header is one column {header[0][:80]!r}, separated by {shown}; "
+                f"webdedup reads {wanted} files"
+            )
+    empty = [str(i + 1) for i, name in enumerate(header) if not name.strip()]
+    if empty:
+        raise WebdedupError(f"{path}: line 1: column(s) {', '.join(empty)} of the header have no name")
+    dupes = sorted({name for name in header if header.count(name) > 1})
+    if dupes:
+        where = "; ".join(
+            f"{d!r} in columns {', '.join(str(i + 1) for i, n in enumerate(header) if n == d)}" for d in dupes
+        )
+        raise WebdedupError(f"{path}: line 1: duplicate column name(s) in the header: {where}")
+    return header
+
+
+def _csv_problem(err: csv.Error) -> str:
+    text = str(err)
+    if "unexpected end of data" in text:
+        return "unterminated quoted field: the quote opened in this record is never closed"
+    if "expected after" in text:
+        return f'text after a closing quote ({text}); a quote inside a quoted field is written twice ("")'
+    return text
+
+
+def locate_csv_error(path: Path) -> str | None:
+    """The first structural problem of a CSV file, with its physical line: a record whose
+    number of fields differs from the header's, or bad quoting. None if there is none.
+
+    Python's csv module, streaming: only used to explain a failed read, never on the fast path."""
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = _csv_reader(handle, path)
+        width, start = None, 1
+        try:
+            for row in reader:
+                if width is None:
+                    width = len(row)
+                elif row and len(row) != width:  # blank lines are skipped, as DuckDB does
+                    return f"line {start}: {len(row)} field(s), but the header has {width}"
+                start = reader.line_num + 1
+        except csv.Error as err:
+            return f"line {start}: {_csv_problem(err)}"
+    return None
+
+
+DUCKDB_FILE = re.compile(r"^\s*file = (.+?)\s*$", re.MULTILINE)
+
+
+def read_error(err: duckdb.Error, files: list[InputFile]) -> WebdedupError:
+    """A DuckDB error while reading the input -> a message naming the file and, for CSV, the line."""
+    text = str(err).strip()
+    named = DUCKDB_FILE.search(text)
+    suspects = [f for f in files if f.format == "csv" and (named is None or str(f.path) == named.group(1))]
+    for f in suspects:
+        problem = locate_csv_error(f.path)
+        if problem:
+            return WebdedupError(f"{f.path}: {problem}")
+    where = f"{named.group(1)}: " if named else ""
+    return WebdedupError(f"{where}cannot read the input: {text.splitlines()[0]}")
+
+
+def source_sql(f: InputFile, strict: bool = True) -> str:
+    """DuckDB table expression reading one input file. CSV: comma-separated (tab for .tsv), RFC 4180
+    double quotes, the header read by us, every column as text; no dialect sniffing, so a
+    malformed file fails with its line instead of being read as one column."""
+    if f.format == "csv":
+        columns = ", ".join(f"{sql_string(name)}: 'VARCHAR'" for name in csv_header(f.path))
+        return (
+            f"read_csv({sql_string(str(f.path))}, auto_detect = false, header = true, "
+            f"delim = {sql_string(_delimiter(f.path))}, quote = '\"', escape = '\"', columns = {{{columns}}}, "
+            f"max_line_size = {MAX_LINE_BYTES}, strict_mode = {'true' if strict else 'false'})"
+        )
+    return f"read_parquet({sql_string(str(f.path))})"
+
+
+def scan_input(con: duckdb.DuckDBPyConnection, f: InputFile) -> duckdb.DuckDBPyRelation:
+    try:
+        if f.format == "csv":
+            check_utf8(f.path)
+        return con.sql(f"SELECT * FROM {source_sql(f)}")
+    except duckdb.Error as err:
+        raise read_error(err, [f]) from None
+
+
+def _validate_columns(files: list[InputFile], relations: list[duckdb.DuckDBPyRelation]) -> list[str]:
+    extra: list[str] = []
+    for f, rel in zip(files, relations):
+        columns = rel.columns
+        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+        if missing:
+            raise WebdedupError(
+                f"{f.path}: missing required column(s) {', '.join(missing)}; found columns: {', '.join(columns)}"
+            )
+        dupes = sorted({c for c in columns if columns.count(c) > 1})
+        if dupes:
+            raise WebdedupError(f"{f.path}: duplicate column name(s) {', '.join(dupes)}")
+        extra.extend(c for c in columns if c not in REQUIRED_COLUMNS and c not in extra)
+    return extra
+
+
+def _offenders(con: duckdb.DuckDBPyConnection, sql: str, limit: int = 5) -> list[tuple]:
+    return con.execute(f"{sql} LIMIT {limit}").fetchall()
+
+
+def load_input(con: duckdb.DuckDBPyConnection, files: list[InputFile]) -> list[str]:
+    """Define the view `parsed` over the input files and validate it; returns the extra columns.
+
+    Only a narrow table `keys` (doc_id, dates, file) is materialized for validation; page
+    bodies stream from the input straight into the output files, so memory and temporary
+    disk do not grow with the corpus' text.
+    """
+    relations = [scan_input(con, f) for f in files]
+    extra = _validate_columns(files, relations)
+    typed_parts = []
+    for index, (f, rel) in enumerate(zip(files, relations)):
+        view = f"raw_{index}"
+        rel.create_view(view)
+        text = _text_columns_sql(con, f, rel, view)
+        cols = [f"{text[c]} AS {quote_ident(c)}" for c in TEXT_COLUMNS]
+        cols.append(f"{text['crawled_at']} AS crawled_at_raw")
+        cols += [(f"{quote_ident(c)}" if c in rel.columns else f"NULL AS {quote_ident(c)}") for c in extra]
+        cols.append(f"{sql_string(f.path.name)} AS __source_file, {index} AS __file_index")
+        typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
+    # Timestamps with an offset become their UTC day (the session time zone is UTC).
+    con.execute(
+        f"CREATE TEMP VIEW parsed AS SELECT *, {crawl_day_sql('trim(crawled_at_raw)')} AS crawled_at "
+        "FROM (" + " UNION ALL BY NAME ".join(typed_parts) + ")"
+    )
+    try:
+        con.execute(
+            "CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at_raw, crawled_at, __source_file, __file_index "
+            "FROM parsed"
+        )
+    except duckdb.Error as err:  # a malformed CSV fails here, on its first bad record
+        raise read_error(err, files) from None
+    _validate_rows(con)
+    return extra
+
+
+INTEGER_TYPES = {
+    "tinyint",
+    "smallint",
+    "integer",
+    "bigint",
+    "hugeint",
+    "utinyint",
+    "usmallint",
+    "uinteger",
+    "ubigint",
+    "uhugeint",
+}
+
+
+def _text_columns_sql(
+    con: duckdb.DuckDBPyConnection, f: InputFile, rel: duckdb.DuckDBPyRelation, view: str
+) -> dict[str, str]:
+    """SQL giving each text column (and crawled_at) of one input as VARCHAR, by one rule:
+
+    - text (VARCHAR; CSV columns always are) is taken as is;
+    - binary (BLOB) must hold UTF-8 text: decoded strictly, else refused naming file, column and doc_ids;
+    - integers become their decimal text (numeric ids); a column of only NULLs is NULL;
+    - any other type (floating point, decimal, boolean, date, list, struct, ...) is refused in a
+      text column, naming the file, the column and its type. crawled_at may also be a date or timestamp.
+    """
+    types = {c: t for c, t in zip(rel.columns, rel.types)}
+    doc_id = quote_ident("doc_id")
+    label = (
+        f"COALESCE(TRY(decode({doc_id})), CAST({doc_id} AS VARCHAR))"
+        if types["doc_id"].id == "blob"
+        else (f"CAST({doc_id} AS VARCHAR)")
+    )
+    out = {}
+    for column in (*TEXT_COLUMNS, "crawled_at"):
+        name, kind = quote_ident(column), types[column].id
+        if kind == "varchar":
+            out[column] = name
+        elif kind == "blob":
+            _require_utf8(con, f, view, column, label)
+            out[column] = f"decode({name})"
+        elif kind in INTEGER_TYPES or kind == "null":
+            out[column] = f"CAST({name} AS VARCHAR)"
+        elif column == "crawled_at" and (kind == "date" or kind.startswith("timestamp")):
+            out[column] = f"CAST({name} AS VARCHAR)"
+        else:
+            raise WebdedupError(
+                f"{f.path}: column {column} has type {types[column]}; "
+                + (
+                    "crawled_at must be a date, a timestamp or text"
+                    if column == "crawled_at"
+                    else f"text columns ({', '.join(TEXT_COLUMNS)}) must be strings, binary holding UTF-8 text, "
+                    "or integers"
+                )
+            )
+    return out
+
+
+def _require_utf8(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, column: str, label: str) -> None:
+    """A binary column must decode as UTF-8 in every row; else an error naming the first doc_ids."""
+    name = quote_ident(column)
+    bad = f"FROM {view} WHERE {name} IS NOT NULL AND TRY(decode({name})) IS NULL"
+    first = [d for (d,) in con.execute(f"SELECT {label} AS d {bad} ORDER BY d LIMIT 5").fetchall()]
+    if first:
+        total = scalar(con, f"SELECT count(*) {bad}")
+        raise WebdedupError(
+            f"{f.path}: column {column} is binary and not valid UTF-8 for {total} document(s), first doc_id(s): "
+            f"{', '.join(repr(d) for d in first)}; write text columns as UTF-8 strings"
+        )
+
+
+def _validate_rows(con: duckdb.DuckDBPyConnection) -> None:
+    bad_ids = _offenders(con, "SELECT __source_file FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
+    if bad_ids:
+        count = scalar(con, "SELECT count(*) FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
+        raise WebdedupError(f"{count} row(s) have an empty doc_id (first in file {bad_ids[0][0]})")
+    dupes = _offenders(
+        con,
+        "SELECT doc_id, count(*) AS n, string_agg(DISTINCT __source_file, ', ') FROM keys "
+        "GROUP BY doc_id HAVING count(*) > 1 ORDER BY doc_id",
+    )
+    if dupes:
+        total = scalar(con, "SELECT count(*) FROM (SELECT doc_id FROM keys GROUP BY doc_id HAVING count(*) > 1)")
+        listed = "; ".join(f"{d!r} x{n} in {src}" for d, n, src in dupes)
+        raise WebdedupError(f"doc_id must be unique: {total} doc_id(s) appear more than once, first: {listed}")
+    undated = _offenders(
+        con,
+        "SELECT doc_id, __source_file FROM keys "
+        "WHERE crawled_at_raw IS NULL OR trim(crawled_at_raw) = '' ORDER BY doc_id",
+    )
+    if undated:
+        total = scalar(con, "SELECT count(*) FROM keys WHERE crawled_at_raw IS NULL OR trim(crawled_at_raw) = ''")
+        raise WebdedupError(
+            f"crawled_at is missing for {total} document(s), first doc_id(s): "
+            f"{', '.join(repr(d) for d, _ in undated)} (in {undated[0][1]}); every document needs its crawl date"
+        )
+    unparsable = _offenders(
+        con, "SELECT doc_id, crawled_at_raw, __source_file FROM keys WHERE crawled_at IS NULL ORDER BY doc_id"
+    )
+    if unparsable:
+        total = scalar(con, "SELECT count(*) FROM keys WHERE crawled_at IS NULL")
+        listed = ", ".join(f"{d!r} ({raw!r})" for d, raw, _ in unparsable)
+        raise WebdedupError(
+            f"crawled_at is not a date or timestamp for {total} document(s), first: {listed} "
+            f"in {unparsable[0][2]}; use ISO 8601 such as 2026-03-01 or 2026-03-01T12:00:00Z"
+        )
+
+
+def select_sql(extra: list[str]) -> str:
+    return ", ".join(
+        ["doc_id", "source", "domain", "crawled_at", "title", "COALESCE(body, '') AS body"]
+        + [quote_ident(c) for c in extra]
+    )
+
+
+def input_days(
+    input_path: str, input_format: str = "auto", store: Store | None = None, warc_options: WarcOptions | None = None
+) -> list[str]:
+    """The distinct crawl days (UTC) present in an input, read from crawled_at alone.
+
+    Rows without a usable date are not listed here; the documents stage reports them by doc_id.
+    Returns [] when the input cannot be read this way (the documents stage then says why).
+    WARC input is converted once into `store` (the documents stage then reuses that conversion).
+    """
+    try:
+        files = resolve_input(input_path, input_format)
+        if any(f.format in WARC_FORMATS for f in files):
+            if store is None:
+                return []
+            files = stage_warc(store, files, warc_options, None)[0]
+    except WebdedupError:
+        return []
+    days: set[str] = set()
+    con = connect()
+    for f in files:
+        from_footer = days_from_statistics(f) if f.format == "parquet" else None
+        if from_footer is not None:
+            days.update(from_footer)
+            continue
+        day = crawl_day_sql("trim(CAST(crawled_at AS VARCHAR))")
+        try:
+            rows = con.execute(
+                f"SELECT DISTINCT CAST({day} AS VARCHAR) AS day FROM {source_sql(f, strict=False)}"
+            ).fetchall()
+        except (duckdb.Error, WebdedupError):  # the documents stage names the problem
+            return []
+        days.update(d for (d,) in rows if d is not None)
+    con.close()
+    return sorted(days)
+
+
+def days_from_statistics(f: InputFile) -> set[str] | None:
+    """The crawl days of a Parquet file whose crawled_at is a date, read from its footer: each
+    row group's min and max, when they are one day. None when that is not enough to tell
+    (no statistics, a row group spanning days, another type): the caller reads the column."""
+    try:
+        parquet = pq.ParquetFile(f.path)
+        if "crawled_at" not in parquet.schema_arrow.names:
+            return None
+        if not pa.types.is_date32(parquet.schema_arrow.field("crawled_at").type):
+            return None
+        column = parquet.schema_arrow.get_field_index("crawled_at")
+        days: set[str] = set()
+        metadata = parquet.metadata
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            stats = group.column(column).statistics
+            if group.num_rows == 0:
+                continue
+            if stats is not None and stats.null_count == group.num_rows:
+                continue  # only undated rows: the documents stage names them
+            if stats is None or not stats.has_min_max:
+                return None
+            if stats.min != stats.max:
+                return None
+            days.add(stats.min.isoformat())
+        return days
+    except (OSError, pa.ArrowException, ValueError):
+        return None
