@@ -287,7 +287,7 @@ def test_the_schedule_keeps_the_fingerprint_parameters_of_the_latest_run(split, 
     )
     [request] = schedule.evaluate_tick(context).run_requests
     assert request.run_config["ops"] == {
-        "fingerprinted": {"config": {"shingle_size": 4, "num_perm": 64, "seed": 3}},
+        "fingerprinted": {"config": {"shingle_size": 4, "shingle_unit": "word", "num_perm": 64, "seed": 3}},
         "band_memberships": {"config": {"bands": 16, "rows": 4}},
     }
 

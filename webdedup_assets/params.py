@@ -82,7 +82,15 @@ class InputParams(ParamGroup):
 class FingerprintParams(ParamGroup):
     """Shingles and MinHash signatures."""
 
-    shingle_size: int = Field(default=5, ge=1, description="Tokens per shingle.")
+    shingle_size: int = Field(
+        default=5, ge=1, description="Tokens per shingle: words, or characters when shingle_unit is char."
+    )
+    shingle_unit: Literal["word", "char"] = Field(
+        default="word",
+        description="word: shingles of words (each CJK ideograph, kana or Hangul syllable is a word); char: of "
+        "characters of the normalized text, spaces included, for short texts and scripts without word "
+        "boundaries (Thai, Khmer...); with char use a shingle_size of 5-9.",
+    )
     num_perm: int = Field(default=130, ge=1, description="MinHash values per document.")
     seed: int = Field(default=1, ge=0, description="Seed of the MinHash permutations.")
 

@@ -197,10 +197,11 @@ def cluster_cohesion(
     threshold (A~B and B~C put A and C together though A and C share little). A cluster of two
     cannot chain, so only clusters of three or more are measured, the largest first, at most
     max_members members per run (`members_checked` says how many)."""
+    from ..core.fingerprint import shingling
     from .evaluate import load_shingle_sets  # the shingle sets scoring uses, recomputed for these documents
 
     threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
-    shingle_size = int(store.params("fingerprinted")["fingerprint"]["shingle_size"])
+    shingle_size, unit = shingling(store.params("fingerprinted")["fingerprint"])
     con = connect(store)
     try:
         giants = con.execute(f"""SELECT cluster_id, any_value(cluster_size) FROM {store.scan_sql("clusters")}
@@ -220,7 +221,7 @@ def cluster_cohesion(
         ids = pa.concat_arrays(
             [members.column("doc_id").combine_chunks(), members.column("representative").combine_chunks()]
         )
-        sets = load_shingle_sets(store, shingle_size, pc.unique(ids))
+        sets = load_shingle_sets(store, shingle_size, pc.unique(ids), unit)
         jaccard = sets.jaccard(sets.nodes(members.column("doc_id")), sets.nodes(members.column("representative")))
         below = np.flatnonzero(jaccard < threshold)
         for i in below[np.argsort(jaccard[below], kind="stable")][:5]:
