@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from ..core.components import component_labels
 from ..core.ranking import policy_order_by
 from ..params import RepresentativeParams
+from .diagnostics import write_cluster_diagnostics
 from .documents import stored_extra_columns
 from .errors import WebdedupError
 from .parallel import ordered_map, thread_count
@@ -125,6 +126,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
     con.execute("SET preserve_insertion_order = true")
     write_csv(report_path(store, "cluster_inspection.csv"), cluster_inspection(con, store, extra))
     con.close()
+    figures.update(write_cluster_diagnostics(store))  # bounded: see engine.diagnostics
     return StageOutput(rows, figures)
 
 
