@@ -20,6 +20,7 @@ from ..progress import log_sink, set_default
 from .assets import GLOBAL_ASSETS, build_daily_assets
 from .checks import CHECKS
 from .config import DocumentsConfig
+from .evaluation import evaluate_job, evaluation
 from .partitions import CRAWL_DAYS, crawl_days, new_days, register_days
 from .resources import WebdedupStorage
 
@@ -206,9 +207,9 @@ def build_defs(days: list[str] | None = None) -> dg.Definitions:
         return dg.RunRequest(run_key=day, partition_key=day, run_config=latest_run_config(context.instance, carried))
 
     return dg.Definitions(
-        assets=[*daily_assets, *GLOBAL_ASSETS],
+        assets=[*daily_assets, *GLOBAL_ASSETS, evaluation],
         asset_checks=CHECKS,
-        jobs=[daily_job, global_job],
+        jobs=[daily_job, global_job, evaluate_job],
         schedules=[] if days else [webdedup_daily_schedule],
         sensors=[global_after_daily, discover_crawl_days],
         resources={"storage": WebdedupStorage()},
