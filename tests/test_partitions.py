@@ -332,7 +332,9 @@ def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_th
     [request] = sensor_tick(defs, env.instance, first.cursor).run_requests
     assert request.run_config["ops"]["scored_pairs"] == {"config": {"threshold": 0.9}}
     assert request.run_config["ops"]["duplicate_pairs"] == {"config": {"threshold": 0.9}}
-    assert request.run_config["ops"]["deduped_documents"] == {"config": {"representative_policy": "longest"}}
+    assert request.run_config["ops"]["deduped_documents"] == {
+        "config": {"representative_policy": "longest", "verify_against_representative": False}
+    }
     candidates = request.run_config["ops"]["candidate_pairs"]["config"]
     assert candidates["max_pair_slots"] == CandidateParams().max_pair_slots  # the defaults it last ran with
     assert candidates["pair_slots_per_document"] == CandidateParams().pair_slots_per_document

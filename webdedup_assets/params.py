@@ -143,6 +143,13 @@ class RepresentativeParams(ParamGroup):
         description="newest: newest crawled_at, then most tokens, then smallest doc_id; oldest: the first copy "
         "seen; longest: the most tokens.",
     )
+    verify_against_representative: bool = Field(
+        default=False,
+        description="Members whose exact Jaccard to their cluster's representative is below the threshold "
+        "(joined only by chaining) leave the cluster: they are clustered again among themselves, with their "
+        "own representatives, until every member reaches its representative. The clusters asset keeps the "
+        "connected components.",
+    )
 
 
 def check_banding(fingerprint: FingerprintParams, banding: BandingParams) -> None:

@@ -324,7 +324,7 @@ def _deduped_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any]
     extra["cluster_diagnostics"] = dg.MetadataValue.path(
         str(engine_diagnostics.report_path(store, engine_diagnostics.REPORT))
     )
-    return result.parameters.get("representative") or {}, extra
+    return result.parameters.get("representatives") or {}, extra
 
 
 @dataclass(frozen=True)

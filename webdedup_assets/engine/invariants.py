@@ -98,8 +98,20 @@ def one_representative_per_cluster(store: Store) -> tuple[bool, dict[str, Any]]:
     reps, distinct = con.execute(
         f"SELECT count(*), count(DISTINCT cluster_id) FROM {store.scan_sql('deduped_documents')}"
     ).fetchall()[0]
-    passed = reps == clusters == distinct
     details: dict[str, Any] = {"clusters": clusters, "representatives": reps, "clusters_with_representative": distinct}
+    representative = store.params("deduped_documents").get("representatives") or {}
+    if representative.get("verify_against_representative"):
+        # far members split off their component (engine.clustering._verify_against_representative):
+        # every component keeps its cluster_id and representative; each part split off has its own
+        without = scalar(
+            con,
+            f"SELECT count(DISTINCT cluster_id) FROM {store.scan_sql('clusters')} WHERE cluster_id NOT IN "
+            f"(SELECT cluster_id FROM {store.scan_sql('deduped_documents')})",
+        )
+        details["parts_split_off"] = distinct - (clusters - without)
+        passed = reps == distinct and without == 0
+    else:
+        passed = reps == clusters == distinct
     if not passed:
         deduped, clu = store.scan_sql("deduped_documents"), store.scan_sql("clusters")
         details["first_clusters_without_representative"] = _first_ids(
