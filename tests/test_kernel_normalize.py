@@ -22,7 +22,7 @@ from webdedup_assets.core.fingerprint import fingerprint_texts, normalize_exact,
 from webdedup_assets.core.hashing import shingle_hash, token_hash
 from webdedup_assets.core.minhash import MinHashParams
 from webdedup_assets.core.normalize import normalize_text, text_tokens, tokenize
-from webdedup_assets.core.reference import shingle_set, shingle_windows
+from webdedup_assets.core.reference import char_tokens, shingle_set, shingle_windows
 
 SIZE = 8  # more than the few tokens of a template below: one whole-text window per document
 COEFF_A, COEFF_B = MinHashParams(8, 11).coefficients()
@@ -34,7 +34,8 @@ class Reference:
     token_hash, shingle_windows and shingle_hash, as reference.shingle_set does. Memoized by
     normalize_text's output (tokens depend on nothing else), which makes a million documents cheap."""
 
-    def __init__(self) -> None:
+    def __init__(self, unit: str = "word") -> None:
+        self.unit = unit
         self._by_normalized: dict[str, tuple[int, list[int]]] = {}
         self._token_hashes: dict[str, int] = {}
 
@@ -42,7 +43,8 @@ class Reference:
         normalized = normalize_text(text)
         found = self._by_normalized.get(normalized)
         if found is None:
-            tokens = tokenize(normalized)  # text_tokens(text) is tokenize(normalize_text(text))
+            # text_tokens(text) is tokenize(normalize_text(text)); char_tokens(text) is list(normalize_text(text))
+            tokens = list(normalized) if self.unit == "char" else tokenize(normalized)
             hashes = [self._token_hash(t) for t in tokens]
             found = (len(tokens), sorted({shingle_hash(w) for w in shingle_windows(hashes, SIZE)}))
             self._by_normalized[normalized] = found
@@ -55,12 +57,14 @@ class Reference:
         return value
 
 
-def mismatches(texts: list[str], reference: Reference | None = None) -> list[tuple[str, tuple, tuple]]:
+def mismatches(
+    texts: list[str], reference: Reference | None = None, unit: str = "word"
+) -> list[tuple[str, tuple, tuple]]:
     """(text, fused, reference) for every document whose fused token count or shingle set differs."""
-    reference = reference or Reference()
+    reference = reference or Reference(unit)
     array = pa.array(texts, pa.large_string())
-    counts, _, _ = fingerprint_texts(array, SIZE, COEFF_A, COEFF_B)
-    flat, offsets = shingle_sets(array, SIZE)
+    counts, _, _ = fingerprint_texts(array, SIZE, COEFF_A, COEFF_B, unit)
+    flat, offsets = shingle_sets(array, SIZE, unit)
     expected = [reference(t) for t in texts]
     want_counts = np.array([n for n, _ in expected], dtype=np.int64)
     want_sizes = np.array([len(s) for _, s in expected], dtype=np.int64)
@@ -93,6 +97,13 @@ TEMPLATES = [
 def test_every_codepoint_in_every_template_matches_reference(template):
     texts = [template.format(c) for c in EVERY_CODEPOINT]
     assert mismatches(texts)[:5] == []
+
+
+@pytest.mark.parametrize("template", ["{}", "Ab{}Cd", "x {} y", "A{}Σ"])
+def test_char_unit_every_codepoint_matches_reference(template):
+    # kernel.char_hashes: every character of normalize_text's output (and the spaces) a token
+    texts = [template.format(c) for c in EVERY_CODEPOINT]
+    assert mismatches(texts, unit="char")[:5] == []
 
 
 def test_every_character_class_across_the_64_byte_block_boundary():
@@ -129,13 +140,28 @@ def test_reference_is_core_reference():
     reference = Reference()
     for text in texts:
         assert reference(text) == (len(text_tokens(text)), sorted(shingle_set(text, SIZE)))
+    chars = Reference("char")
+    for text in texts:
+        assert chars(text) == (len(char_tokens(text)), sorted(shingle_set(text, SIZE, "char")))
+    assert char_tokens("  Ab,  c. ") == ["a", "b", " ", "c"]
+
+
+def test_char_mismatches_finds_a_wrong_document():
+    class Misreads(Reference):
+        def __call__(self, text):
+            return super().__call__(text.replace("x", "y"))
+
+    texts = ["wax on", "plain"]
+    assert [t for t, _, _ in mismatches(texts, Misreads("char"), unit="char")] == ["wax on"]
 
 
 def test_kernel_flags_only_context_dependent_documents():
     texts = ["plain ascii", "ÉTÉ Straße", "ΣΟΦΙΑ", "각 한국어", "\u1100\u1161\u11a8 jamo", "தமிழ் ொ"]
     data, offsets = string_buffers(pa.array(texts, pa.large_string()))
     raw = np.zeros(len(texts), dtype=np.bool_)
-    flagged = kernel.fingerprint_batch(data, offsets, raw, unicode_tables.token_tables(), SIZE, COEFF_A, COEFF_B)[3]
+    flagged = kernel.fingerprint_batch(
+        data, offsets, raw, unicode_tables.token_tables(), SIZE, COEFF_A, COEFF_B, False
+    )[3]
     assert flagged.tolist() == [False, False, False, False, True, True]
     assert mismatches(texts) == []
 
@@ -161,6 +187,7 @@ TRICKY = list(
 @given(st.lists(st.text(alphabet=st.sampled_from(TRICKY), max_size=40), min_size=1, max_size=8))
 def test_random_tricky_text_matches_reference(texts):
     assert mismatches(texts) == []
+    assert mismatches(texts, unit="char") == []
 
 
 @settings(max_examples=200, deadline=None)
@@ -173,6 +200,7 @@ def test_exact_path_matches_normalize_text(texts):
 def test_mixed_batch_keeps_row_order():
     texts = ["ASCII One", "ΣΟΦΙΑ σοφία", "", "Ünïcödé", "plain", "\u1100\u1161\u11a8", "Zz"] * 3
     assert mismatches(texts) == []
+    assert mismatches(texts, unit="char") == []
 
 
 SIGMA_NEIGHBOURS = list("AaΣσς ΑΩ.'’ʼ·\u00ad\u0301\u0345ǅ1_-日한ᾼ\u200b\u2019:ȺⅠⓐ")
@@ -193,3 +221,4 @@ def test_capital_sigma_in_every_two_neighbour_context():
 @given(st.lists(st.text(alphabet=st.sampled_from(SIGMA_NEIGHBOURS + ["Σ"] * 5), max_size=30), min_size=1, max_size=8))
 def test_random_sigma_text_matches_reference(texts):
     assert mismatches(texts) == []
+    assert mismatches(texts, unit="char") == []

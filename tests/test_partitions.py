@@ -306,7 +306,7 @@ def test_the_schedule_keeps_the_fingerprint_parameters_of_the_latest_run(split, 
     )
     [request] = schedule.evaluate_tick(context).run_requests
     assert request.run_config["ops"] == {
-        "fingerprinted": {"config": {"shingle_size": 4, "num_perm": 64, "seed": 3}},
+        "fingerprinted": {"config": {"shingle_size": 4, "shingle_unit": "word", "num_perm": 64, "seed": 3}},
         "band_memberships": {"config": {"bands": 16, "rows": 4}},
     }
 
@@ -351,7 +351,9 @@ def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_th
     [request] = sensor_tick(defs, env.instance, first.cursor).run_requests
     assert request.run_config["ops"]["scored_pairs"] == {"config": {"threshold": 0.9}}
     assert request.run_config["ops"]["duplicate_pairs"] == {"config": {"threshold": 0.9}}
-    assert request.run_config["ops"]["deduped_documents"] == {"config": {"representative_policy": "longest"}}
+    assert request.run_config["ops"]["deduped_documents"] == {
+        "config": {"representative_policy": "longest", "verify_against_representative": False}
+    }
     candidates = request.run_config["ops"]["candidate_pairs"]["config"]
     assert candidates["max_pair_slots"] == CandidateParams().max_pair_slots  # the defaults it last ran with
     assert candidates["pair_slots_per_document"] == CandidateParams().pair_slots_per_document

@@ -31,7 +31,7 @@ def test_every_declared_stage_has_a_duckdb_implementation_and_known_upstream():
 def test_parameters_round_trip_through_the_one_serializer():
     params = FingerprintParams(shingle_size=3, num_perm=64, seed=7)
     stored = to_stored(params, version=2)
-    assert stored == {"shingle_size": 3, "num_perm": 64, "seed": 7, "version": 2}
+    assert stored == {"shingle_size": 3, "shingle_unit": "word", "num_perm": 64, "seed": 7, "version": 2}
     assert decode(encode({"fingerprint": stored})) == {"fingerprint": stored}
     assert encode({"b": 1, "a": 2}) == encode({"a": 2, "b": 1})  # one text per dict
     assert from_stored(FingerprintParams, stored) == params  # derived keys left out
@@ -69,6 +69,7 @@ def test_the_contract_times_checks_and_writes_stats_of_a_stage(fingerprinted):
         "stage": "fingerprinted",
         "fingerprint": {
             "shingle_size": 5,
+            "shingle_unit": "word",
             "num_perm": 16,
             "seed": 1,
             "version": result.parameters["fingerprint"]["version"],

@@ -81,7 +81,7 @@ def format_explain(a: dict[str, Any]) -> str:
         f"{'shingles':<22}{left['shingle_count']!s:<{width}}  {right['shingle_count']}",
         f"{'cluster':<22}{left['cluster_id']!s:<{width}}  {right['cluster_id']}",
         "",
-        f"{'shared shingles':<22}{a['shared_shingles']} ({p['shingle_size']}-word shingles)",
+        f"{'shared shingles':<22}{a['shared_shingles']} ({p['shingle_size']}-{p.get('shingle_unit', 'word')} shingles)",
         f"{'exact Jaccard':<22}{_num(a['exact_jaccard'])}"
         + (f" (threshold {p['threshold']})" if p["threshold"] is not None else ""),
         f"{'MinHash estimate':<22}{_num(a['minhash_estimate'])} ({p['num_perm']} values)",

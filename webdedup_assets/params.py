@@ -82,7 +82,15 @@ class InputParams(ParamGroup):
 class FingerprintParams(ParamGroup):
     """Shingles and MinHash signatures."""
 
-    shingle_size: int = Field(default=5, ge=1, description="Tokens per shingle.")
+    shingle_size: int = Field(
+        default=5, ge=1, description="Tokens per shingle: words, or characters when shingle_unit is char."
+    )
+    shingle_unit: Literal["word", "char"] = Field(
+        default="word",
+        description="word: shingles of words (each CJK ideograph, kana or Hangul syllable is a word); char: of "
+        "characters of the normalized text, spaces included, for short texts and scripts without word "
+        "boundaries (Thai, Khmer...); with char use a shingle_size of 5-9.",
+    )
     num_perm: int = Field(default=130, ge=1, description="MinHash values per document.")
     seed: int = Field(default=1, ge=0, description="Seed of the MinHash permutations.")
 
@@ -134,6 +142,13 @@ class RepresentativeParams(ParamGroup):
         default="newest",
         description="newest: newest crawled_at, then most tokens, then smallest doc_id; oldest: the first copy "
         "seen; longest: the most tokens.",
+    )
+    verify_against_representative: bool = Field(
+        default=False,
+        description="Members whose exact Jaccard to their cluster's representative is below the threshold "
+        "(joined only by chaining) leave the cluster: they are clustered again among themselves, with their "
+        "own representatives, until every member reaches its representative. The clusters asset keeps the "
+        "connected components.",
     )
 
 

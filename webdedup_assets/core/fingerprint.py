@@ -48,22 +48,39 @@ def _as_large(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
     return texts.cast(pa.large_string()).fill_null("")
 
 
+SHINGLE_UNITS = ("word", "char")
+
+
+def _char_unit(unit: str) -> bool:
+    if unit not in SHINGLE_UNITS:
+        raise ValueError(f"shingle_unit must be one of {', '.join(SHINGLE_UNITS)}, got {unit!r}")
+    return unit == "char"
+
+
 def fingerprint_texts(
-    texts: pa.Array | pa.ChunkedArray, shingle_size: int, coeff_a: np.ndarray, coeff_b: np.ndarray
+    texts: pa.Array | pa.ChunkedArray,
+    shingle_size: int,
+    coeff_a: np.ndarray,
+    coeff_b: np.ndarray,
+    unit: str = "word",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(token_counts, shingle_counts, signatures[n, num_perm] uint32) for a batch of texts.
+
+    unit: word (tokens of core.normalize.tokenize) or char (the characters of the normalized
+    text, spaces included: token_counts are then character counts).
 
     The kernel normalizes while it tokenizes (kernel.token_hashes); the rare documents it flags
     (characters whose normalization depends on their neighbours) are normalized by
     normalize_exact and fingerprinted again as normalized text."""
     if shingle_size < 1:
         raise ValueError(f"shingle_size must be >= 1, got {shingle_size}")
+    char_unit = _char_unit(unit)
     texts = _as_large(texts)
     data, offsets = string_buffers(texts)
     tables = unicode_tables.token_tables()
     plain = np.zeros(len(texts), dtype=np.bool_)
     tokens, shingles, signatures, flagged = kernel.fingerprint_batch(
-        data, offsets, plain, tables, shingle_size, coeff_a, coeff_b
+        data, offsets, plain, tables, shingle_size, coeff_a, coeff_b, char_unit
     )
     if flagged.any():
         rows = np.flatnonzero(flagged)
@@ -71,22 +88,31 @@ def fingerprint_texts(
         data, offsets = string_buffers(exact)
         done = np.ones(len(rows), dtype=np.bool_)
         tokens[rows], shingles[rows], signatures[rows], _ = kernel.fingerprint_batch(
-            data, offsets, done, tables, shingle_size, coeff_a, coeff_b
+            data, offsets, done, tables, shingle_size, coeff_a, coeff_b, char_unit
         )
     return tokens, shingles, signatures
 
 
-def shingle_sets(texts: pa.Array | pa.ChunkedArray, shingle_size: int) -> tuple[np.ndarray, np.ndarray]:
+def shingle_sets(
+    texts: pa.Array | pa.ChunkedArray, shingle_size: int, unit: str = "word"
+) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique shingle hashes per text, flattened, with offsets (flagged documents as in
-    fingerprint_texts: the batch is hashed again with them normalized exactly)."""
+    fingerprint_texts: the batch is hashed again with them normalized exactly; unit as there)."""
+    char_unit = _char_unit(unit)
     texts = _as_large(texts)
     data, offsets = string_buffers(texts)
     tables = unicode_tables.token_tables()
     normalized = np.zeros(len(texts), dtype=np.bool_)
-    flat, set_offsets, flagged = kernel.shingle_sets_batch(data, offsets, normalized, tables, shingle_size)
+    flat, set_offsets, flagged = kernel.shingle_sets_batch(data, offsets, normalized, tables, shingle_size, char_unit)
     if flagged.any():
         mask = pa.array(flagged)
         texts = pc.replace_with_mask(texts, mask, normalize_exact(texts.filter(mask).to_pylist()))
         data, offsets = string_buffers(texts)
-        flat, set_offsets, _ = kernel.shingle_sets_batch(data, offsets, flagged, tables, shingle_size)
+        flat, set_offsets, _ = kernel.shingle_sets_batch(data, offsets, flagged, tables, shingle_size, char_unit)
     return flat, set_offsets
+
+
+def shingling(fingerprint: dict) -> tuple[int, str]:
+    """(shingle_size, shingle_unit) of stored fingerprint parameters; artifacts written before the
+    unit existed are word shingles."""
+    return int(fingerprint["shingle_size"]), str(fingerprint.get("shingle_unit", "word"))

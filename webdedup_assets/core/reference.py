@@ -7,7 +7,7 @@ and for debugging a single document, never by the engine.
 from __future__ import annotations
 
 from .hashing import MASK64, shingle_hash, token_hash
-from .normalize import text_tokens
+from .normalize import normalize_text, text_tokens
 
 
 def shingle_windows(token_hashes: list[int], shingle_size: int) -> list[list[int]]:
@@ -19,8 +19,20 @@ def shingle_windows(token_hashes: list[int], shingle_size: int) -> list[list[int
     return [token_hashes[i : i + shingle_size] for i in range(len(token_hashes) - shingle_size + 1)]
 
 
-def shingle_set(text: str | None, shingle_size: int) -> set[int]:
-    hashes = [token_hash(token) for token in text_tokens(text)]
+def char_tokens(text: str | None) -> list[str]:
+    """The shingle unit `char`: every character of the normalized text, the spaces between words
+    included (normalize_text leaves one space per separator run, none at either end)."""
+    return list(normalize_text(text))
+
+
+def unit_tokens(text: str | None, unit: str = "word") -> list[str]:
+    if unit not in ("word", "char"):
+        raise ValueError(f"unknown shingle unit {unit!r}")
+    return char_tokens(text) if unit == "char" else text_tokens(text)
+
+
+def shingle_set(text: str | None, shingle_size: int, unit: str = "word") -> set[int]:
+    hashes = [token_hash(token) for token in unit_tokens(text, unit)]
     return {shingle_hash(window) for window in shingle_windows(hashes, shingle_size)}
 
 

@@ -22,6 +22,7 @@ from ..progress import log_sink, set_default
 from .assets import GLOBAL_ASSETS, build_daily_assets
 from .checks import CHECKS
 from .config import DocumentsConfig
+from .evaluation import evaluate_job, evaluation
 from .partitions import CRAWL_MONTHS, crawl_months, new_months, register_months
 from .resources import WebdedupStorage
 
@@ -211,9 +212,9 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
         )
 
     return dg.Definitions(
-        assets=[*daily_assets, *GLOBAL_ASSETS],
+        assets=[*daily_assets, *GLOBAL_ASSETS, evaluation],
         asset_checks=CHECKS,
-        jobs=[daily_job, global_job],
+        jobs=[daily_job, global_job, evaluate_job],
         schedules=[] if months else [webdedup_daily_schedule],
         sensors=[global_after_daily, discover_crawl_months],
         resources={"storage": WebdedupStorage()},

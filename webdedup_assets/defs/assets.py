@@ -15,6 +15,7 @@ import dagster as dg
 
 from .. import engine
 from ..core.minhash import candidate_probability
+from ..engine import diagnostics as engine_diagnostics
 from ..engine.preview import markdown_table, partition_previews, preview
 from ..engine.stage import StageResult
 from ..engine.state import writer_lock
@@ -295,7 +296,7 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
     return [documents, fingerprinted, band_memberships]
 
 
-def _duplicate_metadata(result: StageResult) -> tuple[dict[str, Any], dict[str, Any]]:
+def _duplicate_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
     threshold = result.parameters["duplicates"]["threshold"]  # scored_pairs' threshold: there is one
     banding = result.parameters.get("banding") or {}
     extra = {}
@@ -304,6 +305,32 @@ def _duplicate_metadata(result: StageResult) -> tuple[dict[str, Any], dict[str, 
             round(candidate_probability(threshold, banding["bands"], banding["rows"]), 6)
         )
     return {"threshold": threshold}, extra
+
+
+DIAGNOSTIC_FIGURES = (
+    "multi_document_clusters",
+    "low_cohesion_clusters",
+    "giant_clusters",
+    "members_below_threshold",
+    "members_checked",
+    "member_cap",
+    "clusters_unchecked",
+    "largest_cluster",
+)
+
+
+def _deduped_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cluster diagnostics' figures, each its own numeric entry, and the worst clusters."""
+    extra: dict[str, Any] = {
+        f"diagnostics/{name}": dg.MetadataValue.int(int(result.figures[name]))
+        for name in DIAGNOSTIC_FIGURES
+        if name in result.figures
+    }
+    extra["worst_clusters"] = dg.MetadataValue.md(engine_diagnostics.diagnostics_preview(store))
+    extra["cluster_diagnostics"] = dg.MetadataValue.path(
+        str(engine_diagnostics.report_path(store, engine_diagnostics.REPORT))
+    )
+    return result.parameters.get("representatives") or {}, extra
 
 
 @dataclass(frozen=True)
@@ -318,7 +345,7 @@ class GlobalAsset:
     # The stage's parameters from its config (default: config.params()).
     params: Callable[[Any], ParamGroup | None] | None = None
     # (parameters shown, extra metadata) from the result (default: the config, none).
-    metadata: Callable[[StageResult], tuple[dict[str, Any], dict[str, Any]]] | None = None
+    metadata: Callable[[StageResult, Store], tuple[dict[str, Any], dict[str, Any]]] | None = None
 
 
 GLOBAL_STAGES = [
@@ -336,7 +363,7 @@ GLOBAL_STAGES = [
         "Every candidate with its exact shingle Jaccard, MinHash estimate, is_duplicate (exact >= threshold) "
         "and reason.",
         ScoreConfig,
-        metadata=lambda r: (r.parameters["scoring"], {"reasons": dg.MetadataValue.json(r.figures["reasons"])}),
+        metadata=lambda r, _store: (r.parameters["scoring"], {"reasons": dg.MetadataValue.json(r.figures["reasons"])}),
     ),
     GlobalAsset(
         "duplicate_pairs",
@@ -362,6 +389,7 @@ GLOBAL_STAGES = [
         "most tokens, then smallest doc_id.",
         RepresentativeConfig,
         order_by="cluster_size DESC, cluster_id",
+        metadata=_deduped_metadata,
     ),
 ]
 
@@ -376,7 +404,9 @@ def build_global_asset(spec: GlobalAsset) -> dg.AssetsDefinition:
             params = spec.params(config) if spec.params else config.params()
         result = run_contract(spec.stage, storage, params)
         parameters, extra = (
-            spec.metadata(result) if spec.metadata else (config.model_dump() if config is not None else {}, {})
+            spec.metadata(result, storage.store())
+            if spec.metadata
+            else (config.model_dump() if config is not None else {}, {})
         )
         return materialized(storage, result, parameters, order_by=spec.order_by, **extra)
 

@@ -12,6 +12,7 @@ from ..core.components import component_labels
 from ..core.ranking import policy_order_by
 from ..errors import WebdedupError
 from ..params import RepresentativeParams
+from .diagnostics import write_cluster_diagnostics
 from .documents import stored_extra_columns
 from .parallel import ordered_map, thread_count
 from .publish import report_path
@@ -105,6 +106,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
           FROM (SELECT {narrow}, filename, file_row_number FROM {located}) d
           JOIN {store.scan_sql("clusters")} c USING (doc_id)
           JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")}) f USING (doc_id)""")
+    split_off = _verify_against_representative(con, store, order_by) if run.params.verify_against_representative else 0
     winners = con.sql(
         "SELECT filename, file_row_number, cluster_id, cluster_size, token_count FROM ranked "
         "WHERE rank = 1 ORDER BY filename, file_row_number"
@@ -122,13 +124,77 @@ def deduped_documents(run: StageRun) -> StageOutput:
         "removed": documents - rows,
         "retained_ratio": round(rows / documents, 4) if documents else 0.0,
     }
+    if run.params.verify_against_representative:
+        figures["members_split_off"] = split_off
     con.execute("SET preserve_insertion_order = true")
     write_csv(report_path(store, "cluster_inspection.csv"), cluster_inspection(con, store, extra))
     con.close()
+    figures.update(write_cluster_diagnostics(store))  # bounded: see engine.diagnostics
     return StageOutput(rows, figures)
 
 
 RANK_COLUMNS = ("cluster_id", "cluster_size", "token_count")
+SPLIT_MARK = "~"  # cluster_id of a part split off a component: <component's cluster_id>~<its smallest doc_id>
+
+
+def _verify_against_representative(con, store: Store, order_by: str) -> int:
+    """The far-member policy (verify_against_representative) over the `ranked` table: every member
+    of a cluster of three or more whose exact Jaccard to the cluster's representative (rank 1) is
+    below the threshold leaves it; the members that left one cluster are clustered again among
+    themselves (connected components over their duplicate pairs), each part named
+    <cluster_id>~<its smallest doc_id>, ranked by the same policy, and verified again, until no
+    member is below its representative. Deterministic: the result depends only on the stored
+    assets. Returns how many members left their component. A cluster of two never splits (its one
+    edge reaches the threshold)."""
+    from ..core.fingerprint import shingling
+    from .evaluate import load_shingle_sets
+
+    threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
+    size, unit = shingling(store.params("fingerprinted")["fingerprint"])
+    moved: set[str] = set()
+    sets = None
+    while True:
+        members = con.sql("""
+            SELECT m.doc_id, m.cluster_id, r.doc_id AS representative FROM ranked m
+              JOIN (SELECT cluster_id, doc_id FROM ranked WHERE rank = 1) r USING (cluster_id)
+             WHERE m.cluster_size >= 3 AND m.rank > 1 ORDER BY m.doc_id""").to_arrow_table()
+        if not members.num_rows:
+            return len(moved)
+        if sets is None:  # the members of the components to verify: their sets once
+            ids = pa.concat_arrays([members.column(c).combine_chunks() for c in ("doc_id", "representative")])
+            sets = load_shingle_sets(store, size, pa.compute.unique(ids), unit)
+        jaccard = sets.jaccard(sets.nodes(members.column("doc_id")), sets.nodes(members.column("representative")))
+        far = members.filter(pa.array(jaccard < threshold))
+        if not far.num_rows:
+            return len(moved)
+        moved.update(far.column("doc_id").to_pylist())
+        # the far members of each cluster, clustered again among themselves over their duplicate pairs
+        con.register("far", far.select(["doc_id", "cluster_id"]))
+        ids = con.sql("SELECT doc_id, cluster_id FROM far ORDER BY doc_id").to_arrow_table()
+        node = {d: i for i, d in enumerate(ids.column("doc_id").to_pylist())}
+        edges = con.execute(f"""
+            SELECT p.left_doc_id, p.right_doc_id FROM {store.scan_sql("duplicate_pairs")} p
+              JOIN far l ON l.doc_id = p.left_doc_id JOIN far r ON r.doc_id = p.right_doc_id
+             WHERE l.cluster_id = r.cluster_id""").fetchall()
+        con.unregister("far")
+        left = np.array([node[a] for a, _ in edges], dtype=np.int64)
+        right = np.array([node[b] for _, b in edges], dtype=np.int64)
+        labels = component_labels(len(node), left, right)  # smallest node = smallest doc_id
+        doc_ids = ids.column("doc_id").to_pylist()
+        old = ids.column("cluster_id").to_pylist()
+        new_ids = [f"{old[i]}{SPLIT_MARK}{doc_ids[labels[i]]}" for i in range(len(doc_ids))]
+        con.register("moves", pa.table({"doc_id": doc_ids, "new_cluster_id": new_ids}))
+        con.execute(
+            """CREATE OR REPLACE TEMP TABLE ranked AS
+            SELECT * EXCLUDE (cluster_id, cluster_size, rank), cluster_id,
+                   count(*) OVER (PARTITION BY cluster_id) AS cluster_size,
+                   row_number() OVER (PARTITION BY cluster_id ORDER BY """
+            + order_by
+            + """) AS rank
+              FROM (SELECT r.* EXCLUDE (cluster_id), COALESCE(m.new_cluster_id, r.cluster_id) AS cluster_id
+                      FROM ranked r LEFT JOIN moves m USING (doc_id))"""
+        )
+        con.unregister("moves")
 
 
 def _representative_rows(files: list[Path], winners: pa.Table, schema: pa.Schema):

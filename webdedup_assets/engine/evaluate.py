@@ -57,6 +57,7 @@ class RunInfo:
     rows: int
     num_perm: int
     shingle_size: int
+    shingle_unit: str = "word"
 
 
 @dataclass
@@ -94,11 +95,15 @@ def run_info(store: Store) -> RunInfo:
         rows=int(banding["rows"]),
         num_perm=int(fingerprint["num_perm"]),
         shingle_size=int(fingerprint["shingle_size"]),
+        shingle_unit=str(fingerprint.get("shingle_unit", "word")),
     )
 
 
-def load_shingle_sets(store: Store, shingle_size: int, doc_ids: pa.Array | None = None) -> ShingleSets:
-    """Shingle sets (the kernel scoring uses) of the given documents, or of all, in doc_id order."""
+def load_shingle_sets(
+    store: Store, shingle_size: int, doc_ids: pa.Array | None = None, unit: str = "word"
+) -> ShingleSets:
+    """Shingle sets (the kernel scoring uses) of the given documents, or of all, in doc_id order;
+    unit: the stored shingle_unit (core.fingerprint.shingling)."""
     con = connect(store)
     try:
         if doc_ids is not None:
@@ -109,7 +114,7 @@ def load_shingle_sets(store: Store, shingle_size: int, doc_ids: pa.Array | None 
             query = f"SELECT doc_id, body FROM {store.scan_sql('documents')} ORDER BY doc_id"
         ids, flats, sizes = [], [], []
         for batch in con.sql(query).arrow(batch_size=16_384):
-            flat, offsets = shingle_sets(batch.column("body"), shingle_size)
+            flat, offsets = shingle_sets(batch.column("body"), shingle_size, unit)
             ids.append(batch.column("doc_id").cast(pa.string()))
             flats.append(flat)
             sizes.append(np.diff(offsets))
@@ -388,6 +393,7 @@ def _evaluate_run(
             "rows": info.rows,
             "num_perm": info.num_perm,
             "shingle_size": info.shingle_size,
+            "shingle_unit": info.shingle_unit,
             "candidate_pairs": int(len(jaccard)),
             "duplicate_pairs": int((jaccard >= info.threshold).sum()),
             "candidate_probability_at_threshold": _round(candidate_probability(info.threshold, info.bands, info.rows)),
@@ -481,7 +487,7 @@ def _evaluate_run(
         else:
             chosen = nonempty
         reference_started = time.perf_counter()
-        sets = load_shingle_sets(store, info.shingle_size, doc_ids.take(pa.array(chosen)))
+        sets = load_shingle_sets(store, info.shingle_size, doc_ids.take(pa.array(chosen)), info.shingle_unit)
         if sample is None or sample >= len(nonempty):
             sets_all = sets
         base = sets.nodes(doc_ids.take(pa.array(chosen)))
@@ -716,7 +722,7 @@ def cluster_diagnostics(
     rep_node = pc.index_in(clusters["representative"].cast(pa.string()), value_set=doc_ids)
     rep_node = rep_node.to_numpy(zero_copy_only=False)
     if sets is None:
-        sets = load_shingle_sets(store, info.shingle_size, doc_ids.take(pa.array(multi)))
+        sets = load_shingle_sets(store, info.shingle_size, doc_ids.take(pa.array(multi)), info.shingle_unit)
     member_nodes = sets.nodes(doc_ids.take(pa.array(multi)))
     rep_set_nodes = sets.nodes(doc_ids.take(pa.array(rep_node[multi].astype(np.int64))))
     to_rep = sets.jaccard(member_nodes, rep_set_nodes)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..core.fingerprint import shingle_sets
+from ..core.fingerprint import shingle_sets, shingling
 from ..core.minhash import candidate_probability, estimate_jaccard
 from ..core.normalize import text_tokens
 from ..core.ranking import REPRESENTATIVE_POLICIES
@@ -62,9 +62,11 @@ def _documents(con, store: Store, doc_ids: list[str]) -> dict[str, dict[str, Any
     return by_id
 
 
-def exact_jaccards(bodies: list[str | None], shingle_size: int, pairs: list[tuple[int, int]]) -> list[float]:
+def exact_jaccards(
+    bodies: list[str | None], shingle_size: int, pairs: list[tuple[int, int]], unit: str = "word"
+) -> list[float]:
     """Exact shingle Jaccard of the given (i, j) pairs of `bodies`, as scored_pairs computes it."""
-    flat, offsets = shingle_sets(pa.array([b or "" for b in bodies], pa.large_string()), shingle_size)
+    flat, offsets = shingle_sets(pa.array([b or "" for b in bodies], pa.large_string()), shingle_size, unit)
     starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
     left = np.array([p[0] for p in pairs], dtype=np.int64)
     right = np.array([p[1] for p in pairs], dtype=np.int64)
@@ -74,8 +76,8 @@ def exact_jaccards(bodies: list[str | None], shingle_size: int, pairs: list[tupl
     return [float(x) for x in out]
 
 
-def _shared_shingles(bodies: list[str | None], shingle_size: int) -> tuple[list[int], int]:
-    flat, offsets = shingle_sets(pa.array([b or "" for b in bodies], pa.large_string()), shingle_size)
+def _shared_shingles(bodies: list[str | None], shingle_size: int, unit: str) -> tuple[list[int], int]:
+    flat, offsets = shingle_sets(pa.array([b or "" for b in bodies], pa.large_string()), shingle_size, unit)
     a = flat[offsets[0] : offsets[1]]
     b = flat[offsets[1] : offsets[2]]
     return [len(a), len(b)], int(np.intersect1d(a, b, assume_unique=True).size)
@@ -128,9 +130,10 @@ def explain_pair(store: Store, left_id: str, right_id: str) -> dict[str, Any]:
     try:
         docs = _documents(con, store, [left_id, right_id])
         left, right = docs[left_id], docs[right_id]
-        shingle_size = fingerprint["shingle_size"]
-        (left_shingles, right_shingles), shared = _shared_shingles([left["body"], right["body"]], shingle_size)
-        (jaccard,) = exact_jaccards([left["body"], right["body"]], shingle_size, [(0, 1)])
+        shingle_size, unit = shingling(fingerprint)
+        bodies = [left["body"], right["body"]]
+        (left_shingles, right_shingles), shared = _shared_shingles(bodies, shingle_size, unit)
+        (jaccard,) = exact_jaccards(bodies, shingle_size, [(0, 1)], unit)
         signatures = [np.asarray(d["signature"] or [], dtype=np.uint32) for d in (left, right)]
         estimate = (
             float(estimate_jaccard(signatures[0][None, :], signatures[1][None, :])[0])
@@ -199,6 +202,7 @@ def explain_pair(store: Store, left_id: str, right_id: str) -> dict[str, Any]:
         "right": page(right, right_shingles),
         "parameters": {
             "shingle_size": shingle_size,
+            "shingle_unit": unit,
             "num_perm": fingerprint["num_perm"],
             "bands": bands,
             "rows": rows,
@@ -271,7 +275,10 @@ def inspect_cluster(store: Store, ident: str) -> dict[str, Any]:
     index = {m["doc_id"]: i for i, m in enumerate(members)}
     rep_at = index.get(representative, 0)
     jaccards = exact_jaccards(
-        [m["body"] for m in members], fingerprint["shingle_size"], [(rep_at, i) for i in range(len(members))]
+        [m["body"] for m in members],
+        shingling(fingerprint)[0],
+        [(rep_at, i) for i in range(len(members))],
+        shingling(fingerprint)[1],
     )
     listed = []
     for i, (member, jaccard) in enumerate(zip(members, jaccards, strict=True)):

@@ -195,7 +195,9 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
     def compute(group):
         bodies = pa.chunked_array([b.column("body") for _, b in group], type=group[0][1].schema.field("body").type)
         doc_ids = pa.chunked_array([b.column("doc_id") for _, b in group])
-        tokens, shingles, signatures = fingerprint_texts(bodies.combine_chunks(), params.shingle_size, coeff_a, coeff_b)
+        tokens, shingles, signatures = fingerprint_texts(
+            bodies.combine_chunks(), params.shingle_size, coeff_a, coeff_b, params.shingle_unit
+        )
         flat = pa.array(signatures.reshape(-1), type=pa.uint32())
         out = pa.record_batch(
             [

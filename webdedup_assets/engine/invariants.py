@@ -98,8 +98,20 @@ def one_representative_per_cluster(store: Store) -> tuple[bool, dict[str, Any]]:
     reps, distinct = con.execute(
         f"SELECT count(*), count(DISTINCT cluster_id) FROM {store.scan_sql('deduped_documents')}"
     ).fetchall()[0]
-    passed = reps == clusters == distinct
     details: dict[str, Any] = {"clusters": clusters, "representatives": reps, "clusters_with_representative": distinct}
+    representative = store.params("deduped_documents").get("representatives") or {}
+    if representative.get("verify_against_representative"):
+        # far members split off their component (engine.clustering._verify_against_representative):
+        # every component keeps its cluster_id and representative; each part split off has its own
+        without = scalar(
+            con,
+            f"SELECT count(DISTINCT cluster_id) FROM {store.scan_sql('clusters')} WHERE cluster_id NOT IN "
+            f"(SELECT cluster_id FROM {store.scan_sql('deduped_documents')})",
+        )
+        details["parts_split_off"] = distinct - (clusters - without)
+        passed = reps == distinct and without == 0
+    else:
+        passed = reps == clusters == distinct
     if not passed:
         deduped, clu = store.scan_sql("deduped_documents"), store.scan_sql("clusters")
         details["first_clusters_without_representative"] = _first_ids(
@@ -189,6 +201,36 @@ GIANT_CLUSTER_SIZE = 1000
 COHESION_MAX_MEMBERS = 100_000  # members checked per run at most (largest clusters first): a bounded cost
 
 
+def member_jaccards(store: Store, max_members: int = COHESION_MAX_MEMBERS, min_size: int = 3) -> pa.Table:
+    """(doc_id, cluster_id, cluster_size, representative, jaccard): the exact shingle Jaccard of each
+    member of a cluster of min_size or more documents to its representative (the representative
+    itself left out), the largest clusters first, at most max_members rows (a bounded cost)."""
+    from ..core.fingerprint import shingling
+    from .evaluate import load_shingle_sets  # the shingle sets scoring uses, recomputed for these documents
+
+    shingle_size, unit = shingling(store.params("fingerprinted")["fingerprint"])
+    con = connect(store)
+    try:
+        members = con.sql(f"""
+            WITH ranked AS (
+                SELECT c.doc_id, c.cluster_id, c.cluster_size, r.doc_id AS representative
+                  FROM {store.scan_sql("clusters")} c
+                  JOIN (SELECT doc_id, cluster_id FROM {store.scan_sql("deduped_documents")}) r USING (cluster_id)
+                 WHERE c.cluster_size >= {int(min_size)} AND c.doc_id <> r.doc_id)
+            SELECT doc_id, cluster_id, cluster_size, representative FROM ranked
+             ORDER BY cluster_size DESC, cluster_id, doc_id LIMIT {int(max_members)}""").to_arrow_table()
+    finally:
+        con.close()
+    jaccard = np.zeros(members.num_rows, dtype=np.float64)
+    if members.num_rows:
+        ids = pa.concat_arrays(
+            [members.column("doc_id").combine_chunks(), members.column("representative").combine_chunks()]
+        )
+        sets = load_shingle_sets(store, shingle_size, pc.unique(ids), unit)
+        jaccard = sets.jaccard(sets.nodes(members.column("doc_id")), sets.nodes(members.column("representative")))
+    return members.append_column("jaccard", pa.array(jaccard, pa.float64()))
+
+
 def cluster_cohesion(
     store: Store, giant_size: int = GIANT_CLUSTER_SIZE, max_members: int = COHESION_MAX_MEMBERS
 ) -> tuple[bool, dict[str, Any]]:
@@ -197,38 +239,21 @@ def cluster_cohesion(
     threshold (A~B and B~C put A and C together though A and C share little). A cluster of two
     cannot chain, so only clusters of three or more are measured, the largest first, at most
     max_members members per run (`members_checked` says how many)."""
-    from .evaluate import load_shingle_sets  # the shingle sets scoring uses, recomputed for these documents
-
     threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
-    shingle_size = int(store.params("fingerprinted")["fingerprint"]["shingle_size"])
     con = connect(store)
     try:
         giants = con.execute(f"""SELECT cluster_id, any_value(cluster_size) FROM {store.scan_sql("clusters")}
             WHERE cluster_size > {int(giant_size)} GROUP BY cluster_id ORDER BY 2 DESC, 1 LIMIT 5""").fetchall()
-        members = con.sql(f"""
-            WITH ranked AS (
-                SELECT c.doc_id, c.cluster_id, c.cluster_size, r.doc_id AS representative
-                  FROM {store.scan_sql("clusters")} c
-                  JOIN (SELECT doc_id, cluster_id FROM {store.scan_sql("deduped_documents")}) r USING (cluster_id)
-                 WHERE c.cluster_size >= 3 AND c.doc_id <> r.doc_id)
-            SELECT doc_id, cluster_id, cluster_size, representative FROM ranked
-             ORDER BY cluster_size DESC, cluster_id, doc_id LIMIT {int(max_members)}""").to_arrow_table()
     finally:
         con.close()
+    members = member_jaccards(store, max_members)
+    jaccard = members.column("jaccard").to_numpy()
+    below = np.flatnonzero(jaccard < threshold)
     low: list[list] = []
-    if members.num_rows:
-        ids = pa.concat_arrays(
-            [members.column("doc_id").combine_chunks(), members.column("representative").combine_chunks()]
-        )
-        sets = load_shingle_sets(store, shingle_size, pc.unique(ids))
-        jaccard = sets.jaccard(sets.nodes(members.column("doc_id")), sets.nodes(members.column("representative")))
-        below = np.flatnonzero(jaccard < threshold)
-        for i in below[np.argsort(jaccard[below], kind="stable")][:5]:
-            row = members.slice(int(i), 1).to_pylist()[0]
-            low.append([row["cluster_id"], row["doc_id"], round(float(jaccard[i]), 4)])
-        low_count = int(below.size)
-    else:
-        low_count = 0
+    for i in below[np.argsort(jaccard[below], kind="stable")][:5]:
+        row = members.slice(int(i), 1).to_pylist()[0]
+        low.append([row["cluster_id"], row["doc_id"], round(float(jaccard[i]), 4)])
+    low_count = int(below.size)
     details = {
         "giant_clusters": [[cluster, size] for cluster, size in giants],
         "giant_size": giant_size,

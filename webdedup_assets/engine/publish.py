@@ -33,6 +33,7 @@ OUTPUT_NAMES = (
     "duplicate_pairs.csv",
     "clusters.csv",
     "cluster_inspection.csv",
+    "cluster_diagnostics.csv",
     "domain_summary.csv",
     "deduped_documents.parquet",
     "rejected_records.csv",
@@ -43,6 +44,7 @@ STAGE_REPORTS = {
     "candidate_summary.csv": "candidate_pairs",
     "collision_buckets.csv": "candidate_pairs",
     "cluster_inspection.csv": "deduped_documents",
+    "cluster_diagnostics.csv": "deduped_documents",  # engine.diagnostics
 }
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..core.fingerprint import shingle_sets
+from ..core.fingerprint import shingle_sets, shingling
 from ..core.minhash import estimate_jaccard
 from ..core.sets import jaccard_blocks
 from ..errors import WebdedupError
@@ -70,7 +70,7 @@ def _member_groups(shingle_counts: np.ndarray, budget_bytes: int) -> np.ndarray:
     return np.array(bounds, dtype=np.int64)
 
 
-def _load_sets(con, store: Store, first: int, stop: int, shingle_size: int, threads: int, capacity: int):
+def _load_sets(con, store: Store, first: int, stop: int, shingle: tuple[int, str], threads: int, capacity: int):
     """Shingle sets of member nodes first..stop-1: one streamed pass over the documents (DuckDB
     hash-joins them to the `members` table once), kernel on `threads` threads, each batch's
     sets copied into one array of `capacity` slots (the members' shingle window counts, an
@@ -85,7 +85,7 @@ def _load_sets(con, store: Store, first: int, stop: int, shingle_size: int, thre
          WHERE m.node >= {first} AND m.node < {stop}""").arrow(batch_size=16_384)
 
     def compute(batch: pa.RecordBatch):
-        sets, offsets = shingle_sets(batch.column("body"), shingle_size)
+        sets, offsets = shingle_sets(batch.column("body"), *shingle)
         return sets, offsets, batch.column("node").to_numpy() - first
 
     shown = Task("shingle sets", stop - first, "docs")  # the documents of the candidates, read for scoring
@@ -142,7 +142,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
     store, threshold = run.store, run.params.threshold
     memory_budget_bytes = run.options.get("memory_budget_bytes", SCORING_MEMORY_BYTES)
     fingerprint = run.upstream["fingerprinted"]["fingerprint"]
-    shingle_size = fingerprint["shingle_size"]
+    shingle = shingling(fingerprint)  # (size, unit)
     workers = thread_count(run.options.get("threads"))
     pairs = pa.concat_tables(pq.read_table(p) for p in store.require("candidate_pairs"))
     pairs = pairs.cast(pa.schema([SCORED_SCHEMA.field(n) for n in pairs.column_names if n in SCORED_SCHEMA.names]))
@@ -182,7 +182,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
                 del loaded[other]
             first, stop = int(bounds[g]), int(bounds[g + 1])
             capacity = int(shingle_counts[first:stop].sum())
-            loaded[g] = _load_sets(con, store, first, stop, shingle_size, workers, capacity)
+            loaded[g] = _load_sets(con, store, first, stop, shingle, workers, capacity)
             passes += 1
         return loaded[g]
 

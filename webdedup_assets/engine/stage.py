@@ -190,6 +190,8 @@ def check_uniform(stage: Stage, store: Store, asset: str, latest: dict[str, Any]
     """Every day of a daily upstream was built with the parameters of its latest run."""
     for path in store.files(asset):
         other = read_params(path)
+        if isinstance(other.get("fingerprint"), dict):  # days fingerprinted before shingle_unit existed: words
+            other["fingerprint"] = {"shingle_unit": "word", **other["fingerprint"]}
         for key in ("fingerprint", "banding"):
             if key in latest and other.get(key) != latest[key]:
                 raise WebdedupError(

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from ..core.exact import similarity_join
-from ..core.fingerprint import fingerprint_texts
+from ..core.fingerprint import fingerprint_texts, shingling
 from ..core.minhash import MinHashParams, band_keys
 from ..core.tuning import banded_hits, bandings, probability_at, recommend
 from ..errors import WebdedupError
@@ -40,14 +40,16 @@ DEFAULT_MAX_PAIR_SLOTS = 50_000_000
 PAIR_CHUNK = 100_000
 
 
-def _signatures(store: Store, ids: pa.Array, shingle_size: int, num_perm: int, seed: int) -> np.ndarray:
+def _signatures(store: Store, ids: pa.Array, shingle: tuple[int, str], num_perm: int, seed: int) -> np.ndarray:
     coeff_a, coeff_b = MinHashParams(num_perm, seed).coefficients()
     con = connect(store)
     try:
         con.register("wanted", pa.table({"doc_id": ids}))
         reader = con.sql(f"""SELECT d.doc_id, d.body FROM {store.scan_sql("documents")} d
             WHERE d.doc_id IN (SELECT doc_id FROM wanted) ORDER BY d.doc_id""").arrow(batch_size=16_384)
-        parts = [fingerprint_texts(batch.column("body"), shingle_size, coeff_a, coeff_b)[2] for batch in reader]
+        parts = [
+            fingerprint_texts(batch.column("body"), shingle[0], coeff_a, coeff_b, shingle[1])[2] for batch in reader
+        ]
     finally:
         con.close()
     return np.concatenate(parts) if parts else np.zeros((0, num_perm), np.uint32)
@@ -128,14 +130,15 @@ def _tune(
             f"tune covers at most {MAX_REFERENCE_DOCUMENTS:,} documents, the run holds {len(ids):,} with shingles; "
             f"give --sample N (e.g. --sample 20000)"
         )
-    sets = load_shingle_sets(store, int(fingerprint["shingle_size"]), ids)
+    size, unit = shingling(fingerprint)
+    sets = load_shingle_sets(store, size, ids, unit)
     if not sets.doc_ids.equals(ids):
         raise WebdedupError("documents and fingerprinted hold different doc_ids; re-run the pipeline")
     offsets = np.r_[0, sets.ends].astype(np.int64)  # sets of ids, contiguous in doc_id order
     ref_left, ref_right, _, _ = similarity_join(sets.flat, offsets, threshold)
     rows: list[dict[str, Any]] = []
     for num_perm in num_perms:
-        signatures = _signatures(store, ids, int(fingerprint["shingle_size"]), num_perm, int(fingerprint["seed"]))
+        signatures = _signatures(store, ids, (size, unit), num_perm, int(fingerprint["seed"]))
         for bands, r in bandings(num_perm, min_rows, max_rows):
             hits = 0
             for begin in range(0, len(ref_left), PAIR_CHUNK):

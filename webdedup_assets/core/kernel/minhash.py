@@ -9,7 +9,7 @@ from numba import njit
 from ..sets import sort_unique
 from .mix import PRIME_1, SHINGLE_SEED, U64, fmix64
 from .simd import minhash_8, minhash_32
-from .tokenize import token_hashes
+from .tokenize import char_hashes, token_hashes
 
 
 @njit(inline="always")
@@ -83,9 +83,10 @@ def minhash_row(shingles, windows, split, coeff_a, coeff_b, out):
 
 
 @njit(nogil=True, cache=True)
-def fingerprint_batch(data, offsets, normalized, tables, shingle_size, coeff_a, coeff_b):
+def fingerprint_batch(data, offsets, normalized, tables, shingle_size, coeff_a, coeff_b, char_unit):
     """Token counts, shingle window counts, (n, num_perm) uint32 MinHash signatures and the
-    flagged documents (see token_hashes; their row is left empty for the caller to fill)."""
+    flagged documents (see token_hashes; their row is left empty for the caller to fill).
+    char_unit: the tokens are the characters of the normalized text (char_hashes), not its words."""
     n_docs = offsets.shape[0] - 1
     num_perm = coeff_a.shape[0]
     token_counts = np.zeros(n_docs, dtype=np.int64)
@@ -100,7 +101,10 @@ def fingerprint_batch(data, offsets, normalized, tables, shingle_size, coeff_a, 
     shingles = np.empty(longest + 1, dtype=np.uint64)
     split = split_coefficients(coeff_a, coeff_b)
     for i in range(n_docs):
-        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
+        if char_unit:
+            n_tokens = char_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
+        else:
+            n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
         if n_tokens < 0:
             flagged[i] = True
             continue
@@ -113,9 +117,10 @@ def fingerprint_batch(data, offsets, normalized, tables, shingle_size, coeff_a, 
 
 
 @njit(nogil=True, cache=True)
-def shingle_sets_batch(data, offsets, normalized, tables, shingle_size):
+def shingle_sets_batch(data, offsets, normalized, tables, shingle_size, char_unit):
     """Sorted unique shingle hashes per document, flattened, with int64 offsets, and the flagged
-    documents (see token_hashes; their set is left empty for the caller to fill)."""
+    documents (see token_hashes; their set is left empty for the caller to fill); char_unit as in
+    fingerprint_batch."""
     n_docs = offsets.shape[0] - 1
     longest = 0
     for i in range(n_docs):
@@ -131,7 +136,10 @@ def shingle_sets_batch(data, offsets, normalized, tables, shingle_size):
     bucket_counts = np.empty(2 * longest + 4, dtype=np.int64)
     cursor = 0
     for i in range(n_docs):
-        n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
+        if char_unit:
+            n_tokens = char_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
+        else:
+            n_tokens = token_hashes(data, offsets[i], offsets[i + 1], normalized[i], tables, scratch)
         if n_tokens < 0:
             flagged[i] = True
             n_tokens = 0

@@ -326,3 +326,90 @@ def collapse_separators(data, offsets, separator):
             pos += width
         out_offsets[i + 1] = cursor
     return out[:cursor].copy(), out_offsets
+
+
+_SPACE_HASH = fmix64(fold(TOKEN_SEED, U64(32), PRIME_2, 31) ^ U64(1))  # token_hash(" ")
+
+
+@njit(inline="always")
+def _char_hash(value, width):
+    """token_hash of one character: its UTF-8 bytes (value, little-endian) as a one-word token."""
+    return fmix64(fold(TOKEN_SEED, value, PRIME_2, 31) ^ U64(width))
+
+
+@njit(inline="always")
+def _emit_char(out, count, space, value, width):
+    """Write the space a run of separators left before this character (never at the start), then
+    the character; returns the new count."""
+    if space and count > 0:
+        out[count] = _SPACE_HASH
+        count += 1
+    out[count] = _char_hash(value, width)
+    return count + 1
+
+
+@njit(nogil=True, cache=True)
+def char_hashes(data, start, end, normalized, tables, out):
+    """Hash every character of normalize_text(data[start:end]) into out, the one space of each
+    separator run included (core.reference.char_tokens: the shingle unit `char`); returns the
+    count, or -1 when the document holds a character that is not context-free (see
+    token_hashes: the caller normalizes it exactly and passes normalized=True) or would give
+    more characters than it has bytes (the same fallback keeps out's size bounded by bytes).
+
+    One table lookup per character (core.unicode_tables.token_tables); no vector fast path: the
+    unit is for short texts and scripts without word boundaries."""
+    classes, map_offsets, map_codepoints, separator, casing, char_words, char_sizes = tables
+    limit = end - start  # out holds at least this many
+    count = 0
+    space = False  # a separator run is pending: one space before the next character
+    pos = start
+    while pos < end:
+        byte = data[pos]
+        if byte < 0x80:
+            cp, width = np.int64(byte), 1
+        else:
+            cp, width = _decode_word(load8(data, pos, end))
+        at = pos
+        pos += width
+        if normalized:  # normalize_text's output: the space is the only separator
+            if cp == 32:
+                space = True
+                continue
+            value, _ = _utf8_word(cp)
+            count = _emit_char(out, count, space, value, width)
+            space = False
+            continue
+        c = classes[cp]
+        if c == 0:
+            space = True
+        elif c == 1 or c == 6:  # the character itself
+            value, _ = _utf8_word(cp)
+            count = _emit_char(out, count, space, value, width)
+            space = False
+        elif c == 2 or c == 5 or c == 7:  # mapped: each output character (a separator adds to the run)
+            first, last = map_offsets[cp], map_offsets[cp + 1]
+            final = False
+            if c == 5:  # capital sigma: final form by its neighbours (str.lower's rule)
+                final = _cased_before(data, start, at, casing)
+                ahead = pos
+                while final and ahead < end:
+                    cp2, width2 = _decode(data, ahead)
+                    if not casing[cp2] & 1:
+                        final = not (casing[cp2] & 2)
+                        break
+                    ahead += width2
+                first, last = 0, 1
+            for m in range(first, last):
+                mapped = (0x3C2 if final else 0x3C3) if c == 5 else np.int64(map_codepoints[m])
+                if separator[mapped]:
+                    space = True
+                    continue
+                if count + (1 if space and count > 0 else 0) + 1 > limit:  # more characters than bytes
+                    return -1
+                value, size = _utf8_word(mapped)
+                count = _emit_char(out, count, space, value, size)
+                space = False
+        elif c == 4:  # depends on its neighbours: the caller normalizes the document exactly
+            return -1
+        # c == 3: dropped (a nonspacing mark)
+    return count
