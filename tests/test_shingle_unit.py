@@ -107,16 +107,16 @@ def test_a_day_fingerprinted_with_another_unit_is_refused(tmp_path):
     from webdedup_assets.engine.storage import read_params, write_table
     from webdedup_assets.params import BandingParams, CandidateParams, FingerprintParams
 
-    from .conftest import FIXTURE
+    from .test_partitions import MONTHS, split_fixture_by_day
 
     store = Store(tmp_path / "store")
-    days = ["2026-03-01", "2026-03-02", "2026-03-03"]
-    stage_documents(store, str(FIXTURE), days=days)
-    assert store.partitions("documents") == days
-    DUCKDB.run("fingerprinted", store, FingerprintParams(shingle_unit="char", num_perm=16), days=days)
+    split_fixture_by_day(tmp_path / "crawl")  # the fixture over three crawl months
+    stage_documents(store, str(tmp_path / "crawl"), months=MONTHS)
+    assert store.partitions("documents") == MONTHS
+    DUCKDB.run("fingerprinted", store, FingerprintParams(shingle_unit="char", num_perm=16), months=MONTHS)
     assert store.params("fingerprinted")["fingerprint"]["shingle_unit"] == "char"
-    DUCKDB.run("band_memberships", store, BandingParams(bands=4, rows=4), days=days)
-    # one day of the asset fingerprinted with words instead: a store must not mix the two
+    DUCKDB.run("band_memberships", store, BandingParams(bands=4, rows=4), months=MONTHS)
+    # one month of the asset fingerprinted with words instead: a store must not mix the two
     files = store.files("fingerprinted")
     assert len(files) > 1
     path = files[0]
