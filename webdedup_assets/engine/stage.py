@@ -264,9 +264,12 @@ Implementation = Callable[[StageRun], StageOutput]
 class Engine:
     """The implementations of the stages by one engine."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, single_file: bool = True) -> None:
         self.name = name
         self.stages: dict[str, Implementation] = {}
+        # single_file: a global stage writes <asset>/data.parquet only; files another engine left
+        # beside it (Spark writes data-00000.parquet, ... in parallel) are removed before it runs.
+        self.single_file = single_file
 
     def implements(self, stage: str) -> Callable[[Implementation], Implementation]:
         if stage not in STAGES:
@@ -307,6 +310,8 @@ class Engine:
             params = stage.params()
         run = StageRun(stage, store, params, upstream, options=options)
         if not stage.daily:
+            if self.single_file:
+                store.remove_other_files(name)
             output = implementation(run)
             seconds = round(time.perf_counter() - started, 4)
             result = StageResult(name, output.rows, run.parameters, output.figures, seconds)

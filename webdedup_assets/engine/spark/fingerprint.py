@@ -1,0 +1,1 @@
+"""fingerprinted and band_memberships on Spark: not yet (waiting for the daily storage layout)."""
