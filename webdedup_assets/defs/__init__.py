@@ -21,7 +21,7 @@ from .assets import GLOBAL_ASSETS, build_daily_assets
 from .checks import CHECKS
 from .config import DocumentsConfig
 from .partitions import CRAWL_DAYS, crawl_days, new_days, register_days
-from .resources import WebdedupStorage
+from .resources import WebdedupEngine, WebdedupStorage
 
 # Progress of long stages (docs/s, pairs scored, WARC records, Common Crawl ranges) as log lines of
 # the run in the UI; `webdedup run` shows it on stderr instead (or not at all with --quiet).
@@ -211,7 +211,7 @@ def build_defs(days: list[str] | None = None) -> dg.Definitions:
         jobs=[daily_job, global_job],
         schedules=[] if days else [webdedup_daily_schedule],
         sensors=[global_after_daily, discover_crawl_days],
-        resources={"storage": WebdedupStorage()},
+        resources={"storage": WebdedupStorage(), "engine": WebdedupEngine()},
         executor=dg.in_process_executor,
     )
 

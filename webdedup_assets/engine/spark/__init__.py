@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from ..stage import Engine, StageRun
 
-SPARK = Engine("spark", single_file=False)  # global stages write data-00000.parquet, ... (spark/io.py)
+
+def _spark_version() -> str:
+    from .session import spark_version
+
+    return spark_version()
+
+
+SPARK = Engine(
+    "spark", single_file=False, version=_spark_version
+)  # global stages write data-00000.parquet, ... (spark/io.py)
 
 
 def session_of(run: StageRun):

@@ -105,7 +105,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     small = small.withColumn("blocks", F.greatest(F.lit(1), F.ceil(F.col("size") / BLOCK)).cast("int"))
     small = small.withColumn("block", F.pmod(F.xxhash64("doc_id"), F.col("blocks")).cast("int"))
     # Block p meets block q (p <= q) at key (p, q): the left side goes to every q >= p, the
-    # right side to every p <= q; each pair of members meets exactly once.
+    # right side to every p <= q; so every two members of a bucket meet in one task.
     left = small.select(
         *key,
         F.col("doc_id").alias("left_doc_id"),
@@ -118,7 +118,18 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         F.explode(F.sequence(F.lit(0), F.col("block"))).alias("p"),
         F.col("block").alias("q"),
     )
-    links = left.join(right, [*key, "p", "q"]).where("left_doc_id < right_doc_id").select("left_doc_id", "right_doc_id")
+    # Across two blocks a pair meets once in either orientation, within a block twice: keep one.
+    links = (
+        left.join(right, [*key, "p", "q"])
+        .where(
+            ((F.col("p") < F.col("q")) & (F.col("left_doc_id") != F.col("right_doc_id")))
+            | (F.col("left_doc_id") < F.col("right_doc_id"))
+        )
+        .select(
+            F.least("left_doc_id", "right_doc_id").alias("left_doc_id"),
+            F.greatest("left_doc_id", "right_doc_id").alias("right_doc_id"),
+        )
+    )
     if hot_limit is not None:
         hubs = (
             sized.where(F.col("size") > hot_limit)

@@ -4,9 +4,10 @@ Connected components by alternating large-star and small-star rounds (Kiveris et
 "Connected Components in MapReduce and Beyond", SoCC 2014) on DataFrames of doc_id edges: no
 GraphFrames, no generated node ids (the labels are the doc_ids themselves, so the component's
 label is its smallest doc_id and cluster_id = 'cluster-' + that doc_id, stable when unrelated
-documents arrive). Each round's edges are cached and every CHECKPOINT_EVERY rounds checkpointed
-(lineage stays short). The loop stops when every component is a star around its smallest
-member: no node is both a leaf and a centre, and no leaf has two centres.
+documents arrive). Each half-round's edges are materialized with a local checkpoint (the plan
+stays one step deep), every CHECKPOINT_EVERY rounds with a reliable one. The loop stops when
+every component is a star around its smallest member: no node is both a leaf and a centre, and
+no leaf has two centres.
 """
 
 from __future__ import annotations
@@ -72,14 +73,18 @@ def _small_star(edges):
 
 def _is_star_forest(edges) -> bool:
     """Edges (u, v) with v < u; the components are stars around their minimum when no node is
-    both a leaf (u) and a centre (v) and no leaf has two centres."""
+    both a leaf (u) and a centre (v) and no leaf has two centres (one aggregation, one job)."""
     from pyspark.sql import functions as F
 
-    leaves = edges.select(F.col("u").alias("node")).distinct()
-    centres = edges.select(F.col("v").alias("node")).distinct()
-    if not leaves.join(centres, "node").isEmpty():
-        return False
-    return edges.groupBy("u").agg(F.count(F.lit(1)).alias("n")).where("n > 1").isEmpty()
+    roles = edges.select(F.col("u").alias("node"), F.lit(1).alias("leaf"), F.lit(0).alias("centre")).union(
+        edges.select(F.col("v").alias("node"), F.lit(0).alias("leaf"), F.lit(1).alias("centre"))
+    )
+    bad = (
+        roles.groupBy("node")
+        .agg(F.sum("leaf").alias("leaf"), F.max("centre").alias("centre"))
+        .where((F.col("leaf") > 1) | ((F.col("leaf") > 0) & (F.col("centre") > 0)))
+    )
+    return bad.isEmpty()
 
 
 def components(edges, nodes: int):
@@ -87,17 +92,28 @@ def components(edges, nodes: int):
     number of rounds taken. `edges`: columns u, v (doc_ids), any orientation."""
     from pyspark.sql import functions as F
 
-    current = edges.select(F.greatest("u", "v").alias("u"), F.least("u", "v").alias("v")).where("u != v").distinct()
-    current = current.persist()
+    current = (
+        edges.select(F.greatest("u", "v").alias("u"), F.least("u", "v").alias("v"))
+        .where("u != v")
+        .distinct()
+        .localCheckpoint(eager=True)
+    )
     limit = round_limit(nodes)
     rounds = 0
     while not _is_star_forest(current):
         if rounds >= limit:
             raise WebdedupError(f"clusters: connected components did not converge in {limit} rounds")
         rounds += 1
-        following = _small_star(_large_star(current))
-        following = following.checkpoint(eager=True) if rounds % CHECKPOINT_EVERY == 0 else following.persist()
+        # Each half-round's edges are materialized and their lineage cut (a star step joins the
+        # edges with an aggregate of themselves: uncut, the plan doubles with every step).
+        large = _large_star(current).localCheckpoint(eager=True)
+        small = _small_star(large)
+        if rounds % CHECKPOINT_EVERY == 0:
+            following = small.checkpoint(eager=True)  # reliable: written to the checkpoint dir
+        else:
+            following = small.localCheckpoint(eager=True)
         current.unpersist()
+        large.unpersist()
         current = following
     return current, rounds
 
