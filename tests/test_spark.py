@@ -270,7 +270,7 @@ def _scored(store: Store) -> Store:
 
 
 # 200,000 takes 14 rounds and ~4 minutes on local[2] of a loaded 2-core machine: CI runs 50,000
-# (the same code, 12 rounds), WEBDEDUP_SPARK_CHAIN=200000 the size.
+# (the same code; its round count is printed with -s), WEBDEDUP_SPARK_CHAIN=200000 the size.
 CHAIN = int(os.environ.get("WEBDEDUP_SPARK_CHAIN", "50000"))
 
 
