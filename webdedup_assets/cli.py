@@ -103,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
                 f"({default_rows} with the defaults).",
             },
         )
+    _add_params(run, params.EngineParams)
     run.add_argument("--quiet", action="store_true", help="no progress on stderr (per-stage lines, live counts)")
     run.add_argument("--json", action="store_true", help="print the manifest counts as JSON instead of a table")
     prob = sub.add_parser("probability", help="P(candidate | Jaccard) for a banding")
@@ -155,11 +156,17 @@ def run_config(args: argparse.Namespace, storage_root: Path, output_dir: Path) -
 
     try:
         run = run_params(args)
+        chosen = params.EngineParams.checked(
+            {k: getattr(args, k) for k in params.EngineParams.model_fields if hasattr(args, k)}
+        )
     except params.ParamError as err:
         raise ValueError(err.render(flag)) from None
     return {
         "ops": run_config_ops(run, str(Path(args.input).expanduser())),
-        "resources": {"storage": {"config": {"storage_root": str(storage_root), "output_dir": str(output_dir)}}},
+        "resources": {
+            "storage": {"config": {"storage_root": str(storage_root), "output_dir": str(output_dir)}},
+            "engine": {"config": chosen.model_dump()},
+        },
         "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
     }
 

@@ -152,6 +152,34 @@ class RepresentativeParams(ParamGroup):
     )
 
 
+class EngineParams(ParamGroup):
+    """Which engine computes the global stages (candidate_pairs .. deduped_documents)."""
+
+    engine: Literal["duckdb", "spark"] = Field(
+        default="duckdb",
+        description="duckdb: embedded, one machine; spark: Apache Spark (pyspark and Java 17; the webdedup[spark] "
+        "extra), for corpora beyond one machine.",
+    )
+    spark_master: str = Field(
+        default="",
+        description="Spark master URL for --engine spark (local[4], spark://host:7077, yarn, k8s://...); empty: "
+        "local[*] unless spark_remote is given.",
+    )
+    spark_remote: str = Field(
+        default="",
+        description="Spark Connect URL for --engine spark (sc://host:15002); excludes spark_master.",
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> EngineParams:
+        if self.spark_master and self.spark_remote:
+            raise ParamError(
+                ("spark_master", "spark_remote"),
+                "give {p0} or {p1}, not both",
+            )
+        return self
+
+
 def check_banding(fingerprint: FingerprintParams, banding: BandingParams) -> None:
     if banding.bands * banding.rows != fingerprint.num_perm:
         raise ParamError(

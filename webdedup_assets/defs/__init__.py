@@ -24,7 +24,7 @@ from .checks import CHECKS
 from .config import DocumentsConfig
 from .evaluation import evaluate_job, evaluation
 from .partitions import CRAWL_MONTHS, crawl_months, new_months, register_months
-from .resources import WebdedupStorage
+from .resources import WebdedupEngine, WebdedupStorage
 
 # Progress of long stages (docs/s, pairs scored, WARC records, Common Crawl ranges) as log lines of
 # the run in the UI; `webdedup run` shows it on stderr instead (or not at all with --quiet).
@@ -217,7 +217,7 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
         jobs=[daily_job, global_job, evaluate_job],
         schedules=[] if months else [webdedup_daily_schedule],
         sensors=[global_after_daily, discover_crawl_months],
-        resources={"storage": WebdedupStorage()},
+        resources={"storage": WebdedupStorage(), "engine": WebdedupEngine()},
         executor=dg.in_process_executor,
     )
 

@@ -32,7 +32,7 @@ from .config import (
     StageConfig,
 )
 from .partitions import CRAWL_MONTHS
-from .resources import WebdedupStorage
+from .resources import WebdedupEngine, WebdedupStorage
 
 GROUP = "webdedup"
 KINDS = {"parquet", "duckdb"}
@@ -66,11 +66,17 @@ def run_stage(name: str, store: Store, call: Callable[[], Any]) -> Any:
 
 
 def run_contract(
-    name: str, storage: WebdedupStorage, params: ParamGroup | None, months: list[str] | None = None
+    name: str,
+    storage: WebdedupStorage,
+    params: ParamGroup | None,
+    months: list[str] | None = None,
+    engine_choice: WebdedupEngine | None = None,
 ) -> StageResult:
-    """A stage of the contract (engine.stage) on the DuckDB engine, under run_stage."""
+    """A stage of the contract (engine.stage) on the chosen engine (DuckDB when none), under run_stage."""
     store = storage.store()
-    return run_stage(name, store, lambda: engine.DUCKDB.run(name, store, params, months))
+    if engine_choice is None:
+        return run_stage(name, store, lambda: engine.DUCKDB.run(name, store, params, months))
+    return run_stage(name, store, lambda: engine_choice.run(name, store, params, months))
 
 
 def materialized(
@@ -397,12 +403,12 @@ GLOBAL_STAGES = [
 def build_global_asset(spec: GlobalAsset) -> dg.AssetsDefinition:
     """The asset of a global stage: read the config, run the stage, report its metadata."""
 
-    def compute(config: Any, storage: WebdedupStorage) -> dg.MaterializeResult:
+    def compute(config: Any, storage: WebdedupStorage, engine_choice: WebdedupEngine) -> dg.MaterializeResult:
         if config is None:
             params = None
         else:
             params = spec.params(config) if spec.params else config.params()
-        result = run_contract(spec.stage, storage, params)
+        result = run_contract(spec.stage, storage, params, engine_choice=engine_choice)
         parameters, extra = (
             spec.metadata(result, storage.store())
             if spec.metadata
@@ -412,13 +418,13 @@ def build_global_asset(spec: GlobalAsset) -> dg.AssetsDefinition:
 
     if spec.config is None:
 
-        def stage_asset(storage: WebdedupStorage) -> dg.MaterializeResult:
-            return compute(None, storage)
+        def stage_asset(storage: WebdedupStorage, engine: WebdedupEngine) -> dg.MaterializeResult:
+            return compute(None, storage, engine)
 
     else:
 
-        def stage_asset(config: spec.config, storage: WebdedupStorage) -> dg.MaterializeResult:  # type: ignore[name-defined]
-            return compute(config, storage)
+        def stage_asset(config: spec.config, storage: WebdedupStorage, engine: WebdedupEngine) -> dg.MaterializeResult:  # type: ignore[name-defined]
+            return compute(config, storage, engine)
 
     return dg.asset(name=spec.stage, group_name=GROUP, kinds=KINDS, deps=[spec.deps], description=spec.description)(
         stage_asset

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from ..engine.storage import Store
+from ..params import EngineParams
 
 DEFAULT_STORAGE_ROOT = os.environ.get("WEBDEDUP_STORAGE_ROOT", ".webdedup/storage")
 DEFAULT_OUTPUT_DIR = os.environ.get("WEBDEDUP_OUTPUT_DIR", ".webdedup/output")
@@ -40,3 +41,32 @@ class WebdedupStorage(dg.ConfigurableResource):
         path = Path(self.output_dir).expanduser().resolve()
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+_ENGINE_FIELDS = EngineParams.model_fields
+
+
+class WebdedupEngine(dg.ConfigurableResource):
+    """The engine of the global stages (fields, defaults and descriptions from params.EngineParams):
+    duckdb (embedded) or spark on `spark_master` (local[*] when empty) or the Spark Connect URL
+    `spark_remote`. The Spark session is created by the first stage that needs it and reused."""
+
+    engine: str = _ENGINE_FIELDS["engine"].default
+    spark_master: str = _ENGINE_FIELDS["spark_master"].default
+    spark_remote: str = _ENGINE_FIELDS["spark_remote"].default
+
+    def params(self) -> EngineParams:
+        return EngineParams.checked(self.model_dump())
+
+    def run(self, name: str, store: Store, params, months=None):
+        """Run a stage of the contract on the chosen engine."""
+        chosen = self.params()
+        if chosen.engine == "duckdb":
+            from ..engine.stage import DUCKDB
+
+            return DUCKDB.run(name, store, params, months)
+        from ..engine.spark import SPARK
+        from ..engine.spark.session import SparkSettings
+
+        settings = SparkSettings(master=chosen.spark_master or None, remote=chosen.spark_remote or None)
+        return SPARK.run(name, store, params, months, spark=settings)

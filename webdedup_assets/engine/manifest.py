@@ -107,6 +107,8 @@ def build_manifest(store: Store) -> dict[str, Any]:
             **({"warc": params["documents"]["warc"]} if params["documents"].get("warc") else {}),
         },
         "versions": package_versions(),
+        # the engine (and its version) that computed each global stage
+        "engines": {stage: stats[stage].get("engine") for stage in STAGES if stats[stage].get("engine")},
         "timings_seconds": {stage: stats[stage].get("seconds") for stage in STAGES},
         "stage_stats": stats,
     }

@@ -62,8 +62,9 @@ def _build(store: Store, staging: Path) -> None:
     publish_concatenated(store, "fingerprinted", staging / "fingerprinted.parquet", uncompressed=["signature"])
     for name in STAGE_REPORTS:
         _link_or_copy(report_path(store, name), staging / name)
-    _link_or_copy(store.path("scored_pairs"), staging / "scored_pairs.parquet")
-    _link_or_copy(store.path("deduped_documents"), staging / "deduped_documents.parquet")
+    # one file (linked) from the DuckDB engine; Spark's parts are concatenated in order
+    publish_concatenated(store, "scored_pairs", staging / "scored_pairs.parquet")
+    publish_concatenated(store, "deduped_documents", staging / "deduped_documents.parquet")
     con = connect(store)
     con.execute("SET preserve_insertion_order = true")
     try:

@@ -267,9 +267,17 @@ Implementation = Callable[[StageRun], StageOutput]
 class Engine:
     """The implementations of the stages by one engine."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, single_file: bool = True, version: Callable[[], str] | None = None) -> None:
         self.name = name
+        self._version = version
         self.stages: dict[str, Implementation] = {}
+        # single_file: a global stage writes <asset>/data.parquet only; files another engine left
+        # beside it (Spark writes data-00000.parquet, ... in parallel) are removed before it runs.
+        self.single_file = single_file
+
+    def describe(self) -> str:
+        """The engine and its version, as recorded in each global stage's stats (and the manifest)."""
+        return f"{self.name} {self._version()}" if self._version else self.name
 
     def implements(self, stage: str) -> Callable[[Implementation], Implementation]:
         if stage not in STAGES:
@@ -310,9 +318,12 @@ class Engine:
             params = stage.params()
         run = StageRun(stage, store, params, upstream, options=options)
         if not stage.daily:
+            if self.single_file:
+                store.remove_other_files(name)
             output = implementation(run)
             seconds = round(time.perf_counter() - started, 4)
-            result = StageResult(name, output.rows, run.parameters, output.figures, seconds)
+            figures = {**output.figures, "engine": self.describe()}
+            result = StageResult(name, output.rows, run.parameters, figures, seconds)
             store.write_stats(name, None, result.stats())
             return result
         return self._run_daily(run, implementation, months, started)
@@ -344,4 +355,12 @@ class Engine:
         return StageResult(stage.name, output.rows, run.parameters, output.figures, seconds, partition_rows)
 
 
-DUCKDB = Engine("duckdb")  # the embedded default: engine/*.py register their stage functions here
+def _duckdb_version() -> str:
+    import duckdb
+
+    return duckdb.__version__
+
+
+DUCKDB = Engine(
+    "duckdb", version=_duckdb_version
+)  # the embedded default: engine/*.py register their stage functions here

@@ -119,6 +119,14 @@ class Store:
                 path.unlink(missing_ok=True)
                 params_sidecar(path).unlink(missing_ok=True)
 
+    def remove_other_files(self, asset: str) -> None:
+        """Remove the files of an unpartitioned asset other than data.parquet (the parts another
+        engine wrote, e.g. Spark's data-00000.parquet, ...), before data.parquet replaces them."""
+        for path in self.files(asset):
+            if path != self.path(asset):
+                path.unlink(missing_ok=True)
+                params_sidecar(path).unlink(missing_ok=True)
+
     def place(self, asset: str, partition: str | None, written: Path) -> None:
         """Move a file this stage wrote (parameters in its own metadata) into place."""
         target = self.path(asset, partition)

@@ -1,0 +1,193 @@
+"""candidate_pairs on Spark: bucket sizes first (budget and hot-bucket policy exactly as the
+DuckDB engine's engine/candidates.py), then a skew-safe self-join of the band rows."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ...params import CandidateParams
+from ..candidates import pair_slot_budget
+from ...errors import WebdedupError
+from ..publish import report_path
+from ..stage import StageOutput, StageRun
+from ..storage import connect, write_csv
+from . import SPARK, session_of
+from .io import read_asset, write_asset, write_report
+
+# A bucket's members are spread over blocks of about this many (by a hash of doc_id); the join
+# pairs block with block, so no task ever holds more than BLOCK x BLOCK pairs of one bucket.
+BLOCK = 1024
+
+CANDIDATE_SCHEMA = pa.schema(
+    [
+        ("left_doc_id", pa.string()),
+        ("right_doc_id", pa.string()),
+        ("shared_bands", pa.int32()),
+        ("left_domain", pa.string()),
+        ("right_domain", pa.string()),
+        ("cross_domain", pa.bool_()),
+    ]
+)
+
+
+def require_unique_doc_ids(docs) -> None:
+    from pyspark.sql import functions as F
+
+    dupes = docs.groupBy("doc_id").agg(F.count(F.lit(1)).alias("n")).where("n > 1").orderBy("doc_id").limit(5).collect()
+    if dupes:
+        listed = "; ".join(f"{r['doc_id']!r} x{r['n']}" for r in dupes)
+        raise WebdedupError(f"doc_id must be unique across crawl days; repeated: {listed} (each on several days)")
+
+
+@SPARK.implements("candidate_pairs")
+def candidate_pairs(run: StageRun) -> StageOutput:
+    """Pairs of documents sharing at least one band key, left_doc_id < right_doc_id (see the
+    DuckDB implementation for the budget and the policies: the same figures decide here).
+
+    With candidate_scope=domain the bucket key is (band_index, band_hash, domain) instead of
+    DuckDB's band_hash mixed with the domain by DuckDB's hash(): the same buckets and pairs,
+    but the keys named in errors and collision_buckets.csv are the unmixed band hashes."""
+    from pyspark.sql import functions as F
+
+    spark = session_of(run)
+    store, params = run.store, run.params
+    assert isinstance(params, CandidateParams)
+    docs = read_asset(spark, store, "documents", ["doc_id", "domain"])
+    require_unique_doc_ids(docs)
+    bm = read_asset(spark, store, "band_memberships", ["doc_id", "band_index", "band_hash"])
+    key = ["band_index", "band_hash"]
+    if params.candidate_scope == "domain":
+        bm = bm.join(docs, "doc_id").select(
+            "doc_id", "band_index", "band_hash", F.coalesce("domain", F.lit("")).alias("scope")
+        )
+        key = ["band_index", "band_hash", "scope"]
+    star = params.bucket_policy == "star"
+    hot_limit = params.hot_bucket_size if star else None
+    buckets = (
+        bm.groupBy(*key).agg(F.count(F.lit(1)).alias("size"), F.min("doc_id").alias("hub")).where("size > 1").persist()
+    )
+    slots_expr = F.expr("size * (size - 1) div 2")
+    totals = buckets.agg(
+        F.coalesce(F.sum(slots_expr), F.lit(0)).alias("all_pairs"),
+        F.coalesce(F.max("size"), F.lit(0)).alias("max_bucket"),
+        F.count(F.lit(1)).alias("buckets"),
+        F.coalesce(F.sum(F.when(F.col("size") > (hot_limit or 0), F.col("size") - 1)), F.lit(0)).alias("star"),
+        F.coalesce(F.sum(F.when(F.col("size") <= (hot_limit or 0), slots_expr)), F.lit(0)).alias("small"),
+    ).first()
+    all_pairs_slots, max_bucket, n_buckets = int(totals["all_pairs"]), int(totals["max_bucket"]), int(totals["buckets"])
+    slots = all_pairs_slots if hot_limit is None else int(totals["star"]) + int(totals["small"])
+    documents = docs.count()
+    budget = pair_slot_budget(params.max_pair_slots, params.pair_slots_per_document, documents)
+    if slots > budget:
+        largest = buckets.orderBy(F.desc("size"), "band_index", "band_hash").limit(1).first()
+        match = bm
+        for column in key:
+            match = match.where(F.col(column) == largest[column])
+        sample = [r["doc_id"] for r in match.select("doc_id").orderBy("doc_id").limit(3).collect()]
+        how = (
+            "max_pair_slots"
+            if params.max_pair_slots
+            else f"{params.pair_slots_per_document:,} per document x {documents:,} documents (pair_slots_per_document)"
+        )
+        buckets.unpersist()
+        raise WebdedupError(
+            f"candidate join would create {slots:,} pair slots, over the budget of {budget:,} ({how}); "
+            f"the largest bucket holds {max_bucket:,} documents (band {largest['band_index']}, key "
+            f"{largest['band_hash']}; e.g. {', '.join(sample)}): text they all share, such as boilerplate. Set "
+            f"bucket_policy='star' to link hot buckets to their first member, strip the shared boilerplate from the "
+            f"input, or raise the budget"
+        )
+
+    # Band rows of buckets of two or more, each with its bucket's block count; members are
+    # spread over the blocks by a hash of doc_id (deterministic: retried tasks agree).
+    sized = bm.join(buckets.select(*key, "size", "hub"), key)
+    small = sized.where(F.col("size") <= hot_limit) if hot_limit is not None else sized
+    small = small.withColumn("blocks", F.greatest(F.lit(1), F.ceil(F.col("size") / BLOCK)).cast("int"))
+    small = small.withColumn("block", F.pmod(F.xxhash64("doc_id"), F.col("blocks")).cast("int"))
+    # Block p meets block q (p <= q) at key (p, q): the left side goes to every q >= p, the
+    # right side to every p <= q; so every two members of a bucket meet in one task.
+    left = small.select(
+        *key,
+        F.col("doc_id").alias("left_doc_id"),
+        F.col("block").alias("p"),
+        F.explode(F.sequence(F.col("block"), F.col("blocks") - 1)).alias("q"),
+    )
+    right = small.select(
+        *key,
+        F.col("doc_id").alias("right_doc_id"),
+        F.explode(F.sequence(F.lit(0), F.col("block"))).alias("p"),
+        F.col("block").alias("q"),
+    )
+    # Across two blocks a pair meets once in either orientation, within a block twice: keep one.
+    links = (
+        left.join(right, [*key, "p", "q"])
+        .where(
+            ((F.col("p") < F.col("q")) & (F.col("left_doc_id") != F.col("right_doc_id")))
+            | (F.col("left_doc_id") < F.col("right_doc_id"))
+        )
+        .select(
+            F.least("left_doc_id", "right_doc_id").alias("left_doc_id"),
+            F.greatest("left_doc_id", "right_doc_id").alias("right_doc_id"),
+        )
+    )
+    if hot_limit is not None:
+        hubs = (
+            sized.where(F.col("size") > hot_limit)
+            .where(F.col("doc_id") > F.col("hub"))
+            .select(F.col("hub").alias("left_doc_id"), F.col("doc_id").alias("right_doc_id"))
+        )
+        links = links.unionByName(hubs)
+    pairs = links.groupBy("left_doc_id", "right_doc_id").agg(F.count(F.lit(1)).cast("int").alias("shared_bands"))
+    ldocs = docs.select(F.col("doc_id").alias("left_doc_id"), F.col("domain").alias("left_domain"))
+    rdocs = docs.select(F.col("doc_id").alias("right_doc_id"), F.col("domain").alias("right_domain"))
+    result = (
+        pairs.join(ldocs, "left_doc_id")
+        .join(rdocs, "right_doc_id")
+        .withColumn("cross_domain", ~F.col("left_domain").eqNullSafe(F.col("right_domain")))
+    )
+    if params.candidate_scope == "domain":
+        result = result.where(~F.col("cross_domain"))
+    run.derive(budget=budget)
+    result = result.orderBy("left_doc_id", "right_doc_id").persist()
+    rows = write_asset(result, store, "candidate_pairs", CANDIDATE_SCHEMA, run.parameters)
+    cross = result.where("cross_domain").count()
+    result.unpersist()
+    possible = documents * (documents - 1) // 2
+    figures = {
+        "documents": documents,
+        "possible_pairs": possible,
+        "candidate_reduction_ratio": round(1 - rows / possible, 4) if possible else 0.0,
+        "cross_domain_candidates": cross,
+        "same_domain_candidates": rows - cross,
+        "collision_buckets": n_buckets,
+        "max_bucket_size": max_bucket,
+        "pair_slots": slots,
+        "all_pairs_slots": all_pairs_slots,
+    }
+    # Reports, formatted as the DuckDB engine formats them (figures only, and the largest buckets).
+    summary = {"rows": rows, **figures}
+    con = connect()
+    con.execute("SET preserve_insertion_order = true")
+    write_csv(
+        report_path(store, "candidate_summary.csv"),
+        con.sql(
+            "SELECT * FROM (VALUES " + ", ".join(f"('{k}', '{v}')" for k, v in summary.items()) + ") t(metric, value)"
+        ),
+    )
+    con.close()
+    top = buckets.orderBy(F.desc("size"), "band_index", "band_hash").limit(10_000)
+    members = (
+        bm.join(top.select(*key), key)
+        .groupBy(*key)
+        .agg(F.array_join(F.array_sort(F.collect_list("doc_id")), ";").alias("doc_ids"))
+    )
+    report = (
+        top.join(members, key)
+        .select("band_index", "band_hash", "size", "doc_ids")
+        .orderBy(F.desc("size"), "band_index", "band_hash")
+        .coalesce(1)
+        .sortWithinPartitions(F.desc("size"), "band_index", "band_hash")
+    )
+    write_report(report, report_path(store, "collision_buckets.csv"), store.asset_dir("candidate_pairs"))
+    buckets.unpersist()
+    return StageOutput(rows, figures)
