@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from ...errors import WebdedupError
 from ...params import CandidateParams
 from ..candidates import pair_slot_budget
-from ...errors import WebdedupError
 from ..publish import report_path
 from ..stage import StageOutput, StageRun
 from ..storage import connect, write_csv

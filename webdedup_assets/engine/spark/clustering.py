@@ -17,8 +17,8 @@ import math
 import pyarrow as pa
 
 from ...core.ranking import REPRESENTATIVE_POLICIES, policy_order_by
-from ..documents import stored_extra_columns
 from ...errors import WebdedupError
+from ..documents import stored_extra_columns
 from ..publish import report_path
 from ..stage import StageOutput, StageRun
 from . import SPARK, session_of
