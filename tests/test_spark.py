@@ -63,21 +63,36 @@ def stage_params(policy: str = "fail", hot: int = 1000, **candidates) -> dict:
     }
 
 
-def daily_store(root: Path, input_path: Path, by_day: bool) -> Store:
-    """documents, fingerprinted and band_memberships by the DuckDB engine (per crawl day when
-    by_day: then Spark reads one file per day through Store.files)."""
+def spread_fixture(path: Path) -> Path:
+    """The fixture with its days spread over three crawl months (tests.test_partitions.spread)."""
+    import csv
+
+    from .test_partitions import spread
+
+    with open(FIXTURE, newline="") as source, open(path, "w", newline="") as target:
+        rows = list(csv.DictReader(source))
+        writer = csv.DictWriter(target, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**row, "crawled_at": spread(row["crawled_at"])} for row in rows)
+    return path
+
+
+def daily_store(root: Path, input_path: Path, by_month: bool) -> Store:
+    """documents, fingerprinted and band_memberships by the DuckDB engine (per crawl month when
+    by_month: then Spark reads one file per month through Store.files)."""
     store = Store(root)
-    days = None
-    if by_day:
-        days = [
-            str(d)
-            for (d,) in duckdb.sql(
-                f"SELECT DISTINCT CAST(crawled_at AS DATE) FROM read_csv_auto('{input_path}') ORDER BY 1"
+    months = None
+    if by_month:
+        months = [
+            m
+            for (m,) in duckdb.sql(
+                f"SELECT DISTINCT strftime(CAST(crawled_at AS DATE), '%Y-%m') FROM read_csv_auto('{input_path}') "
+                "ORDER BY 1"
             ).fetchall()
         ]
-    stage_documents(store, str(input_path), days=days)
-    DUCKDB.run("fingerprinted", store, FINGERPRINT, days)
-    DUCKDB.run("band_memberships", store, BANDING, days)
+    stage_documents(store, str(input_path), months=months)
+    DUCKDB.run("fingerprinted", store, FINGERPRINT, months)
+    DUCKDB.run("band_memberships", store, BANDING, months)
     return store
 
 
@@ -118,8 +133,9 @@ def spark():
 
 
 def test_fixture_on_local_2_is_the_duckdb_result_and_every_check_is_green(spark, tmp_path):
-    ours, theirs = two_copies(tmp_path, lambda root: daily_store(root, FIXTURE, by_day=True))
-    assert len(ours.files("documents")) > 3  # one file per crawl day, read through Store.files
+    spread = spread_fixture(tmp_path / "spread.csv")
+    ours, theirs = two_copies(tmp_path, lambda root: daily_store(root, spread, by_month=True))
+    assert len(ours.files("documents")) > 3  # one file per crawl month, read through Store.files
     results = run_global(SPARK, ours, stage_params(), spark=LOCAL)
     assert results["candidate_pairs"].rows == 18
     assert results["duplicate_pairs"].rows == 18
@@ -193,7 +209,7 @@ def generated_corpus(path: Path, pages: int = 2500, seed: int = 7) -> None:
 def generated(tmp_path_factory):
     root = tmp_path_factory.mktemp("generated")
     generated_corpus(root / "input.parquet")
-    return daily_store(root / "base", root / "input.parquet", by_day=False)
+    return daily_store(root / "base", root / "input.parquet", by_month=False)
 
 
 @pytest.mark.parametrize("policy", ["fail", "star"])
@@ -237,7 +253,8 @@ def test_the_budget_guard_gives_duckdbs_error(spark, generated, tmp_path):
 
 def test_bad_input_gives_duckdbs_errors(spark, tmp_path):
     # (a doc_id repeated within one input is refused by the documents stage, before any engine)
-    ours, theirs = two_copies(tmp_path, lambda root: daily_store(root, FIXTURE, by_day=True))
+    spread = spread_fixture(tmp_path / "spread.csv")
+    ours, theirs = two_copies(tmp_path, lambda root: daily_store(root, spread, by_month=True))
     errors = []
     # duplicate pairs naming documents that are not there
     for engine, store, options in ((DUCKDB, theirs, {}), (SPARK, ours, {"spark": LOCAL})):
@@ -388,7 +405,7 @@ def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path):
         while session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() < 3:  # driver + 2 executors
             assert time.monotonic() < deadline, (tmp_path / "cluster.log").read_text()[-2000:]
             time.sleep(0.5)
-        store = daily_store(tmp_path / "store", FIXTURE, by_day=False)
+        store = daily_store(tmp_path / "store", FIXTURE, by_month=False)
         results = run_global(SPARK, store, stage_params(), spark=settings)
         assert results["candidate_pairs"].rows == 18
         assert results["duplicate_pairs"].rows == 18
