@@ -31,12 +31,16 @@ An update (see `update`):
    documents only), rewrites duplicate_pairs;
 4. recomputes connected components over the clusters touched (old clusters of every document
    whose edges changed, and the added ones): cluster id = 'cluster-' + smallest doc_id;
-5. re-ranks the members of touched clusters only (same ORDER BY as deduped_documents) and
-   replaces their representatives' rows.
+5. re-ranks the members of touched clusters only (same ORDER BY as deduped_documents),
+   splices their representatives' rows into deduped_documents at their place in the full
+   stage's stored order (one streamed pass over that file, no sort), and recomputes
+   cluster_inspection for the touched clusters only (representatives.py).
 
-The result equals a full recompute row for row (tests/test_incremental.py), except the row
-order of deduped_documents, which the full stage writes in the documents' file order and an
-update writes ordered by doc_id.
+The result equals a full recompute row for row and in stored order (tests/test_incremental.py).
+
+Modules: layout (paths, the report, helpers), changes (1), links (2), verify (3), components
+(4), representatives (5), rebuild (the full rebuild, the state it records, when one is needed),
+update (`update`, the steps in order), check (`check_against`).
 """
 
 from .changes import DailyChanges, changed_documents, daily_changes

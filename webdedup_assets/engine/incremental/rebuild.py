@@ -84,20 +84,23 @@ def bucket_totals(con, bm: str, candidates: CandidateParams) -> tuple[int, int, 
           FROM (SELECT count(*) AS size FROM {bm} GROUP BY band_index, band_hash HAVING count(*) > 1)""").fetchall()[0]
 
 
-def ranked_sql(store: Store, policy: RepresentativeParams, members: str | None) -> str:
+def ranked_sql(store: Store, policy: RepresentativeParams, members: str | None, clusters: str | None = None) -> str:
     """The `ranked` table of deduped_documents (narrow columns, rank per cluster), for the
-    clusters of the doc_ids in the temp table `members` only when given."""
+    clusters of the doc_ids in the temp table `members` only when given (their clusters from the
+    table `clusters`, default the stored clusters asset)."""
     order_by = policy_order_by(policy.representative_policy)
     extra = stored_extra_columns(store)
     provenance = [c for c in extra if c.startswith("warc_") or c == "capture_url"]
     narrow = ", ".join(quote_ident(c) for c in ["doc_id", "domain", "crawled_at", *provenance])
     scope = f"SEMI JOIN {members} s ON s.doc_id = d.doc_id" if members else ""
+    tokens_scope = scope.replace("d.doc_id", "f.doc_id")
     return f"""CREATE TEMP TABLE ranked AS
         SELECT d.*, c.cluster_id, c.cluster_size, f.token_count,
                row_number() OVER (PARTITION BY c.cluster_id ORDER BY {order_by}) AS rank
           FROM (SELECT {narrow} FROM {store.scan_sql("documents")} d {scope}) d
-          JOIN {store.scan_sql("clusters")} c USING (doc_id)
-          JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")}) f USING (doc_id)"""
+          JOIN {clusters or store.scan_sql("clusters")} c USING (doc_id)
+          JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")} f {tokens_scope}) f
+            USING (doc_id)"""
 
 
 def inspection_all(con, store: Store, policy: RepresentativeParams) -> None:

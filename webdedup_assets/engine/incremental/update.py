@@ -108,8 +108,7 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         self._mark("scoring")
         self._clusters()
         self._mark("clusters")
-        self._representatives()
-        self._mark("representatives")
+        self._representatives()  # marks representatives, deduped_documents, cluster_inspection
         commit(store, self.candidates, self.scoring, self.representative, self.figures)
 
     # -- candidates ------------------------------------------------------------------------
