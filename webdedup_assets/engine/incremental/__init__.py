@@ -43,6 +43,7 @@ Modules: layout (paths, the report, helpers), changes (1), links (2), verify (3)
 update (`update`, the steps in order), check (`check_against`).
 """
 
+from .assets import bring_up_to_date
 from .changes import DailyChanges, changed_documents, daily_changes
 from .check import CHECK_SCHEMA, check_against
 from .layout import DAILY, GLOBAL, INCREMENTAL_DIR, UpdateReport, load_state
@@ -56,6 +57,7 @@ __all__ = [
     "INCREMENTAL_DIR",
     "DailyChanges",
     "UpdateReport",
+    "bring_up_to_date",
     "changed_documents",
     "check_against",
     "check_fixed_params",
