@@ -129,15 +129,14 @@ REPORTS = {
 
 
 def snapshot(store: Store) -> dict:
-    """Every global asset's rows (in key order, and in stored order where the full stage's is
-    defined), parameters, figures and reports."""
+    """Every global asset's rows (in key order, and in stored order), parameters, figures and reports."""
     con = connect()
     out = {}
     for asset, order in ORDER.items():
         out[asset] = con.sql(f"SELECT * FROM {store.scan_sql(asset)} ORDER BY {order}").fetchall()
         out[asset + ":columns"] = con.sql(f"SELECT * FROM {store.scan_sql(asset)} LIMIT 0").arrow().schema.to_string()
-        if asset != "deduped_documents":  # stored order: the full stages' ORDER BY
-            out[asset + ":stored"] = con.sql(f"SELECT * FROM {store.scan_sql(asset)}").fetchall()
+        # stored order too: the full stages' ORDER BY, deduped_documents' documents file order
+        out[asset + ":stored"] = con.sql(f"SELECT * FROM {store.scan_sql(asset)}").fetchall()
         params = store.params(asset)
         out[asset + ":params"] = json.dumps(params, sort_keys=True)
         stats = {k: v for k, v in store.stats(asset)[0].items() if k not in ("seconds", "threads", "document_passes")}

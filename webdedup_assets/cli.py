@@ -161,8 +161,11 @@ def run_config(args: argparse.Namespace, storage_root: Path, output_dir: Path) -
         )
     except params.ParamError as err:
         raise ValueError(err.render(flag)) from None
+    ops = run_config_ops(run, str(Path(args.input).expanduser()))
+    # run = exactly this input, from scratch: never an incremental update of what the storage held
+    ops["candidate_pairs"]["config"]["full_rebuild"] = True
     return {
-        "ops": run_config_ops(run, str(Path(args.input).expanduser())),
+        "ops": ops,
         "resources": {
             "storage": {"config": {"storage_root": str(storage_root), "output_dir": str(output_dir)}},
             "engine": {"config": chosen.model_dump()},

@@ -16,6 +16,7 @@ import dagster as dg
 from .. import engine
 from ..core.minhash import candidate_probability
 from ..engine import diagnostics as engine_diagnostics
+from ..engine import incremental
 from ..engine.preview import markdown_table, partition_previews, preview
 from ..engine.stage import StageResult
 from ..engine.state import writer_lock
@@ -400,31 +401,98 @@ GLOBAL_STAGES = [
 ]
 
 
-def build_global_asset(spec: GlobalAsset) -> dg.AssetsDefinition:
-    """The asset of a global stage: read the config, run the stage, report its metadata."""
+GLOBAL_CHAIN = {spec.stage for spec in GLOBAL_STAGES}
 
-    def compute(config: Any, storage: WebdedupStorage, engine_choice: WebdedupEngine) -> dg.MaterializeResult:
-        if config is None:
-            params = None
+
+def _whole_chain(context: dg.AssetExecutionContext) -> bool:
+    """Whether this run materializes every global stage (then they are updated as one chain)."""
+    # the run's selection; empty for a job run of its whole selection: then the job's assets
+    selection = context.dagster_run.asset_selection or context.job_def.asset_layer.selected_asset_keys
+    return GLOBAL_CHAIN <= {key.to_user_string() for key in selection}
+
+
+def _chain_params(context: dg.AssetExecutionContext) -> tuple[Any, Any, Any, bool]:
+    """The parameters of the whole global chain from this run's config (each stage's config, its
+    defaults where none is given), and candidate_pairs' full_rebuild flag."""
+    ops = context.run_config.get("ops") or {}
+
+    def given(asset: str) -> dict[str, Any]:
+        return dict((ops.get(asset) or {}).get("config") or {})
+
+    candidates = CandidateConfig(**given("candidate_pairs"))
+    return (
+        candidates.params(),
+        ScoreConfig(**given("scored_pairs")).params(),
+        RepresentativeConfig(**given("deduped_documents")).params(),
+        bool(candidates.full_rebuild),
+    )
+
+
+def _update_metadata(report: dict[str, Any]) -> dict[str, Any]:
+    mode = report["mode"] if report["mode"] != "full" else f"full: {report['reason']}"
+    return {
+        "update_mode": dg.MetadataValue.text(mode),
+        "days_added": dg.MetadataValue.json(report["days_added"]),
+        "days_removed": dg.MetadataValue.json(report["days_removed"]),
+        "clusters_touched": dg.MetadataValue.int(int(report["clusters_touched"])),
+        "update": dg.MetadataValue.json(report),
+    }
+
+
+def build_global_asset(spec: GlobalAsset) -> dg.AssetsDefinition:
+    """The asset of a global stage: read the config, run the stage, report its metadata.
+
+    When the run materializes the whole global chain (the global job, the automation after a
+    daily run, "materialize all"), each asset calls engine.incremental.bring_up_to_date: the
+    first one updates every global asset (incremental, or a full rebuild when nothing incremental
+    is held yet, a parameter changed or candidate_pairs' full_rebuild is set), the next ones find
+    them up to date; each reports the update that wrote it. A run of only some global assets
+    runs their stages from scratch (the next update then rebuilds, and says why)."""
+
+    def compute(
+        context: dg.AssetExecutionContext, config: Any, storage: WebdedupStorage, engine_choice: WebdedupEngine
+    ) -> dg.MaterializeResult:
+        store = storage.store()
+        chain = _whole_chain(context) and engine_choice.params().engine == "duckdb"
+        candidates, scoring, representative, full = _chain_params(context) if chain else (None, None, None, True)
+        if chain and not full:
+            reports: list[dict[str, Any]] = []
+
+            def call() -> StageResult:
+                result, report = incremental.bring_up_to_date(
+                    spec.stage, store, candidates, scoring, representative, full
+                )
+                reports.append(report)
+                return result
+
+            result = run_stage(spec.stage, store, call)
+            report = reports[0]
+            update = _update_metadata(report)
         else:
-            params = spec.params(config) if spec.params else config.params()
-        result = run_contract(spec.stage, storage, params, engine_choice=engine_choice)
-        parameters, extra = (
-            spec.metadata(result, storage.store())
-            if spec.metadata
-            else (config.model_dump() if config is not None else {}, {})
-        )
-        return materialized(storage, result, parameters, order_by=spec.order_by, **extra)
+            params = None if config is None else (spec.params(config) if spec.params else config.params())
+            result = run_contract(spec.stage, storage, params, engine_choice=engine_choice)
+            why = "full_rebuild requested" if chain else "only part of the global chain was selected, or Spark"
+            update = {"update_mode": dg.MetadataValue.text(f"full: {why}")}
+        shown = {k: v for k, v in config.model_dump().items() if k != "full_rebuild"} if config is not None else {}
+        parameters, extra = spec.metadata(result, store) if spec.metadata else (shown, {})
+        return materialized(storage, result, parameters, order_by=spec.order_by, **extra, **update)
 
     if spec.config is None:
 
-        def stage_asset(storage: WebdedupStorage, engine: WebdedupEngine) -> dg.MaterializeResult:
-            return compute(None, storage, engine)
+        def stage_asset(
+            context: dg.AssetExecutionContext, storage: WebdedupStorage, engine: WebdedupEngine
+        ) -> dg.MaterializeResult:
+            return compute(context, None, storage, engine)
 
     else:
 
-        def stage_asset(config: spec.config, storage: WebdedupStorage, engine: WebdedupEngine) -> dg.MaterializeResult:  # type: ignore[name-defined]
-            return compute(config, storage, engine)
+        def stage_asset(
+            context: dg.AssetExecutionContext,
+            config: spec.config,  # type: ignore[name-defined]
+            storage: WebdedupStorage,
+            engine: WebdedupEngine,
+        ) -> dg.MaterializeResult:
+            return compute(context, config, storage, engine)
 
     return dg.asset(name=spec.stage, group_name=GROUP, kinds=KINDS, deps=[spec.deps], description=spec.description)(
         stage_asset

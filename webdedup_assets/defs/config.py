@@ -107,7 +107,19 @@ DocumentsConfig = _config_class(
 
 FingerprintConfig = _config_class("FingerprintConfig", STAGE_GROUPS["fingerprint"], "Shingles and MinHash.")
 BandConfig = _config_class("BandConfig", STAGE_GROUPS["banding"], "LSH banding; bands x rows = num_perm.")
-CandidateConfig = _config_class("CandidateConfig", STAGE_GROUPS["candidates"], "The band join and its budget.")
+CandidateConfig = _config_class(
+    "CandidateConfig",
+    STAGE_GROUPS["candidates"],
+    "The band join and its budget; full_rebuild: the global chain's mode.",
+    full_rebuild=(
+        bool,
+        Field(
+            default=False,
+            description="Rebuild every global asset from scratch instead of the incremental update (when the "
+            "run materializes the whole global chain). Not carried to the next automated run.",
+        ),
+    ),
+)
 ScoreConfig = _config_class("ScoreConfig", ScoringParams, "The one duplicate threshold.")
 RepresentativeConfig = _config_class(
     "RepresentativeConfig", STAGE_GROUPS["representative"], "Which member of a cluster is kept."
@@ -169,7 +181,7 @@ def validate_run_config(run_config: Mapping[str, Any], selected: set[str] | None
             if threshold is not None:
                 groups["duplicate_threshold"] = ScoringParams.checked({"threshold": threshold})
             continue
-        values = {k: v for k, v in values.items() if k != "input_path"}
+        values = {k: v for k, v in values.items() if k not in ("input_path", "full_rebuild")}
         try:
             groups[STAGE_OF_ASSET[asset]] = STAGE_GROUPS[STAGE_OF_ASSET[asset]].checked(values)
         except ParamError as err:

@@ -245,8 +245,10 @@ def _representative_rows(files: list[Path], winners: pa.Table, schema: pa.Schema
         yield from pa.concat_tables(pending).combine_chunks().to_batches()
 
 
-def cluster_inspection(con, store: Store, extra: list[str]):
-    """One row per multi-member cluster: representative, members, domains, Jaccard range."""
+def cluster_inspection(con, store: Store, extra: list[str], pairs: str | None = None, clusters: str | None = None):
+    """One row per multi-member cluster of the table `ranked`: representative, members, domains,
+    Jaccard range. `pairs` and `clusters` (default: the stored duplicate_pairs and clusters) may
+    be narrower tables holding the ranked clusters' own rows (an incremental update's)."""
     provenance = [c for c in extra if c.startswith("warc_") or c == "capture_url"]
     rep_cols = "".join(f", r.{quote_ident(c)} AS representative_{c}" for c in provenance)
     return con.sql(f"""
@@ -256,8 +258,8 @@ def cluster_inspection(con, store: Store, extra: list[str]):
               FROM ranked WHERE cluster_size > 1 GROUP BY cluster_id),
         scores AS (
             SELECT c.cluster_id, min(p.exact_jaccard) AS min_jaccard, max(p.exact_jaccard) AS max_jaccard
-              FROM {store.scan_sql("duplicate_pairs")} p
-              JOIN {store.scan_sql("clusters")} c ON c.doc_id = p.left_doc_id
+              FROM {pairs or store.scan_sql("duplicate_pairs")} p
+              JOIN {clusters or store.scan_sql("clusters")} c ON c.doc_id = p.left_doc_id
              GROUP BY c.cluster_id)
         SELECT r.cluster_id, r.cluster_size, r.doc_id AS representative_doc_id,
                r.domain AS representative_domain, r.crawled_at AS representative_crawled_at,

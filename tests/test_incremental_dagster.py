@@ -1,0 +1,86 @@
+"""Dagster: the global chain after a daily run is the incremental update; full_rebuild forces a
+full one; each global asset's metadata says the mode, the days added and the clusters touched."""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+import duckdb
+
+from webdedup_assets.defs import GLOBAL_JOB
+
+from .conftest import failure_messages
+from .test_partitions import Env, sensor_tick, split_fixture_by_day
+
+
+def _metadata(result, asset: str) -> dict:
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == asset]
+    return event.materialization.metadata
+
+
+def _rows(env: Env, asset: str, order: str) -> list:
+    store = env.store()
+    return duckdb.sql(f"SELECT * FROM {store.scan_sql(asset)} ORDER BY {order}").fetchall()
+
+
+def test_the_automation_after_a_daily_run_updates_the_global_assets_incrementally(tmp_path):
+    crawl = tmp_path / "crawl"
+    by_day = split_fixture_by_day(crawl)
+    march = sorted(d for d in by_day if d.startswith("2026-03"))
+    held = tmp_path / "held"
+    for day in sorted(by_day):
+        if day not in march:
+            shutil.copy(crawl / f"{day}.csv", held.mkdir(exist_ok=True) or held / f"{day}.csv")
+    env = Env(tmp_path, held)
+    env.daily("2026-01", "2026-02")
+    env.global_stages()
+    first = env.last_global
+    assert _metadata(first, "candidate_pairs")["update_mode"].value.startswith("full: no incremental state")
+    assert _metadata(first, "deduped_documents")["update_mode"].value.startswith("full: no incremental state")
+    # a new crawl month arrives; the daily job runs it; the sensor requests the global run
+    for day in march:
+        shutil.copy(crawl / f"{day}.csv", held / f"{day}.csv")
+    cursor = sensor_tick(env.defs, env.instance).cursor
+    env.daily("2026-03")
+    [request] = sensor_tick(env.defs, env.instance, cursor).run_requests
+    config = {**env.config(), **request.run_config}
+    result = env.defs.resolve_job_def(GLOBAL_JOB).execute_in_process(
+        run_config=config, instance=env.instance, raise_on_error=False
+    )
+    assert result.success, failure_messages(result)
+    for asset in ("candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "deduped_documents"):
+        metadata = _metadata(result, asset)
+        assert metadata["update_mode"].value == "incremental", asset
+        assert metadata["days_added"].value == march
+        assert metadata["days_removed"].value == []
+        assert metadata["clusters_touched"].value > 0
+        assert "full_rebuild" not in metadata["parameters"].value
+    assert _metadata(result, "candidate_pairs")["update"].value["applied_now"] is True
+    assert _metadata(result, "deduped_documents")["update"].value["applied_now"] is False
+    incremental = {a: _rows(env, a, o) for a, o in (("clusters", "doc_id"), ("deduped_documents", "doc_id"))}
+    # full_rebuild: the same rows, and the metadata says why
+    config["ops"].setdefault("candidate_pairs", {"config": {}})["config"]["full_rebuild"] = True
+    full = env.defs.resolve_job_def(GLOBAL_JOB).execute_in_process(
+        run_config=config, instance=env.instance, raise_on_error=False
+    )
+    assert full.success, failure_messages(full)
+    assert _metadata(full, "clusters")["update_mode"].value == "full: full_rebuild requested"
+    assert {a: _rows(env, a, "doc_id") for a in incremental} == incremental
+    # the automation does not carry full_rebuild to the next run
+    env.daily("2026-03")
+    [again] = sensor_tick(env.defs, env.instance, cursor).run_requests or [None]
+    if again is not None:
+        assert "full_rebuild" not in again.run_config["ops"].get("candidate_pairs", {}).get("config", {})
+
+
+def test_a_subset_of_the_global_assets_runs_its_stages_from_scratch(tmp_path):
+    crawl = tmp_path / "crawl"
+    split_fixture_by_day(crawl)
+    env = Env(tmp_path, crawl)
+    env.daily("2026-01", "2026-03")
+    env.global_stages()
+    assets = [a for a in env.defs.assets if a.key.to_user_string() in ("scored_pairs", "duplicate_pairs")]
+    result = dg.materialize(assets, instance=env.instance, resources=env.defs.resources, run_config=env.config())
+    assert result.success
+    assert _metadata(result, "scored_pairs")["update_mode"].value.startswith("full: only part")

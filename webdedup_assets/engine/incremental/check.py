@@ -1,0 +1,123 @@
+"""check: new documents against the held corpus; nothing in the corpus changes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...core.fingerprint import shingle_sets
+from ...core.sets import jaccard_blocks
+from ...errors import WebdedupError
+from ...params import CandidateParams, ScoringParams
+from ..serial import from_stored
+from ..storage import Store, connect, scalar, sql_string, write_batches
+from .layout import data_files, fetch_rows, listing, load_state, snapshot_dir
+
+CHECK_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("is_duplicate", pa.bool_()),
+        ("matched_doc_id", pa.string()),
+        ("matched_cluster_id", pa.string()),
+        ("exact_jaccard", pa.float64()),
+        ("candidates", pa.int64()),
+    ]
+)
+
+
+def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
+    """For every document of `new` (its daily assets built with the corpus' fingerprint and
+    banding parameters), whether it duplicates a document of the corpus held in `store`: the
+    best match by exact Jaccard (ties: smallest doc_id), its cluster, the Jaccard, the number of
+    candidates verified. Candidates come from the corpus' band index (the snapshot of the last
+    update, else band_memberships), with the hot-bucket policy of the last update: a bucket
+    over hot_bucket_size under `star` links the new document to its first member only. Writes
+    `target` (Parquet); reads the corpus only."""
+    started = time.perf_counter()
+    state = load_state(store)
+    held = {
+        "fingerprint": store.params("fingerprinted").get("fingerprint"),
+        "banding": store.params("band_memberships").get("banding"),
+    }
+    for key, value in held.items():
+        given = new.params("fingerprinted" if key == "fingerprint" else "band_memberships").get(key)
+        if given != value:
+            raise WebdedupError(f"check: the corpus was built with {key}={value} but the new data with {key}={given}")
+    candidates = from_stored(CandidateParams, state["parameters"]["candidates"]) if state else CandidateParams()
+    scoring = from_stored(ScoringParams, state["parameters"]["scoring"]) if state else ScoringParams()
+    shingle_size = held["fingerprint"]["shingle_size"]
+    con = connect(store)
+    try:
+        snap = sorted(snapshot_dir(store, "band_memberships").glob("*.parquet")) if state else []
+        index = f"read_parquet({listing(snap)})" if snap else store.scan_sql("band_memberships")
+        con.execute(
+            f"CREATE TEMP TABLE probe AS SELECT doc_id, band_index, band_hash FROM {new.scan_sql('band_memberships')}"
+        )
+        con.execute(f"""CREATE TEMP TABLE hits AS SELECT m.doc_id, m.band_index, m.band_hash FROM {index} m
+            SEMI JOIN probe p ON p.band_index = m.band_index AND p.band_hash = m.band_hash""")
+        hot = candidates.hot_bucket_size if candidates.bucket_policy == "star" else None
+        con.execute("""CREATE TEMP TABLE bucket AS SELECT band_index, band_hash, count(*) AS size,
+            min(doc_id) AS hub FROM hits GROUP BY ALL""")
+        hot_filter = f"b.size <= {hot} OR h.doc_id = b.hub" if hot is not None else "true"
+        con.execute(f"""CREATE TEMP TABLE pairs AS
+            SELECT p.doc_id AS new_id, h.doc_id AS old_id, count(*) AS shared FROM probe p
+              JOIN hits h ON h.band_index = p.band_index AND h.band_hash = p.band_hash
+              JOIN bucket b ON b.band_index = p.band_index AND b.band_hash = p.band_hash
+             WHERE {hot_filter} GROUP BY ALL ORDER BY new_id, old_id""")
+        pairs = con.sql("SELECT new_id, old_id FROM pairs").to_arrow_table()
+        con.execute("CREATE TEMP TABLE need AS SELECT DISTINCT old_id AS doc_id FROM pairs")
+        con.execute("CREATE TEMP TABLE need_new AS SELECT DISTINCT new_id AS doc_id FROM pairs")
+        exact = np.zeros(pairs.num_rows, np.float64)
+        if pairs.num_rows:
+            sets = {}
+            for name, source, ids in (("old", store, "need"), ("new", new, "need_new")):
+                rows = fetch_rows(con, data_files(source, "documents"), ids, ["doc_id", "body"])
+                flat, offsets = shingle_sets(rows.column("body").combine_chunks(), shingle_size)
+                sets[name] = (
+                    rows.column("doc_id").combine_chunks(),
+                    flat,
+                    offsets[:-1].astype(np.int64),
+                    offsets[1:].astype(np.int64),
+                )
+            left = pa.compute.index_in(pairs["new_id"], value_set=sets["new"][0]).to_numpy().astype(np.int64)
+            right = pa.compute.index_in(pairs["old_id"], value_set=sets["old"][0]).to_numpy().astype(np.int64)
+            jaccard_blocks(*sets["new"][1:], *sets["old"][1:], left, right, exact)
+        con.register(
+            "scored_arrow",
+            pa.table({"new_id": pairs["new_id"], "old_id": pairs["old_id"], "exact_jaccard": pa.array(exact)}),
+        )
+        clusters = store.scan_sql("clusters") if store.files("clusters") else None
+        cluster_join = (
+            f"LEFT JOIN (SELECT doc_id, cluster_id FROM {clusters} SEMI JOIN need n USING (doc_id)) c "
+            "ON c.doc_id = b.old_id"
+            if clusters
+            else "LEFT JOIN (SELECT NULL::VARCHAR AS doc_id, NULL::VARCHAR AS cluster_id) c ON false"
+        )
+        relation = con.sql(f"""
+            WITH best AS (
+                SELECT new_id, arg_min(old_id, (-exact_jaccard, old_id)) AS old_id, max(exact_jaccard) AS exact_jaccard,
+                       count(*) AS candidates
+                  FROM scored_arrow GROUP BY new_id)
+            SELECT d.doc_id, COALESCE(b.exact_jaccard >= {scoring.threshold!r}, false) AS is_duplicate,
+                   CASE WHEN b.exact_jaccard >= {scoring.threshold!r} THEN b.old_id END AS matched_doc_id,
+                   CASE WHEN b.exact_jaccard >= {scoring.threshold!r} THEN c.cluster_id END AS matched_cluster_id,
+                   b.exact_jaccard, COALESCE(b.candidates, 0) AS candidates
+              FROM (SELECT doc_id FROM {new.scan_sql("documents")}) d
+              LEFT JOIN best b ON b.new_id = d.doc_id {cluster_join}
+             ORDER BY d.doc_id""")
+        reader = relation.arrow(batch_size=65_536)
+        rows = write_batches(target, CHECK_SCHEMA, reader, {"stage": "check", "scoring": scoring.model_dump()})
+        duplicates = scalar(con, f"SELECT count(*) FROM read_parquet({sql_string(str(target))}) WHERE is_duplicate")
+    finally:
+        con.close()
+    return {
+        "documents": rows,
+        "duplicates": duplicates,
+        "candidate_pairs": pairs.num_rows,
+        "threshold": scoring.threshold,
+        "seconds": round(time.perf_counter() - started, 4),
+    }

@@ -1,0 +1,243 @@
+"""Candidate links: the change in band links of the touched buckets, the budget, collision_buckets.csv."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ...errors import WebdedupError
+from ..candidates import pair_slot_budget
+from ..publish import report_path
+from ..storage import scalar, sql_string, write_csv
+from .layout import COLLISION_TOP, data_files, fetch_rows, incremental_dir, listing, save_table, snapshot_dir
+
+
+class LinksStep:
+    """Mixed into the updater (engine.incremental.update._Updater): uses its con, store, parameters and report."""
+
+    def _links(self) -> None:
+        con, store, params = self.con, self.store, self.candidates
+        snap_bands = sorted(snapshot_dir(store, "band_memberships").glob("*.parquet"))
+        new_bands = self.changes.current["band_memberships"]
+        old_bands = self.changes.previous["band_memberships"]
+        empty = "SELECT NULL::VARCHAR AS doc_id, NULL::SMALLINT AS band_index, NULL::BIGINT AS band_hash WHERE false"
+
+        def rows(files: list[Path], ids: str) -> str:
+            if not files:
+                return empty
+            return (
+                f"SELECT m.doc_id, m.band_index, m.band_hash FROM read_parquet({listing(files)}) m "
+                f"SEMI JOIN {ids} i ON i.doc_id = m.doc_id"
+            )
+
+        con.execute(f"CREATE TEMP TABLE add_rows AS {rows(new_bands, 'added')}")
+        con.execute(f"CREATE TEMP TABLE rem_rows AS {rows(old_bands, 'removed')}")
+        con.execute("""CREATE TEMP TABLE touched AS
+            SELECT DISTINCT band_index, band_hash FROM (SELECT band_index, band_hash FROM add_rows
+                                                       UNION ALL SELECT band_index, band_hash FROM rem_rows)""")
+        self.report.touched_buckets = scalar(con, "SELECT count(*) FROM touched")
+        index = (
+            f"SELECT m.doc_id, m.band_index, m.band_hash FROM read_parquet({listing(snap_bands)}) m "
+            "SEMI JOIN touched t ON t.band_index = m.band_index AND t.band_hash = m.band_hash"
+            if snap_bands
+            else empty
+        )
+        con.execute(f"CREATE TEMP TABLE old_m AS {index}")
+        con.execute("""CREATE TEMP TABLE new_m AS
+            SELECT doc_id, band_index, band_hash, false AS is_new FROM old_m o
+             WHERE doc_id NOT IN (SELECT doc_id FROM removed)
+            UNION ALL SELECT doc_id, band_index, band_hash, true FROM add_rows""")
+        hot = params.hot_bucket_size if params.bucket_policy == "star" else None
+        hot_sql = (lambda size: f"({size} > {hot})") if hot is not None else (lambda size: "false")
+        con.execute("""CREATE TEMP TABLE bstats AS
+            WITH o AS (SELECT band_index, band_hash, count(*) AS size, min(doc_id) AS hub,
+                              count(*) FILTER (doc_id IN (SELECT doc_id FROM removed)) AS lost
+                         FROM old_m GROUP BY ALL),
+                 n AS (SELECT band_index, band_hash, count(*) AS size, min(doc_id) AS hub FROM new_m GROUP BY ALL)
+            SELECT t.band_index, t.band_hash, COALESCE(o.size, 0) AS old_size, o.hub AS old_hub,
+                   COALESCE(n.size, 0) AS new_size, n.hub AS new_hub, COALESCE(o.lost, 0) AS lost
+              FROM touched t LEFT JOIN o USING (band_index, band_hash) LEFT JOIN n USING (band_index, band_hash)""")
+        con.execute("""ALTER TABLE bstats ADD COLUMN old_hot BOOLEAN""")
+        con.execute(f"UPDATE bstats SET old_hot = {hot_sql('old_size')}")
+        con.execute("ALTER TABLE bstats ADD COLUMN new_hot BOOLEAN")
+        con.execute(f"UPDATE bstats SET new_hot = {hot_sql('new_size')}")
+        con.execute("""ALTER TABLE bstats ADD COLUMN simple BOOLEAN""")
+        con.execute("""UPDATE bstats SET simple = lost = 0 AND ((NOT old_hot AND NOT new_hot)
+                                                         OR (old_hot AND new_hot AND old_hub = new_hub))""")
+        self._budget()
+        key = "a.band_index = b.band_index AND a.band_hash = b.band_hash"
+
+        def links(members: str, where: str) -> str:
+            """Links of the buckets in `members` (all pairs of a small bucket, star edges of a hot one)."""
+            return f"""
+                SELECT a.doc_id AS l, b.doc_id AS r FROM {members} a JOIN {members} b ON {key} AND a.doc_id < b.doc_id
+                  JOIN bstats s ON s.band_index = a.band_index AND s.band_hash = a.band_hash
+                 WHERE {where}"""
+
+        con.execute(f"""CREATE TEMP TABLE delta AS
+            SELECT l, r, CAST(sum(w) AS BIGINT) AS w FROM (
+              -- simple small buckets: the links of the new members only
+              SELECT l, r, 1 AS w FROM ({links("new_m", "s.simple AND NOT s.new_hot AND (a.is_new OR b.is_new)")})
+              UNION ALL  -- simple hot buckets (same hub): star edges of the new members
+              SELECT s.new_hub, m.doc_id, 1 FROM new_m m JOIN bstats s USING (band_index, band_hash)
+               WHERE s.simple AND s.new_hot AND m.is_new AND m.doc_id > s.new_hub
+              UNION ALL  -- other buckets: every link, new minus old
+              SELECT l, r, 1 FROM ({links("new_m", "NOT s.simple AND NOT s.new_hot")})
+              UNION ALL
+              SELECT s.new_hub, m.doc_id, 1 FROM new_m m JOIN bstats s USING (band_index, band_hash)
+               WHERE NOT s.simple AND s.new_hot AND m.doc_id > s.new_hub
+              UNION ALL
+              SELECT l, r, -1 FROM ({links("old_m", "NOT s.simple AND NOT s.old_hot")})
+              UNION ALL
+              SELECT s.old_hub, m.doc_id, -1 FROM old_m m JOIN bstats s USING (band_index, band_hash)
+               WHERE NOT s.simple AND s.old_hot AND m.doc_id > s.old_hub)
+            GROUP BY l, r HAVING sum(w) <> 0""")
+        cand = store.scan_sql("candidate_pairs")
+        con.execute(f"CREATE TEMP TABLE old_cand AS SELECT * FROM {cand}")
+        con.execute("""CREATE TEMP TABLE counts AS
+            SELECT COALESCE(c.left_doc_id, d.l) AS left_doc_id, COALESCE(c.right_doc_id, d.r) AS right_doc_id,
+                   COALESCE(c.shared_bands, 0) + COALESCE(d.w, 0) AS shared_bands,
+                   c.left_doc_id IS NULL AS is_new_pair
+              FROM old_cand c FULL OUTER JOIN delta d ON c.left_doc_id = d.l AND c.right_doc_id = d.r""")
+        bad = scalar(con, "SELECT count(*) FROM counts WHERE shared_bands < 0")
+        if bad:
+            raise WebdedupError(
+                f"incremental update: {bad} pair(s) would share a negative number of bands; run with full_rebuild"
+            )
+        # Domains: kept for pairs of unchanged documents, looked up for the others.
+        con.execute("""CREATE TEMP TABLE rescore AS
+            SELECT left_doc_id, right_doc_id FROM counts
+             WHERE shared_bands > 0 AND (is_new_pair OR left_doc_id IN (SELECT doc_id FROM added)
+                                         OR right_doc_id IN (SELECT doc_id FROM added))""")
+        con.execute("""CREATE TEMP TABLE need AS SELECT DISTINCT doc_id FROM
+            (SELECT left_doc_id AS doc_id FROM rescore UNION ALL SELECT right_doc_id FROM rescore)""")
+        need_domains = fetch_rows(con, data_files(store, "documents"), "need", ["doc_id", "domain"])
+        con.register(
+            "need_domains_arrow",
+            need_domains
+            if need_domains is not None
+            else pa.table({"doc_id": pa.array([], pa.string()), "domain": pa.array([], pa.string())}),
+        )
+        con.execute("CREATE TEMP TABLE need_domains AS SELECT doc_id, domain FROM need_domains_arrow")
+        con.unregister("need_domains_arrow")
+        con.execute("""CREATE TEMP TABLE new_cand AS
+            SELECT k.left_doc_id, k.right_doc_id, CAST(k.shared_bands AS INTEGER) AS shared_bands,
+                   COALESCE(l.domain, c.left_domain) AS left_domain, COALESCE(r.domain, c.right_domain) AS right_domain,
+                   COALESCE(l.domain, c.left_domain) IS DISTINCT FROM COALESCE(r.domain, c.right_domain) AS cross_domain
+              FROM counts k
+              LEFT JOIN old_cand c ON c.left_doc_id = k.left_doc_id AND c.right_doc_id = k.right_doc_id
+              LEFT JOIN need_domains l ON l.doc_id = k.left_doc_id
+              LEFT JOIN need_domains r ON r.doc_id = k.right_doc_id
+             WHERE k.shared_bands > 0
+             ORDER BY k.left_doc_id, k.right_doc_id""")
+        self._collision_report()
+        rows = scalar(con, "SELECT count(*) FROM new_cand")
+        cross = scalar(con, "SELECT count(*) FROM new_cand WHERE cross_domain")
+        documents = self.documents
+        possible = documents * (documents - 1) // 2
+        stats = {
+            "documents": documents,
+            "possible_pairs": possible,
+            "candidate_reduction_ratio": round(1 - rows / possible, 4) if possible else 0.0,
+            "cross_domain_candidates": cross,
+            "same_domain_candidates": rows - cross,
+            "collision_buckets": self.figures["collision_buckets"],
+            "max_bucket_size": self.figures["max_bucket_size"],
+            "pair_slots": self.slots,
+            "all_pairs_slots": self.figures["all_pairs_slots"],
+        }
+        run = self._stage_run("candidate_pairs", self.candidates, budget=self.budget)
+        self._write("candidate_pairs", "SELECT * FROM new_cand", run.parameters, rows, stats)
+        self.upstream["candidate_pairs"] = run.parameters
+        con.execute("SET preserve_insertion_order = true")
+        write_csv(
+            report_path(store, "candidate_summary.csv"),
+            con.sql(
+                "SELECT * FROM (VALUES "
+                + ", ".join(f"('{k}', '{v}')" for k, v in {"rows": rows, **stats}.items())
+                + ") t(metric, value)"
+            ),
+        )
+
+    def _budget(self) -> None:
+        """Pair slots, collision buckets and the largest bucket, updated by the touched
+        buckets' size changes; the same budget check as candidate_pairs."""
+        con, params, figures = self.con, self.candidates, self.figures
+        hot = params.hot_bucket_size
+
+        def sums(size: str) -> str:
+            return (
+                f"COALESCE(sum(CASE WHEN {size} > 1 THEN {size} * ({size} - 1) // 2 ELSE 0 END), 0), "
+                f"COALESCE(sum(CASE WHEN {size} > {hot} THEN {size} - 1 ELSE 0 END), 0), "
+                f"COALESCE(sum(CASE WHEN {size} > 1 AND {size} <= {hot} "
+                f"THEN {size} * ({size} - 1) // 2 ELSE 0 END), 0), "
+                f"count(*) FILTER ({size} > 1)"
+            )
+
+        old = con.execute(f"SELECT {sums('old_size')} FROM bstats").fetchall()[0]
+        new = con.execute(f"SELECT {sums('new_size')} FROM bstats").fetchall()[0]
+        for key, before, after in zip(("all_pairs_slots", "star_slots", "small_slots", "collision_buckets"), old, new):
+            figures[key] = int(figures[key] - before + after)
+        shrunk_max = scalar(
+            con, f"SELECT count(*) FROM bstats WHERE old_size = {figures['max_bucket_size']} AND new_size < old_size"
+        )
+        grown = scalar(con, "SELECT COALESCE(max(new_size), 0) FROM bstats")
+        if shrunk_max:  # the largest bucket lost members: look the largest up again
+            figures["max_bucket_size"] = None
+        else:
+            figures["max_bucket_size"] = max(figures["max_bucket_size"], grown if grown > 1 else 0)
+        self.documents = int(sum(pq.read_metadata(f).num_rows for f in data_files(self.store, "documents")))
+        if params.bucket_policy == "star":
+            self.slots = figures["star_slots"] + figures["small_slots"]
+        else:
+            self.slots = figures["all_pairs_slots"]
+        self.budget = pair_slot_budget(params.max_pair_slots, params.pair_slots_per_document, self.documents)
+        if self.slots > self.budget:
+            raise WebdedupError(
+                f"candidate join would create {self.slots:,} pair slots, over the budget of {self.budget:,}; the "
+                f"largest bucket holds {figures['max_bucket_size'] or 'many'} documents: text they all share, such "
+                "as boilerplate. Set bucket_policy='star', strip the shared boilerplate, or raise the budget "
+                "(the corpus was left unchanged)"
+            )
+
+    def _collision_report(self) -> None:
+        """collision_buckets.csv: the largest buckets (size, then key) with their members: the
+        kept list updated by the touched buckets; looked up again when a listed bucket shrank."""
+        con, store = self.con, self.store
+        top_path = incremental_dir(store) / "collision_top.parquet"
+        con.execute(f"CREATE TEMP TABLE old_top AS SELECT * FROM read_parquet({sql_string(str(top_path))})")
+        listed_shrank = scalar(
+            con,
+            "SELECT count(*) FROM old_top o JOIN bstats s USING (band_index, band_hash) WHERE s.new_size < s.old_size",
+        )
+        bands = store.scan_sql("band_memberships")
+        if listed_shrank or self.figures["max_bucket_size"] is None:
+            con.execute(f"""CREATE TEMP TABLE top AS
+                WITH sizes AS (SELECT band_index, band_hash, count(*) AS size FROM {bands}
+                                GROUP BY band_index, band_hash HAVING count(*) > 1
+                                ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
+                SELECT s.band_index, s.band_hash, s.size, string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
+                  FROM sizes s JOIN {bands} m USING (band_index, band_hash)
+                 GROUP BY s.band_index, s.band_hash, s.size""")
+            if self.figures["max_bucket_size"] is None:
+                self.figures["max_bucket_size"] = scalar(con, "SELECT COALESCE(max(size), 0) FROM top")
+        else:
+            con.execute(f"""CREATE TEMP TABLE top AS
+                SELECT * FROM (
+                  SELECT * FROM old_top o WHERE NOT EXISTS (SELECT 1 FROM bstats s
+                      WHERE s.band_index = o.band_index AND s.band_hash = o.band_hash)
+                  UNION ALL
+                  SELECT s.band_index, s.band_hash, s.new_size AS size,
+                         string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
+                    FROM bstats s JOIN new_m m USING (band_index, band_hash)
+                   WHERE s.new_size > 1 GROUP BY s.band_index, s.band_hash, s.new_size)
+                ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP}""")
+        save_table(con, "top", top_path)
+        write_csv(
+            report_path(store, "collision_buckets.csv"),
+            con.sql("SELECT band_index, band_hash, size, doc_ids FROM top ORDER BY size DESC, band_index, band_hash"),
+        )
+
+    # -- scoring ---------------------------------------------------------------------------

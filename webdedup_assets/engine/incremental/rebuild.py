@@ -1,0 +1,191 @@
+"""The full rebuild, the incremental state it records, and when an update must be one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ...core.ranking import policy_order_by
+from ...errors import WebdedupError
+from ...params import CandidateParams, RepresentativeParams, ScoringParams
+from ..clustering import cluster_inspection
+from ..documents import stored_extra_columns
+from ..serial import from_stored
+from ..stage import DUCKDB
+from ..state import held_days
+from ..storage import Store, connect, quote_ident, write_text
+from .layout import (
+    COLLISION_TOP,
+    DAILY,
+    GLOBAL,
+    STATE_FORMAT,
+    STATE_NAME,
+    data_files,
+    file_identity,
+    incremental_dir,
+    link_file,
+    same_file,
+    save_table,
+    snapshot_dir,
+)
+
+
+def stored_choice(state: dict[str, Any] | None, key: str, model, given):
+    if given is not None:
+        return given
+    if state is not None and key in state["parameters"]:
+        return from_stored(model, state["parameters"][key])
+    return model()
+
+
+def full_rebuild(
+    store: Store, candidates: CandidateParams, scoring: ScoringParams, representative: RepresentativeParams
+) -> None:
+    """Every global stage from scratch (the contract's own implementations), then a fresh snapshot."""
+    DUCKDB.run("candidate_pairs", store, candidates)
+    DUCKDB.run("scored_pairs", store, scoring)
+    DUCKDB.run("duplicate_pairs", store, None)
+    DUCKDB.run("clusters", store)
+    DUCKDB.run("deduped_documents", store, representative)
+    con = connect(store)
+    try:
+        bm = store.scan_sql("band_memberships")
+        all_slots, star_slots, small_slots, buckets, largest = bucket_totals(con, bm, candidates)
+        figures = {
+            "all_pairs_slots": all_slots,
+            "star_slots": star_slots,
+            "small_slots": small_slots,
+            "collision_buckets": buckets,
+            "max_bucket_size": largest,
+        }
+        con.execute(f"""CREATE TEMP TABLE top AS
+            WITH sizes AS (SELECT band_index, band_hash, count(*) AS size FROM {bm}
+                            GROUP BY band_index, band_hash HAVING count(*) > 1
+                            ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
+            SELECT s.band_index, s.band_hash, s.size, string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
+              FROM sizes s JOIN {bm} m USING (band_index, band_hash)
+             GROUP BY s.band_index, s.band_hash, s.size""")
+        save_table(con, "top", incremental_dir(store) / "collision_top.parquet")
+        inspection_all(con, store, representative)
+        save_table(con, "inspection", incremental_dir(store) / "cluster_inspection.parquet")
+    finally:
+        con.close()
+    commit(store, candidates, scoring, representative, figures)
+
+
+def bucket_totals(con, bm: str, candidates: CandidateParams) -> tuple[int, int, int, int, int]:
+    hot = candidates.hot_bucket_size
+    return con.execute(f"""
+        SELECT COALESCE(sum(size * (size - 1) // 2), 0),
+               COALESCE(sum(CASE WHEN size > {hot} THEN size - 1 END), 0),
+               COALESCE(sum(CASE WHEN size <= {hot} THEN size * (size - 1) // 2 END), 0),
+               count(*), COALESCE(max(size), 0)
+          FROM (SELECT count(*) AS size FROM {bm} GROUP BY band_index, band_hash HAVING count(*) > 1)""").fetchall()[0]
+
+
+def ranked_sql(store: Store, policy: RepresentativeParams, members: str | None, clusters: str | None = None) -> str:
+    """The `ranked` table of deduped_documents (narrow columns, rank per cluster), for the
+    clusters of the doc_ids in the temp table `members` only when given (their clusters from the
+    table `clusters`, default the stored clusters asset)."""
+    order_by = policy_order_by(policy.representative_policy)
+    extra = stored_extra_columns(store)
+    provenance = [c for c in extra if c.startswith("warc_") or c == "capture_url"]
+    narrow = ", ".join(quote_ident(c) for c in ["doc_id", "domain", "crawled_at", *provenance])
+    scope = f"SEMI JOIN {members} s ON s.doc_id = d.doc_id" if members else ""
+    tokens_scope = scope.replace("d.doc_id", "f.doc_id")
+    return f"""CREATE TEMP TABLE ranked AS
+        SELECT d.*, c.cluster_id, c.cluster_size, f.token_count,
+               row_number() OVER (PARTITION BY c.cluster_id ORDER BY {order_by}) AS rank
+          FROM (SELECT {narrow} FROM {store.scan_sql("documents")} d {scope}) d
+          JOIN {clusters or store.scan_sql("clusters")} c USING (doc_id)
+          JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")} f {tokens_scope}) f
+            USING (doc_id)"""
+
+
+def inspection_all(con, store: Store, policy: RepresentativeParams) -> None:
+    con.execute("DROP TABLE IF EXISTS ranked")
+    con.execute(ranked_sql(store, policy, None))
+    relation = cluster_inspection(con, store, stored_extra_columns(store))
+    con.execute("DROP TABLE IF EXISTS inspection")
+    con.execute(f"CREATE TEMP TABLE inspection AS {relation.sql_query()}")
+
+
+def commit(
+    store: Store,
+    candidates: CandidateParams,
+    scoring: ScoringParams,
+    representative: RepresentativeParams,
+    figures: dict[str, Any],
+) -> None:
+    """Link the daily files into the snapshot and record the state (last: a crash before leaves
+    the previous state, whose global asset identities no longer match: a full rebuild)."""
+    for asset in DAILY:
+        snap = snapshot_dir(store, asset)
+        files = data_files(store, asset)
+        names = {f.name for f in files}
+        for f in files:
+            if not same_file(f, snap / f.name):
+                link_file(f, snap / f.name)
+        if snap.exists():
+            for old in snap.glob("*.parquet"):
+                if old.name not in names:
+                    old.unlink()
+    upstream = {a: store.params(a) for a in ("fingerprinted", "band_memberships")}
+    state = {
+        "format": STATE_FORMAT,
+        "parameters": {
+            "fingerprint": upstream["fingerprinted"].get("fingerprint"),
+            "banding": upstream["band_memberships"].get("banding"),
+            "candidates": candidates.model_dump(mode="json"),
+            "scoring": scoring.model_dump(mode="json"),
+            "representative": representative.model_dump(mode="json"),
+        },
+        "global_files": {a: [str(f), file_identity(f)] for a in GLOBAL for f in [store.path(a)]},
+        "figures": figures,
+        "days": held_days(store),
+    }
+    write_text(incremental_dir(store) / STATE_NAME, json.dumps(state, indent=1, sort_keys=True))
+
+
+def rebuild_reason(
+    store: Store,
+    state: dict[str, Any] | None,
+    candidates: CandidateParams,
+    scoring: ScoringParams,
+    representative: RepresentativeParams,
+) -> str | None:
+    if state is None:
+        return "no incremental state in this storage yet"
+    for asset, (path, identity) in state["global_files"].items():
+        p = Path(path)
+        if not p.exists() or file_identity(p) != identity:
+            return f"{asset} was rewritten since the last incremental update (a full run, or an interrupted update)"
+    held = state["parameters"]
+    for key, given in (("candidates", candidates), ("scoring", scoring), ("representative", representative)):
+        if held.get(key) != given.model_dump(mode="json"):
+            return f"{key} parameters changed ({held.get(key)} -> {given.model_dump(mode='json')})"
+    if representative.verify_against_representative:
+        return "verify_against_representative re-checks whole clusters: not updated incrementally"
+    if candidates.candidate_scope == "domain":
+        return "candidate_scope=domain is not updated incrementally (band keys are mixed with the domain)"
+    return None
+
+
+def check_fixed_params(store: Store, state: dict[str, Any] | None) -> None:
+    """Fingerprint and banding parameters never change incrementally: refuse, naming both values."""
+    if state is None:
+        return
+    now = {
+        "fingerprint": store.params("fingerprinted").get("fingerprint"),
+        "banding": store.params("band_memberships").get("banding"),
+    }
+    for key, value in now.items():
+        held = state["parameters"].get(key)
+        if held != value:
+            raise WebdedupError(
+                f"incremental update refused: the corpus was deduplicated with {key}={held} but the daily assets "
+                f"now hold {key}={value}; changing a {key} parameter needs every day re-fingerprinted and a full "
+                f"rebuild: run `webdedup run` on the whole input, or `webdedup add --full-rebuild` after "
+                f"re-materializing every day with the new parameters"
+            )

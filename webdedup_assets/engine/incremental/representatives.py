@@ -1,0 +1,186 @@
+"""Representatives re-chosen for the touched clusters only; deduped_documents and cluster_inspection.
+
+Ranking, the winners' rows and cluster_inspection cost what the touched clusters cost: the
+members ranked are those of the touched clusters (their clusters from the updater's `regrouped`
+table), the winners' full rows are read by row group, and cluster_inspection is recomputed from
+the touched clusters' pairs and members only (the kept Parquet copy supplies the other rows).
+
+deduped_documents is one Parquet file (published as it is), so replacing some of its rows
+rewrites it: the rewrite streams the old file row group by row group, drops the rows of the
+touched clusters and splices the new representatives in at their place in the full stage's
+stored order (the order of the documents files, then the row in the file), with no sort over
+wide rows. That order is kept as long as the documents files keep the relative order of the
+documents they still hold (always so when a day is added or removed); otherwise the rows are
+sorted by that key in DuckDB (the same result, at the cost of a sort).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ...core.ranking import policy_order_by
+from ..clustering import cluster_inspection
+from ..documents import stored_extra_columns
+from ..publish import report_path
+from ..storage import quote_ident, sql_string, write_batches, write_csv
+from .layout import data_files, duck_type, fetch_rows, incremental_dir, listing, save_table
+from .rebuild import ranked_sql
+
+ROW_SHIFT = 40  # key = file index << 40 | row number in the file (a file holds < 2**40 rows)
+
+
+class RepresentativesStep:
+    """Mixed into the updater (engine.incremental.update._Updater): uses its con, store, parameters and report."""
+
+    def _representatives(self) -> None:
+        con, store = self.con, self.store
+        con.execute("CREATE TEMP TABLE members AS SELECT doc_id FROM regrouped")
+        con.execute("DROP TABLE IF EXISTS ranked")
+        con.execute(ranked_sql(store, self.representative, "members", clusters="regrouped"))
+        con.execute(
+            "CREATE TEMP TABLE winners AS "
+            "SELECT doc_id, cluster_id, cluster_size, token_count FROM ranked WHERE rank = 1"
+        )
+        files = data_files(store, "documents")
+        doc_schema = con.sql(f"SELECT * FROM {store.scan_sql('documents')} LIMIT 0").arrow().schema
+        schema = pa.schema(
+            [*doc_schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
+        )
+        new_reps = self._new_representatives(files, doc_schema, schema)
+        self._mark("representatives")
+        rows = self._rewrite_deduped(files, schema, new_reps)
+        documents = self.documents
+        figures = {
+            "documents": documents,
+            "removed": documents - rows,
+            "retained_ratio": round(rows / documents, 4) if documents else 0.0,
+        }
+        store.write_stats("deduped_documents", None, {"rows": rows, **figures, "seconds": 0.0})
+        self._mark("deduped_documents")
+        # cluster_inspection: rows of untouched clusters kept, touched ones recomputed from their own rows
+        inspection_path = incremental_dir(store) / "cluster_inspection.parquet"
+        fresh = cluster_inspection(con, store, stored_extra_columns(store), pairs="new_dup", clusters="regrouped")
+        con.execute(f"""CREATE TEMP TABLE inspection AS
+            SELECT * FROM (
+              SELECT * FROM read_parquet({sql_string(str(inspection_path))}) i
+               WHERE i.cluster_id NOT IN (SELECT cluster_id FROM touched_old)
+              UNION ALL BY NAME SELECT * FROM ({fresh.sql_query()}))
+             ORDER BY cluster_id""")
+        save_table(con, "inspection", inspection_path)
+        write_csv(report_path(store, "cluster_inspection.csv"), con.sql("SELECT * FROM inspection ORDER BY cluster_id"))
+        self._mark("cluster_inspection")
+
+    def _new_representatives(self, files, doc_schema: pa.Schema, schema: pa.Schema) -> pa.Table:
+        """The winners' full rows (every column of `schema`), read by row group."""
+        con = self.con
+        winner_rows = fetch_rows(con, files, "winners", doc_schema.names)
+        if winner_rows is None:
+            winner_rows = doc_schema.empty_table()
+        con.register("winner_rows_arrow", winner_rows)
+        select = ", ".join(
+            f"CAST(w.{quote_ident(f.name)} AS {duck_type(con, f)}) AS {quote_ident(f.name)}"
+            if f.name in winner_rows.column_names
+            else f"CAST(NULL AS {duck_type(con, f)}) AS {quote_ident(f.name)}"
+            for f in doc_schema
+        )
+        table = con.sql(f"""SELECT {select}, k.cluster_id, k.cluster_size, k.token_count
+              FROM winner_rows_arrow w JOIN winners k ON k.doc_id = w.doc_id""").to_arrow_table()
+        con.unregister("winner_rows_arrow")
+        return _conform(table, schema)
+
+    def _rewrite_deduped(self, files, schema: pa.Schema, new_reps: pa.Table) -> int:
+        """deduped_documents without the touched clusters' rows, with `new_reps`, in the full
+        stage's stored order (see the module docstring). Returns the rows written."""
+        con, store = self.con, self.store
+        old_path = store.path("deduped_documents")
+        con.register("file_index", pa.table({"filename": [str(f) for f in files], "idx": np.arange(len(files))}))
+        con.register("new_rep_ids", pa.table({"doc_id": new_reps["doc_id"], "rownum": np.arange(new_reps.num_rows)}))
+        # the old rows kept (row number in the old file) and every final representative's key
+        con.execute(f"""CREATE TEMP TABLE kept AS
+            SELECT o.doc_id, o.file_row_number AS old_row FROM
+              read_parquet({sql_string(str(old_path))}, file_row_number = true) o
+             WHERE o.cluster_id NOT IN (SELECT cluster_id FROM touched_old)""")
+        if not files:  # every day deleted: no representative left
+            con.execute("CREATE TEMP TABLE rep_keys (doc_id VARCHAR, key BIGINT)")
+        else:
+            con.execute(f"""CREATE TEMP TABLE rep_keys AS
+                SELECT d.doc_id, (f.idx << {ROW_SHIFT}) | d.file_row_number AS key FROM
+                  (SELECT doc_id, filename, file_row_number FROM
+                     read_parquet({listing(files)}, union_by_name = true, filename = true, file_row_number = true)) d
+                  JOIN file_index f USING (filename)
+                 WHERE d.doc_id IN (SELECT doc_id FROM kept) OR d.doc_id IN (SELECT doc_id FROM new_rep_ids)""")
+        kept = con.execute(
+            "SELECT k.old_row, r.key FROM kept k JOIN rep_keys r USING (doc_id) ORDER BY k.old_row"
+        ).fetchnumpy()
+        new = con.execute(
+            "SELECT n.rownum, r.key FROM new_rep_ids n JOIN rep_keys r USING (doc_id) ORDER BY r.key"
+        ).fetchnumpy()
+        con.unregister("new_rep_ids")
+        con.unregister("file_index")
+        kept_rows, kept_keys = (np.asarray(v, np.int64) for v in kept.values())
+        new_rows, new_keys = (np.asarray(v, np.int64) for v in new.values())
+        parameters = self._stage_run(
+            "deduped_documents",
+            self.representative,
+            order_by=policy_order_by(self.representative.representative_policy),
+        ).parameters
+        if len(kept_keys) > 1 and np.any(np.diff(kept_keys) < 0):  # a documents file reordered its rows
+            return self._sorted_rewrite(schema, new_reps, parameters)
+        batches = _merged(pq.ParquetFile(old_path), schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys)
+        return write_batches(old_path, schema, batches, parameters)
+
+    def _sorted_rewrite(self, schema: pa.Schema, new_reps: pa.Table, parameters) -> int:
+        con, store = self.con, self.store
+        con.register("new_reps_arrow", new_reps)
+        names = ", ".join(f"u.{quote_ident(f.name)}" for f in schema)
+        reader = con.sql(f"""SELECT {names} FROM (
+              SELECT * FROM {store.scan_sql("deduped_documents")} o
+               WHERE o.cluster_id NOT IN (SELECT cluster_id FROM touched_old)
+              UNION ALL BY NAME SELECT * FROM new_reps_arrow) u
+              JOIN rep_keys r USING (doc_id) ORDER BY r.key""").arrow(batch_size=65_536)
+        rows = write_batches(store.path("deduped_documents"), schema, reader, parameters)
+        con.unregister("new_reps_arrow")
+        return rows
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with exactly `schema`'s columns and types (a column it lacks: nulls)."""
+    return pa.Table.from_arrays(
+        [
+            table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+            for f in schema
+        ],
+        schema=schema,
+    )
+
+
+def _merged(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa.Table, new_keys):
+    """Batches of the old file's kept rows (row numbers `kept_rows`, keys ascending) with the
+    rows of `new` (keys `new_keys`, ascending) spliced in at their keys: one old row group in
+    memory at a time."""
+    # new row i goes before the kept row at index `at[i]` (the end: after the last one)
+    at = np.searchsorted(kept_keys, new_keys, side="left")
+    taken = 0  # new rows emitted so far
+    start = 0  # first row of the current row group
+    first = 0  # index in kept_rows of the group's first kept row
+    groups = old.metadata.num_row_groups
+    for group in range(groups):
+        stop = start + old.metadata.row_group(group).num_rows
+        last = first + int(np.searchsorted(kept_rows[first:], stop, side="left"))
+        upto = len(new_keys) if group == groups - 1 else int(np.searchsorted(at, last, side="left"))
+        if last > first:
+            rows = old.read_row_group(group, use_threads=False).take(pa.array(kept_rows[first:last] - start))
+            part = _conform(rows, schema)
+        else:
+            part = schema.empty_table()
+        if upto > taken:
+            part = pa.concat_tables([part, new.slice(taken, upto - taken)])
+            keys = np.concatenate([kept_keys[first:last], new_keys[taken:upto]])
+            part = part.take(pa.array(np.argsort(keys, kind="stable")))
+            taken = upto
+        yield from part.combine_chunks().to_batches()
+        start, first = stop, last
+    if taken < len(new_keys):  # an old file without row groups (no representative yet)
+        yield from new.slice(taken).combine_chunks().to_batches()

@@ -1,0 +1,141 @@
+"""The incremental update: `update` and the updater that runs its steps."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from ...params import CandidateParams, RepresentativeParams, ScoringParams
+from ..candidates import _require_unique_doc_ids
+from ..diagnostics import write_cluster_diagnostics
+from ..stage import STAGES, StageRun, check_uniform
+from ..state import check_consistent, held_days
+from ..storage import Store, connect, write_batches
+from .changes import changed_documents, daily_changes
+from .components import ComponentsStep
+from .layout import UpdateReport, load_state
+from .links import LinksStep
+from .rebuild import check_fixed_params, commit, full_rebuild, rebuild_reason, stored_choice
+from .representatives import RepresentativesStep
+from .verify import VerifyStep
+
+
+def update(
+    store: Store,
+    candidates: CandidateParams | None = None,
+    scoring: ScoringParams | None = None,
+    representative: RepresentativeParams | None = None,
+    full_rebuild_flag: bool = False,
+) -> UpdateReport:
+    """Bring every global asset up to date with the daily assets, processing only the
+    documents that changed since the last update (a full rebuild when it has to; the report
+    says why). The caller holds the storage's writer lock."""
+    started = time.perf_counter()
+    check_consistent(store)
+    for asset in ("fingerprinted", "band_memberships"):
+        check_uniform(STAGES["candidate_pairs"], store, asset, store.params(asset))
+    state = load_state(store)
+    if not full_rebuild_flag:
+        check_fixed_params(store, state)
+    candidates = stored_choice(state, "candidates", CandidateParams, candidates)
+    scoring = stored_choice(state, "scoring", ScoringParams, scoring)
+    representative = stored_choice(state, "representative", RepresentativeParams, representative)
+    days_before = set(state["days"]) if state else set()
+    days_now = set(held_days(store))
+    reason = (
+        "full_rebuild requested"
+        if full_rebuild_flag
+        else rebuild_reason(store, state, candidates, scoring, representative)
+    )
+    if reason is not None:
+        full_rebuild(store, candidates, scoring, representative)
+        return UpdateReport(
+            "full",
+            reason,
+            days_added=sorted(days_now - days_before),
+            days_removed=sorted(days_before - days_now),
+            seconds={"total": round(time.perf_counter() - started, 4)},
+        )
+    changes = daily_changes(store)
+    report = UpdateReport(
+        "unchanged", days_added=sorted(days_now - days_before), days_removed=sorted(days_before - days_now)
+    )
+    if not changes.any:
+        report.seconds["total"] = round(time.perf_counter() - started, 4)
+        return report
+    _Updater(store, state, changes, candidates, scoring, representative, report).run()
+    report.seconds["total"] = round(time.perf_counter() - started, 4)
+    return report
+
+
+class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
+    def __init__(self, store, state, changes, candidates, scoring, representative, report):
+        self.store, self.state, self.changes = store, state, changes
+        self.candidates, self.scoring, self.representative = candidates, scoring, representative
+        self.report = report
+        self.con = connect(store)
+        self.con.execute("SET preserve_insertion_order = true")
+        self.figures = dict(state["figures"])
+        self.marks: dict[str, float] = {}
+        self.clock = time.perf_counter()
+
+    def _mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.report.seconds[name] = round(now - self.clock, 4)
+        self.clock = now
+
+    def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.con.close()
+
+    def _run(self) -> None:
+        con, store = self.con, self.store
+        added, removed = changed_documents(con, store, self.changes)
+        self.report.documents_added, self.report.documents_removed = added, removed
+        self._mark("changes")
+        if not added and not removed:  # files rewritten with the same content
+            self.report.mode = "unchanged"
+            commit(store, self.candidates, self.scoring, self.representative, self.figures)
+            return
+        self.report.mode = "incremental"
+        _require_unique_doc_ids(store)
+        self._links()
+        self._mark("candidates")
+        self._score()
+        self._mark("scoring")
+        self._clusters()
+        self._mark("clusters")
+        self._representatives()  # marks representatives, deduped_documents, cluster_inspection
+        # cluster_diagnostics.csv as the full stage writes it (bounded, see engine.diagnostics)
+        stats = store.stats("deduped_documents")[0]
+        store.write_stats("deduped_documents", None, {**stats, **write_cluster_diagnostics(store)})
+        self._mark("diagnostics")
+        commit(store, self.candidates, self.scoring, self.representative, self.figures)
+
+    # -- candidates ------------------------------------------------------------------------
+
+    # -- writing ---------------------------------------------------------------------------
+
+    @property
+    def upstream(self) -> dict[str, dict[str, Any]]:
+        if not hasattr(self, "_upstream"):
+            self._upstream = {a: self.store.params(a) for a in ("documents", "fingerprinted", "band_memberships")}
+        return self._upstream
+
+    def _stage_run(self, name: str, params, **derived) -> StageRun:
+        stage = STAGES[name]
+        run = StageRun(stage, self.store, params, {a: self.upstream[a] for a in stage.upstream})
+        if derived:
+            run.derive(**derived)
+        return run
+
+    def _write(self, asset: str, query: str, parameters, rows: int, figures, schema: pa.Schema | None = None) -> None:
+        reader = self.con.sql(query).arrow(batch_size=65_536)
+        target_schema = schema if schema is not None else reader.schema
+        written = write_batches(self.store.path(asset), target_schema, reader, parameters)
+        assert written == rows, (asset, written, rows)
+        self.store.write_stats(asset, None, {"rows": rows, **figures, "seconds": 0.0})

@@ -1,0 +1,121 @@
+"""Verification: exact Jaccard of the new and changed candidate pairs; scored_pairs and duplicate_pairs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ...core.fingerprint import shingle_sets
+from ...core.minhash import estimate_jaccard
+from ...core.sets import jaccard_blocks
+from ...errors import WebdedupError
+from ...params import ScoringParams
+from ..scoring import SCORED_SCHEMA, reasons
+from ..storage import scalar
+from .layout import data_files, fetch_rows
+
+
+class VerifyStep:
+    """Mixed into the updater (engine.incremental.update._Updater): uses its con, store, parameters and report."""
+
+    def _score(self) -> None:
+        con, store = self.con, self.store
+        fingerprint = self.upstream["fingerprinted"]["fingerprint"]
+        shingle_size, num_perm = fingerprint["shingle_size"], fingerprint["num_perm"]
+        pairs = con.sql(
+            "SELECT left_doc_id, right_doc_id FROM rescore ORDER BY left_doc_id, right_doc_id"
+        ).to_arrow_table()
+        self.report.pairs_scored = pairs.num_rows
+        docs = fetch_rows(con, data_files(store, "documents"), "need", ["doc_id", "body"])
+        prints = fetch_rows(con, data_files(store, "fingerprinted"), "need", ["doc_id", "signature"])
+        if pairs.num_rows:
+            ids = docs.column("doc_id").combine_chunks()
+            flat, offsets = shingle_sets(docs.column("body").combine_chunks(), shingle_size)
+            starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
+            left = pa.compute.index_in(pairs["left_doc_id"], value_set=ids).to_numpy().astype(np.int64)
+            right = pa.compute.index_in(pairs["right_doc_id"], value_set=ids).to_numpy().astype(np.int64)
+            exact = np.zeros(pairs.num_rows, dtype=np.float64)
+            jaccard_blocks(flat, starts, ends, flat, starts, ends, left, right, exact)
+            sig_ids = prints.column("doc_id").combine_chunks()
+            signatures = prints.column("signature").combine_chunks().flatten().to_numpy().reshape(-1, num_perm)
+            sl = pa.compute.index_in(pairs["left_doc_id"], value_set=sig_ids).to_numpy().astype(np.int64)
+            sr = pa.compute.index_in(pairs["right_doc_id"], value_set=sig_ids).to_numpy().astype(np.int64)
+            estimate = estimate_jaccard(signatures[sl], signatures[sr])
+        else:
+            exact = np.zeros(0, np.float64)
+            estimate = np.zeros(0, np.float64)
+        threshold = self.scoring.threshold
+        con.register(
+            "fresh_arrow",
+            pa.table(
+                {
+                    "left_doc_id": pairs["left_doc_id"],
+                    "right_doc_id": pairs["right_doc_id"],
+                    "exact_jaccard": pa.array(exact),
+                    "minhash_estimate": pa.array(estimate),
+                    "is_duplicate": pa.array(exact >= threshold),
+                    "reason": pa.array(reasons(exact, estimate, threshold), pa.string()),
+                }
+            ),
+        )
+        con.execute("CREATE TEMP TABLE fresh AS SELECT * FROM fresh_arrow")
+        con.unregister("fresh_arrow")
+        scored = store.scan_sql("scored_pairs")
+        cols = ", ".join(f"{f.name}" for f in SCORED_SCHEMA)
+        con.execute(f"""CREATE TEMP TABLE new_scored AS
+            SELECT c.left_doc_id, c.right_doc_id, c.left_domain, c.right_domain, c.cross_domain, c.shared_bands,
+                   COALESCE(f.exact_jaccard, s.exact_jaccard) AS exact_jaccard,
+                   COALESCE(f.minhash_estimate, s.minhash_estimate) AS minhash_estimate,
+                   COALESCE(f.is_duplicate, s.is_duplicate) AS is_duplicate,
+                   COALESCE(f.reason, s.reason) AS reason
+              FROM new_cand c
+              LEFT JOIN fresh f ON f.left_doc_id = c.left_doc_id AND f.right_doc_id = c.right_doc_id
+              LEFT JOIN {scored} s ON f.left_doc_id IS NULL AND s.left_doc_id = c.left_doc_id
+                                  AND s.right_doc_id = c.right_doc_id
+             ORDER BY c.left_doc_id, c.right_doc_id""")
+        missing = scalar(con, "SELECT count(*) FROM new_scored WHERE exact_jaccard IS NULL")
+        if missing:
+            raise WebdedupError(f"incremental update: {missing} candidate pair(s) have no score; run with full_rebuild")
+        rows = scalar(con, "SELECT count(*) FROM new_scored")
+        by_reason = dict(con.execute("SELECT reason, count(*) FROM new_scored GROUP BY reason").fetchall())
+        members = scalar(
+            con,
+            "SELECT count(DISTINCT d) FROM (SELECT left_doc_id AS d FROM new_scored "
+            "UNION ALL SELECT right_doc_id FROM new_scored)",
+        )
+        run = self._stage_run("scored_pairs", self.scoring)
+        figures = {
+            "duplicates": scalar(con, "SELECT count(*) FROM new_scored WHERE is_duplicate"),
+            "reasons": by_reason,
+            "member_documents": members,
+            "document_passes": 1,
+            "threads": 1,
+        }
+        self._write(
+            "scored_pairs", f"SELECT {cols} FROM new_scored", run.parameters, rows, figures, schema=SCORED_SCHEMA
+        )
+        self.upstream["scored_pairs"] = run.parameters
+        # duplicate_pairs: the scored pairs over the threshold
+        con.execute(
+            f"CREATE TEMP TABLE old_dup AS SELECT left_doc_id, right_doc_id FROM {store.scan_sql('duplicate_pairs')}"
+        )
+        con.execute(f"""CREATE TEMP TABLE new_dup AS
+            SELECT left_doc_id, right_doc_id, left_domain, right_domain, cross_domain, shared_bands,
+                   exact_jaccard, minhash_estimate,
+                   CASE WHEN exact_jaccard >= 1.0 THEN 'exact' ELSE 'near' END AS kind
+              FROM new_scored WHERE exact_jaccard >= {threshold!r} ORDER BY left_doc_id, right_doc_id""")
+        dup_rows = scalar(con, "SELECT count(*) FROM new_dup")
+        exact_n, cross_n = con.execute(
+            "SELECT count(*) FILTER (kind = 'exact'), count(*) FILTER (cross_domain) FROM new_dup"
+        ).fetchall()[0]
+        run = self._stage_run("duplicate_pairs", ScoringParams(threshold=threshold))
+        figures = {
+            "exact_duplicate_pairs": exact_n,
+            "near_duplicate_pairs": dup_rows - exact_n,
+            "cross_domain_duplicates": cross_n,
+            "same_domain_duplicates": dup_rows - cross_n,
+        }
+        self._write("duplicate_pairs", "SELECT * FROM new_dup", run.parameters, dup_rows, figures)
+        self.upstream["duplicate_pairs"] = run.parameters
+
+    # -- clusters --------------------------------------------------------------------------
