@@ -24,6 +24,7 @@ from ...core.ranking import policy_order_by
 from ..clustering import cluster_inspection
 from ..documents import stored_extra_columns
 from ..publish import report_path
+from ..stage import DUCKDB
 from ..storage import quote_ident, sql_string, write_batches, write_csv
 from .layout import data_files, duck_type, fetch_rows, incremental_dir, listing, save_table
 from .rebuild import ranked_sql
@@ -57,7 +58,9 @@ class RepresentativesStep:
             "removed": documents - rows,
             "retained_ratio": round(rows / documents, 4) if documents else 0.0,
         }
-        store.write_stats("deduped_documents", None, {"rows": rows, **figures, "seconds": 0.0})
+        store.write_stats(
+            "deduped_documents", None, {"rows": rows, **figures, "engine": DUCKDB.describe(), "seconds": 0.0}
+        )
         self._mark("deduped_documents")
         # cluster_inspection: rows of untouched clusters kept, touched ones recomputed from their own rows
         inspection_path = incremental_dir(store) / "cluster_inspection.parquet"

@@ -10,7 +10,7 @@ import pyarrow as pa
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
 from ..candidates import _require_unique_doc_ids
 from ..diagnostics import write_cluster_diagnostics
-from ..stage import STAGES, StageRun, check_uniform
+from ..stage import DUCKDB, STAGES, StageRun, check_uniform
 from ..state import check_consistent, held_days
 from ..storage import Store, connect, write_batches
 from .changes import changed_documents, daily_changes
@@ -138,4 +138,4 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         target_schema = schema if schema is not None else reader.schema
         written = write_batches(self.store.path(asset), target_schema, reader, parameters)
         assert written == rows, (asset, written, rows)
-        self.store.write_stats(asset, None, {"rows": rows, **figures, "seconds": 0.0})
+        self.store.write_stats(asset, None, {"rows": rows, **figures, "engine": DUCKDB.describe(), "seconds": 0.0})
