@@ -19,10 +19,11 @@ from ..engine.state import crawl_month
 from ..errors import WebdedupError
 from ..ingest.inputs import WARC_FORMATS, resolve_input
 from ..progress import log_sink, set_default
-from .assets import GLOBAL_ASSETS, build_daily_assets
+from .assets import build_daily_assets
 from .checks import CHECKS
 from .config import DocumentsConfig
 from .evaluation import evaluate_job, evaluation
+from .global_assets import GLOBAL_ASSETS
 from .partitions import CRAWL_MONTHS, crawl_months, new_months, register_months
 from .resources import WebdedupEngine, WebdedupStorage
 

@@ -1,36 +1,28 @@
-"""The nine assets. Thin: read config, run the stage of the contract (engine.stage), report metadata.
-
-The global stages are one regular mapping (GLOBAL_STAGES -> build_global_asset); the daily ones
-add per-crawl-month metadata (report_months); documents and manifest call their engine functions."""
+"""The daily assets (documents, fingerprinted, band_memberships, per crawl month) and what every
+asset shares: run_stage (writer lock, errors as Failures), run_contract, materialized. Thin: read
+config, run the stage, report metadata (per month: report_months). The global assets are in
+global_assets.py."""
 
 import calendar
 import json
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 
 from .. import engine
 from ..core.minhash import candidate_probability
-from ..engine import diagnostics as engine_diagnostics
-from ..engine import incremental
 from ..engine.preview import markdown_table, partition_previews, preview
 from ..engine.stage import StageResult
 from ..engine.state import writer_lock
 from ..engine.storage import Store
-from ..params import ParamGroup, ScoringParams
+from ..params import ParamGroup
 from .config import (
     BandConfig,
-    CandidateConfig,
     DocumentsConfig,
-    DuplicateConfig,
     FingerprintConfig,
-    RepresentativeConfig,
-    ScoreConfig,
-    StageConfig,
 )
 from .partitions import CRAWL_MONTHS
 from .resources import WebdedupEngine, WebdedupStorage
@@ -301,229 +293,3 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         )
 
     return [documents, fingerprinted, band_memberships]
-
-
-def _duplicate_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
-    threshold = result.parameters["duplicates"]["threshold"]  # scored_pairs' threshold: there is one
-    banding = result.parameters.get("banding") or {}
-    extra = {}
-    if banding:
-        extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
-            round(candidate_probability(threshold, banding["bands"], banding["rows"]), 6)
-        )
-    return {"threshold": threshold}, extra
-
-
-DIAGNOSTIC_FIGURES = (
-    "multi_document_clusters",
-    "low_cohesion_clusters",
-    "giant_clusters",
-    "members_below_threshold",
-    "members_checked",
-    "member_cap",
-    "clusters_unchecked",
-    "largest_cluster",
-)
-
-
-def _deduped_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The cluster diagnostics' figures, each its own numeric entry, and the worst clusters."""
-    extra: dict[str, Any] = {
-        f"diagnostics/{name}": dg.MetadataValue.int(int(result.figures[name]))
-        for name in DIAGNOSTIC_FIGURES
-        if name in result.figures
-    }
-    extra["worst_clusters"] = dg.MetadataValue.md(engine_diagnostics.diagnostics_preview(store))
-    extra["cluster_diagnostics"] = dg.MetadataValue.path(
-        str(engine_diagnostics.report_path(store, engine_diagnostics.REPORT))
-    )
-    return result.parameters.get("representatives") or {}, extra
-
-
-@dataclass(frozen=True)
-class GlobalAsset:
-    """One global stage of the contract as an asset: its config, and how its metadata differs."""
-
-    stage: str
-    deps: str
-    description: str
-    config: type[StageConfig] | None = None
-    order_by: str | None = None
-    # The stage's parameters from its config (default: config.params()).
-    params: Callable[[Any], ParamGroup | None] | None = None
-    # (parameters shown, extra metadata) from the result (default: the config, none).
-    metadata: Callable[[StageResult, Store], tuple[dict[str, Any], dict[str, Any]]] | None = None
-
-
-GLOBAL_STAGES = [
-    GlobalAsset(
-        "candidate_pairs",
-        "band_memberships",
-        "Candidate pairs from one global self-join on (band_index, band_hash), left_doc_id < right_doc_id, "
-        "with the number of shared bands. Pair slots are counted per bucket first and the join refuses to "
-        "run over the budget.",
-        CandidateConfig,
-    ),
-    GlobalAsset(
-        "scored_pairs",
-        "candidate_pairs",
-        "Every candidate with its exact shingle Jaccard, MinHash estimate, is_duplicate (exact >= threshold) "
-        "and reason.",
-        ScoreConfig,
-        metadata=lambda r, _store: (r.parameters["scoring"], {"reasons": dg.MetadataValue.json(r.figures["reasons"])}),
-    ),
-    GlobalAsset(
-        "duplicate_pairs",
-        "scored_pairs",
-        "Scored pairs whose exact Jaccard reaches the threshold scored_pairs was built with (one threshold), "
-        "marked exact (1.0) or near. A new threshold: re-materialize scored_pairs and downstream (no "
-        "re-fingerprinting).",
-        DuplicateConfig,
-        params=lambda c: ScoringParams(threshold=c.threshold) if c.threshold is not None else None,
-        metadata=_duplicate_metadata,
-    ),
-    GlobalAsset(
-        "clusters",
-        "duplicate_pairs",
-        "Connected components over duplicate pairs (union-find). Every document is in exactly one cluster; "
-        "cluster_id = 'cluster-' + the smallest doc_id, stable when unrelated documents arrive.",
-        order_by="cluster_size DESC, cluster_id, doc_id",
-    ),
-    GlobalAsset(
-        "deduped_documents",
-        "clusters",
-        "One representative per cluster with every input column; default policy: newest crawled_at, then "
-        "most tokens, then smallest doc_id.",
-        RepresentativeConfig,
-        order_by="cluster_size DESC, cluster_id",
-        metadata=_deduped_metadata,
-    ),
-]
-
-
-GLOBAL_CHAIN = {spec.stage for spec in GLOBAL_STAGES}
-
-
-def _whole_chain(context: dg.AssetExecutionContext) -> bool:
-    """Whether this run materializes every global stage (then they are updated as one chain)."""
-    # the run's selection; empty for a job run of its whole selection: then the job's assets
-    selection = context.dagster_run.asset_selection or context.job_def.asset_layer.selected_asset_keys
-    return GLOBAL_CHAIN <= {key.to_user_string() for key in selection}
-
-
-def _chain_params(context: dg.AssetExecutionContext) -> tuple[Any, Any, Any, bool]:
-    """The parameters of the whole global chain from this run's config (each stage's config, its
-    defaults where none is given), and candidate_pairs' full_rebuild flag."""
-    ops = context.run_config.get("ops") or {}
-
-    def given(asset: str) -> dict[str, Any]:
-        return dict((ops.get(asset) or {}).get("config") or {})
-
-    candidates = CandidateConfig(**given("candidate_pairs"))
-    return (
-        candidates.params(),
-        ScoreConfig(**given("scored_pairs")).params(),
-        RepresentativeConfig(**given("deduped_documents")).params(),
-        bool(candidates.full_rebuild),
-    )
-
-
-def _update_metadata(report: dict[str, Any]) -> dict[str, Any]:
-    mode = report["mode"] if report["mode"] != "full" else f"full: {report['reason']}"
-    return {
-        "update_mode": dg.MetadataValue.text(mode),
-        "days_added": dg.MetadataValue.json(report["days_added"]),
-        "days_removed": dg.MetadataValue.json(report["days_removed"]),
-        "clusters_touched": dg.MetadataValue.int(int(report["clusters_touched"])),
-        "update": dg.MetadataValue.json(report),
-    }
-
-
-def build_global_asset(spec: GlobalAsset) -> dg.AssetsDefinition:
-    """The asset of a global stage: read the config, run the stage, report its metadata.
-
-    When the run materializes the whole global chain (the global job, the automation after a
-    daily run, "materialize all"), each asset calls engine.incremental.bring_up_to_date: the
-    first one updates every global asset (incremental, or a full rebuild when nothing incremental
-    is held yet, a parameter changed or candidate_pairs' full_rebuild is set), the next ones find
-    them up to date; each reports the update that wrote it. A run of only some global assets
-    runs their stages from scratch (the next update then rebuilds, and says why)."""
-
-    def compute(
-        context: dg.AssetExecutionContext, config: Any, storage: WebdedupStorage, engine_choice: WebdedupEngine
-    ) -> dg.MaterializeResult:
-        store = storage.store()
-        chain = _whole_chain(context) and engine_choice.params().engine == "duckdb"
-        candidates, scoring, representative, full = _chain_params(context) if chain else (None, None, None, True)
-        if chain and not full:
-            reports: list[dict[str, Any]] = []
-
-            def call() -> StageResult:
-                result, report = incremental.bring_up_to_date(
-                    spec.stage, store, candidates, scoring, representative, full
-                )
-                reports.append(report)
-                return result
-
-            result = run_stage(spec.stage, store, call)
-            report = reports[0]
-            update = _update_metadata(report)
-        else:
-            params = None if config is None else (spec.params(config) if spec.params else config.params())
-            result = run_contract(spec.stage, storage, params, engine_choice=engine_choice)
-            why = "full_rebuild requested" if chain else "only part of the global chain was selected, or Spark"
-            update = {"update_mode": dg.MetadataValue.text(f"full: {why}")}
-        shown = {k: v for k, v in config.model_dump().items() if k != "full_rebuild"} if config is not None else {}
-        parameters, extra = spec.metadata(result, store) if spec.metadata else (shown, {})
-        return materialized(storage, result, parameters, order_by=spec.order_by, **extra, **update)
-
-    if spec.config is None:
-
-        def stage_asset(
-            context: dg.AssetExecutionContext, storage: WebdedupStorage, engine: WebdedupEngine
-        ) -> dg.MaterializeResult:
-            return compute(context, None, storage, engine)
-
-    else:
-
-        def stage_asset(
-            context: dg.AssetExecutionContext,
-            config: spec.config,  # type: ignore[name-defined]
-            storage: WebdedupStorage,
-            engine: WebdedupEngine,
-        ) -> dg.MaterializeResult:
-            return compute(context, config, storage, engine)
-
-    return dg.asset(name=spec.stage, group_name=GROUP, kinds=KINDS, deps=[spec.deps], description=spec.description)(
-        stage_asset
-    )
-
-
-@dg.asset(
-    group_name=GROUP,
-    kinds={"json"},
-    deps=["deduped_documents"],
-    description=(
-        "Parameters of every stage as used, counts and ratios, P(candidate | threshold), input checksums, "
-        "package versions and per-stage timings (manifest.json)."
-    ),
-)
-def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
-    store = storage.store()
-    with writer_lock(storage.outputs(), timeout=LOCK_TIMEOUT_SECONDS, purpose="publish"):
-        result = run_stage("manifest", store, lambda: engine.stage_manifest(store, storage.outputs()))
-    counts = result["counts"]
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": dg.MetadataValue.int(counts["representatives"]),
-            "counts": dg.MetadataValue.json(counts),
-            "parameters": dg.MetadataValue.json(result["parameters"]),
-            "lsh": dg.MetadataValue.json(result["lsh"]),
-            "timings_seconds": dg.MetadataValue.json(result["timings_seconds"]),
-            "preview": dg.MetadataValue.md(markdown_table(["metric", "value"], list(counts.items()))),
-            "path": dg.MetadataValue.path(str(storage.outputs() / "manifest.json")),
-        }
-    )
-
-
-GLOBAL_ASSETS = [*(build_global_asset(spec) for spec in GLOBAL_STAGES), manifest]
