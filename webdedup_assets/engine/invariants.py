@@ -14,8 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..fileio import atomic_path
 from .documents import stored_input
-from .storage import Store, connect, scalar
+from .storage import Store, connect, file_identity, scalar
 
 EXPECTATIONS_SUFFIX = ".expected.json"
 
@@ -204,7 +205,44 @@ COHESION_MAX_MEMBERS = 100_000  # members checked per run at most (largest clust
 def member_jaccards(store: Store, max_members: int = COHESION_MAX_MEMBERS, min_size: int = 3) -> pa.Table:
     """(doc_id, cluster_id, cluster_size, representative, jaccard): the exact shingle Jaccard of each
     member of a cluster of min_size or more documents to its representative (the representative
-    itself left out), the largest clusters first, at most max_members rows (a bounded cost)."""
+    itself left out), the largest clusters first, at most max_members rows (a bounded cost).
+
+    Measured once per build of clusters and deduped_documents: the diagnostics of the
+    deduped_documents stage and the clusters_cohesive check share it (a small Arrow file beside
+    deduped_documents, keyed by the identity of the files it was measured on)."""
+    key = _member_cache_key(store, max_members, min_size)
+    cache = store.asset_dir("deduped_documents") / MEMBER_CACHE
+    if key is not None and cache.exists():
+        try:
+            with pa.memory_map(str(cache)) as source:
+                table = pa.ipc.open_file(source).read_all()
+            if (table.schema.metadata or {}).get(b"key") == key.encode():
+                return table.replace_schema_metadata(None)
+        except (OSError, pa.ArrowException):
+            pass
+    table = _measure_member_jaccards(store, max_members, min_size)
+    if key is not None:
+        with atomic_path(cache) as temp:
+            with (
+                pa.OSFile(str(temp), "wb") as sink,
+                pa.ipc.new_file(sink, table.schema.with_metadata({"key": key})) as out,
+            ):
+                out.write_table(table)
+    return table
+
+
+MEMBER_CACHE = "member_jaccards.arrow"  # not *.parquet: never read as part of the asset
+
+
+def _member_cache_key(store: Store, max_members: int, min_size: int) -> str | None:
+    try:
+        identities = {a: file_identity(store.path(a)) for a in ("clusters", "deduped_documents")}
+    except FileNotFoundError:  # an asset written as several parts (Spark): measured each time
+        return None
+    return json.dumps({**identities, "max_members": max_members, "min_size": min_size}, sort_keys=True)
+
+
+def _measure_member_jaccards(store: Store, max_members: int, min_size: int) -> pa.Table:
     from ..core.fingerprint import shingling
     from .evaluate import load_shingle_sets  # the shingle sets scoring uses, recomputed for these documents
 
