@@ -3,6 +3,7 @@ asset shares: run_stage (writer lock, errors as Failures), run_contract, materia
 config, run the stage, report metadata (per month: report_months). The global assets are in
 global_assets.py."""
 
+import base64
 import calendar
 import json
 import logging
@@ -14,6 +15,7 @@ import dagster as dg
 
 from .. import engine
 from ..core.minhash import candidate_probability
+from ..engine import charts
 from ..engine.preview import markdown_table, partition_previews, preview
 from ..engine.stage import StageResult
 from ..engine.state import writer_lock
@@ -79,19 +81,40 @@ def materialized(
     order_by: str | None = None,
     **extra: Any,
 ) -> dg.MaterializeResult:
-    """Row count, parameters, figures, a Markdown preview and the path."""
+    """Row count, column schema, parameters, each figure as its own number (the UI plots it
+    across materializations), a Markdown preview and the path."""
     store = storage.store()
     asset = result.stage
-    numeric = {k: v for k, v in result.figures.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    numeric = charts.numeric(result.figures)
     metadata: dict[str, Any] = {
         "dagster/row_count": dg.MetadataValue.int(int(result.rows)),
+        "dagster/column_schema": column_schema(store, asset),
         "parameters": dg.MetadataValue.json(parameters),
         "stats": dg.MetadataValue.json({**numeric, "seconds": result.seconds}),
+        **figure_entries({**numeric, "seconds": result.seconds}),
         "preview": dg.MetadataValue.md(preview(store, asset, order_by=order_by)),
         "path": dg.MetadataValue.path(str(store.asset_dir(asset))),
     }
     metadata.update(extra)
     return dg.MaterializeResult(metadata=metadata)
+
+
+def figure_entries(figures: dict[str, Any], prefix: str = "") -> dict[str, dg.MetadataValue]:
+    """One numeric metadata entry per figure (`<prefix><name>`)."""
+    return {
+        f"{prefix}{name}": dg.MetadataValue.int(value) if isinstance(value, int) else dg.MetadataValue.float(value)
+        for name, value in charts.numeric(figures).items()
+    }
+
+
+def column_schema(store: Store, asset: str) -> dg.TableSchema:
+    """`dagster/column_schema`: the stored columns and their Arrow types."""
+    return dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in charts.column_schema(store, asset)])
+
+
+def png_markdown(title: str, png: bytes) -> dg.MetadataValue:
+    """A chart shown in the UI: a Markdown image with the PNG inline."""
+    return dg.MetadataValue.md(f"![{title}](data:image/png;base64,{base64.b64encode(png).decode()})")
 
 
 MONTH_KEY = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
@@ -131,6 +154,7 @@ def report_months(context: dg.AssetExecutionContext, storage: WebdedupStorage, a
     store = storage.store()
     previews = partition_previews(store, asset, months)
     per_month: dict[str, dict[str, Any]] = {}
+    schema = column_schema(store, asset)
     total = 0
     for month in months:
         stats_path = store.stats_path(asset, month)
@@ -144,6 +168,7 @@ def report_months(context: dg.AssetExecutionContext, storage: WebdedupStorage, a
             "month_stats": dg.MetadataValue.json({k: v for k, v in stats.items() if k != "sources"}),
             "path": dg.MetadataValue.path(str(store.asset_dir(asset))),
             "files": dg.MetadataValue.json(files),
+            "dagster/column_schema": schema,
         }
     _add_partition_metadata(context, per_month)
     return total

@@ -23,11 +23,30 @@ def describe_failure(details: dict) -> str:
     return "; ".join(parts)
 
 
+def _metadata(details: dict) -> dict[str, dg.MetadataValue]:
+    """The details as JSON, and each number in them (actual and expected counts) as its own entry."""
+    numbers = {}
+    for key, value in details.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            numbers[key] = dg.MetadataValue.int(value)
+        elif isinstance(value, float):
+            numbers[key] = dg.MetadataValue.float(value)
+        elif isinstance(value, dict):  # e.g. {"expected": 18, "actual": 18}
+            for inner, number in value.items():
+                if isinstance(number, int) and not isinstance(number, bool):
+                    numbers[f"{key}/{inner}"] = dg.MetadataValue.int(number)
+                elif isinstance(number, float):
+                    numbers[f"{key}/{inner}"] = dg.MetadataValue.float(number)
+    return {"details": dg.MetadataValue.json(details), **numbers}
+
+
 def _result(passed: bool, details: dict) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         passed=bool(passed),
         description=None if passed else describe_failure(details),
-        metadata={"details": dg.MetadataValue.json(details)},
+        metadata=_metadata(details),
     )
 
 
@@ -76,7 +95,7 @@ def _warning(
             passed=bool(passed),
             severity=dg.AssetCheckSeverity.WARN,
             description=None if passed else describe_failure(details),
-            metadata={"details": dg.MetadataValue.json(details)},
+            metadata=_metadata(details),
         )
 
     return _check

@@ -10,14 +10,23 @@ import dagster as dg
 
 from .. import engine
 from ..core.minhash import candidate_probability
+from ..engine import charts, incremental
 from ..engine import diagnostics as engine_diagnostics
-from ..engine import incremental
-from ..engine.preview import markdown_table
+from ..engine.preview import markdown_table, pair_preview
 from ..engine.stage import StageResult
 from ..engine.state import writer_lock
 from ..engine.storage import Store
 from ..params import ParamGroup, ScoringParams
-from .assets import GROUP, KINDS, LOCK_TIMEOUT_SECONDS, materialized, run_contract, run_stage
+from .assets import (
+    GROUP,
+    KINDS,
+    LOCK_TIMEOUT_SECONDS,
+    figure_entries,
+    materialized,
+    png_markdown,
+    run_contract,
+    run_stage,
+)
 from .config import (
     CandidateConfig,
     DuplicateConfig,
@@ -28,10 +37,41 @@ from .config import (
 from .resources import WebdedupEngine, WebdedupStorage
 
 
+def _scored_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The candidates' Jaccard histogram and the banding's S-curve, as charts and numbers."""
+    scoring, banding = result.parameters["scoring"], result.parameters.get("banding") or {}
+    counts = charts.jaccard_counts(store)
+    extra = {
+        "pairs_side_by_side": dg.MetadataValue.md(pair_preview(store, "scored_pairs")),
+        "reasons": dg.MetadataValue.json(result.figures["reasons"]),
+        "jaccard_histogram": png_markdown(
+            "candidates by exact Jaccard", charts.jaccard_histogram_png(counts, scoring["threshold"])
+        ),
+        "jaccard_counts": dg.MetadataValue.md(markdown_table(["jaccard from", "candidates"], counts)),
+    }
+    if banding:
+        extra["s_curve"] = png_markdown(
+            "LSH S-curve", charts.s_curve_png(banding["bands"], banding["rows"], scoring["threshold"])
+        )
+        extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
+            round(candidate_probability(scoring["threshold"], banding["bands"], banding["rows"]), 6)
+        )
+    return scoring, extra
+
+
+def _clusters_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cluster-size distribution, as a chart and a table."""
+    sizes = charts.cluster_sizes(store)
+    return {}, {
+        "cluster_sizes": png_markdown("cluster sizes", charts.cluster_sizes_png(sizes)),
+        "cluster_size_counts": dg.MetadataValue.md(markdown_table(["documents in the cluster", "clusters"], sizes)),
+    }
+
+
 def _duplicate_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
     threshold = result.parameters["duplicates"]["threshold"]  # scored_pairs' threshold: there is one
     banding = result.parameters.get("banding") or {}
-    extra = {}
+    extra = {"pairs_side_by_side": dg.MetadataValue.md(pair_preview(store, "duplicate_pairs"))}
     if banding:
         extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
             round(candidate_probability(threshold, banding["bands"], banding["rows"]), 6)
@@ -95,7 +135,7 @@ GLOBAL_STAGES = [
         "Every candidate with its exact shingle Jaccard, MinHash estimate, is_duplicate (exact >= threshold) "
         "and reason.",
         ScoreConfig,
-        metadata=lambda r, _store: (r.parameters["scoring"], {"reasons": dg.MetadataValue.json(r.figures["reasons"])}),
+        metadata=_scored_metadata,
     ),
     GlobalAsset(
         "duplicate_pairs",
@@ -113,6 +153,7 @@ GLOBAL_STAGES = [
         "Connected components over duplicate pairs (union-find). Every document is in exactly one cluster; "
         "cluster_id = 'cluster-' + the smallest doc_id, stable when unrelated documents arrive.",
         order_by="cluster_size DESC, cluster_id, doc_id",
+        metadata=_clusters_metadata,
     ),
     GlobalAsset(
         "deduped_documents",
@@ -245,6 +286,11 @@ def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
             "parameters": dg.MetadataValue.json(result["parameters"]),
             "lsh": dg.MetadataValue.json(result["lsh"]),
             "timings_seconds": dg.MetadataValue.json(result["timings_seconds"]),
+            **figure_entries(counts, "counts/"),
+            "s_curve": png_markdown(
+                "LSH S-curve",
+                charts.s_curve_png(result["lsh"]["bands"], result["lsh"]["rows"], result["lsh"]["threshold"]),
+            ),
             "preview": dg.MetadataValue.md(markdown_table(["metric", "value"], list(counts.items()))),
             "path": dg.MetadataValue.path(str(storage.outputs() / "manifest.json")),
         }

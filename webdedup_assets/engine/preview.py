@@ -73,3 +73,43 @@ def partition_previews(store: Store, asset: str, partitions: list[str], limit: i
         files[name]: markdown_table(columns, [r for _, r in sorted(found, key=lambda item: item[0])])
         for name, found in rows.items()
     }
+
+
+PAIR_WORDS = 8  # differing words shown per side
+
+
+def _words(text: str | None) -> list[str]:
+    return [w for w in "".join(ch.lower() if ch.isalnum() else " " for ch in (text or "")).split() if w]
+
+
+def _differing(left: str | None, right: str | None) -> tuple[str, str]:
+    """The words only one side has (first occurrences, in text order), at most PAIR_WORDS each."""
+    a, b = _words(left), _words(right)
+    only_a = [w for w in dict.fromkeys(a) if w not in set(b)]
+    only_b = [w for w in dict.fromkeys(b) if w not in set(a)]
+    return " ".join(only_a[:PAIR_WORDS]) or "—", " ".join(only_b[:PAIR_WORDS]) or "—"
+
+
+def pair_preview(store: Store, asset: str, limit: int = 5) -> str:
+    """The lowest-Jaccard pairs of a pair asset (the ones worth a look), side by side: both
+    titles and the words each body has that the other lacks."""
+    con = connect(store)
+    try:
+        rows = con.execute(f"""
+            WITH pairs AS (
+                SELECT left_doc_id, right_doc_id, exact_jaccard FROM {store.scan_sql(asset)}
+                 ORDER BY exact_jaccard, left_doc_id, right_doc_id LIMIT {int(limit)}),
+            docs AS (
+                SELECT doc_id, title, body FROM {store.scan_sql("documents")}
+                 WHERE doc_id IN (SELECT left_doc_id FROM pairs UNION SELECT right_doc_id FROM pairs))
+            SELECT p.left_doc_id, p.right_doc_id, p.exact_jaccard, l.title, r.title, l.body, r.body
+              FROM pairs p JOIN docs l ON l.doc_id = p.left_doc_id JOIN docs r ON r.doc_id = p.right_doc_id
+             ORDER BY p.exact_jaccard, p.left_doc_id, p.right_doc_id""").fetchall()
+    finally:
+        con.close()
+    table = []
+    for left, right, jaccard, left_title, right_title, left_body, right_body in rows:
+        only_left, only_right = _differing(left_body, right_body)
+        table.append((left, right, jaccard, left_title, right_title, only_left, only_right))
+    columns = ["left", "right", "jaccard", "left title", "right title", "only in left", "only in right"]
+    return markdown_table(columns, table)

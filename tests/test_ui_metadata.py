@@ -1,0 +1,115 @@
+"""What the UI shows of a run matches the stored data: column schemas, one numeric entry per
+figure, the charts (inline PNG images) and their numbers, and asset checks with actual and
+expected as numbers (issue 14, "What the Dagster UI shows")."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from .conftest import run_job
+
+
+@pytest.fixture(scope="module")
+def fixture_metadata(tmp_path_factory):
+    result, store = run_job(tmp_path_factory.mktemp("ui-metadata"))
+    assert result.success
+    materialized = {
+        e.asset_key.to_user_string(): e.event_specific_data.materialization.metadata
+        for e in result.all_events
+        if e.event_type_value == "ASSET_MATERIALIZATION"
+    }
+    checks = {
+        e.event_specific_data.check_name: e.event_specific_data.metadata
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
+    return materialized, checks, store
+
+
+def _png(markdown: str) -> bytes:
+    found = re.fullmatch(r"!\[[^\]]*\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", markdown)
+    assert found, markdown[:80]
+    return base64.b64decode(found.group(1))
+
+
+def test_every_asset_declares_its_stored_columns(fixture_metadata):
+    materialized, _, store = fixture_metadata
+    for asset in (
+        "documents",
+        "fingerprinted",
+        "band_memberships",
+        "candidate_pairs",
+        "scored_pairs",
+        "duplicate_pairs",
+        "clusters",
+        "deduped_documents",
+    ):
+        schema = materialized[asset]["dagster/column_schema"].value
+        stored = pq.read_schema(store.files(asset)[0])
+        assert [c.name for c in schema.columns] == stored.names, asset
+        assert [c.type for c in schema.columns] == [str(f.type) for f in stored], asset
+
+
+def test_scored_pairs_shows_the_jaccard_histogram_and_the_s_curve(fixture_metadata):
+    materialized, _, store = fixture_metadata
+    scored = materialized["scored_pairs"]
+    assert _png(scored["jaccard_histogram"].value).startswith(b"\x89PNG\r\n\x1a\n")
+    assert _png(scored["s_curve"].value).startswith(b"\x89PNG\r\n\x1a\n")
+    counts = [line.split("|")[1:3] for line in scored["jaccard_counts"].value.splitlines()[2:]]
+    assert len(counts) == 20 and sum(int(n) for _, n in counts) == 18
+    [(stored,)] = duckdb.sql(
+        f"SELECT count(*) FROM {store.scan_sql('scored_pairs')} WHERE exact_jaccard >= 0.95"
+    ).fetchall()
+    assert int(counts[-1][1]) == stored  # the top bin: [0.95, 1.0]
+    assert scored["candidate_probability_at_threshold"].value == pytest.approx(0.991639, abs=1e-6)
+
+
+def test_clusters_show_their_size_distribution(fixture_metadata):
+    materialized, _, store = fixture_metadata
+    clusters = materialized["clusters"]
+    assert _png(clusters["cluster_sizes"].value).startswith(b"\x89PNG")
+    rows = [line.split("|")[1:3] for line in clusters["cluster_size_counts"].value.splitlines()[2:]]
+    sizes = {int(size): int(n) for size, n in rows}
+    stored = dict(
+        duckdb.sql(
+            f"SELECT cluster_size, count(DISTINCT cluster_id) FROM {store.scan_sql('clusters')} GROUP BY 1"
+        ).fetchall()
+    )
+    assert sizes == stored and sum(sizes.values()) == 12
+    assert clusters["clusters"].value == 12 and clusters["duplicate_clusters"].value == 6  # numbers, plotted
+
+
+def test_each_figure_is_its_own_number_and_checks_carry_actual_and_expected(fixture_metadata):
+    materialized, checks, _ = fixture_metadata
+    manifest = materialized["manifest"]
+    assert manifest["counts/candidate_pairs"].value == 18
+    assert manifest["counts/representatives"].value == 12
+    assert manifest["counts/retained_ratio"].value == pytest.approx(0.5)
+    assert materialized["duplicate_pairs"]["exact_duplicate_pairs"].value == 6
+    expected = checks["candidate_pairs_match_expected_counts"]
+    assert expected["candidate_pairs/actual"].value == 18 and expected["candidate_pairs/expected"].value == 18
+    assert checks["deduped_documents_match_expected_counts"]["representatives/actual"].value == 12
+
+
+def test_pair_previews_show_both_titles_and_the_differing_words(fixture_metadata):
+    materialized, _, store = fixture_metadata
+    table = materialized["duplicate_pairs"]["pairs_side_by_side"].value
+    lines = table.splitlines()
+    assert lines[0] == "| left | right | jaccard | left title | right title | only in left | only in right |"
+    left, right = (cell.strip() for cell in lines[2].split("|")[1:3])
+    [(lowest,)] = duckdb.sql(f"SELECT min(exact_jaccard) FROM {store.scan_sql('duplicate_pairs')}").fetchall()
+    assert f"{lowest:.4f}" in lines[2]  # the least similar duplicate first
+    titles = dict(
+        duckdb.sql(
+            f"SELECT doc_id, title FROM {store.scan_sql('documents')} WHERE doc_id IN ('{left}', '{right}')"
+        ).fetchall()
+    )
+    cells = [cell.strip() for cell in lines[2].split("|")[1:-1]]
+    assert cells[3] == titles[left][:59] or cells[3].startswith(titles[left][:50])
+    assert cells[4] == titles[right][:59] or cells[4].startswith(titles[right][:50])
+    assert cells[5] != "—" or cells[6] != "—"  # a near duplicate differs in some words
