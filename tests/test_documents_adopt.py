@@ -182,7 +182,7 @@ def test_rewriting_an_adopted_day_through_the_copy_path_drops_its_sidecar(tmp_pa
     assert not stored.exists() and not params_sidecar(stored).exists()
     main = store.path("documents", "2026-03")
     assert store.partition_files("documents", "2026-03") == [main]
-    assert [Path(f["path"]).suffix for f in read_params(main)["input_files"]] == [".csv"]
+    assert [Path(f["path"]).suffix for f in read_params(main)["input"]["input_files"]] == [".csv"]
 
 
 def test_the_whole_pipeline_on_daily_parquet_gives_the_fixture_results(tmp_path):

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.ui
 
 DAILY = ["documents", "fingerprinted", "band_memberships"]
 GLOBAL = ["candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "deduped_documents", "manifest"]
-ASSETS = set(DAILY + GLOBAL) | {"evaluation"}  # evaluation: on demand (webdedup_evaluate job), not global
+ASSETS = set(DAILY + GLOBAL) | {"evaluation", "rejected_records"}  # evaluation: on demand (webdedup_evaluate job)
 
 
 def _free_port() -> int:

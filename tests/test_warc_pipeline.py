@@ -120,6 +120,15 @@ def test_documents_asset_reports_skips_in_materialization_metadata(tmp_path):
     assert pq.read_table(tmp_path / "store" / "rejected_records" / "data.parquet").num_rows == 3
     assert not (tmp_path / "out" / "rejected_records.csv").exists()
     assert not (tmp_path / "store" / STAGING_FOLDER).exists()  # the staged conversion is discarded
+    # the rejected_records asset (downstream of documents) shows what the documents stage set aside
+    [rejected] = [a for a in defs.assets if a.key.to_user_string() == "rejected_records"]
+    shown = dg.materialize([rejected], resources={"storage": storage})
+    [materialization] = shown.asset_materializations_for_node("rejected_records")
+    assert materialization.metadata["dagster/row_count"].value == 3
+    assert materialization.metadata["by_kind"].data == {"metadata": 1, "non_html": 1, "request": 1}
+    assert materialization.metadata["kind/request"].value == 1
+    columns = [c.name for c in materialization.metadata["dagster/column_schema"].value.columns]
+    assert columns == pq.read_schema(tmp_path / "store" / "rejected_records" / "data.parquet").names
 
 
 def test_a_conversion_left_by_an_interrupted_run_is_removed_not_reused(tmp_path, capsys):

@@ -74,19 +74,9 @@ def _config_class(
 
 class _InputConfig(StageConfig):
     def warc_options(self):
-        from ..ingest.options import WarcOptions
+        from ..engine.documents import warc_options_of
 
-        p: InputParams = self.params()
-        return WarcOptions(
-            max_record_bytes=p.warc_max_record_bytes,
-            cc_base_url=p.cc_base_url,
-            cc_accept_terms_of_use=p.cc_accept_terms_of_use,
-            cc_timeout_seconds=p.cc_timeout_seconds,
-            cc_max_retries=p.cc_max_retries,
-            cc_retry_backoff_seconds=p.cc_retry_backoff_seconds,
-            cc_concurrency=p.cc_concurrency,
-            workers=p.warc_workers,
-        )
+        return warc_options_of(self.params())
 
 
 _INPUT_PATH = Field(

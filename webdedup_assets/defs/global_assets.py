@@ -12,15 +12,17 @@ from .. import engine
 from ..core.minhash import candidate_probability
 from ..engine import charts, incremental
 from ..engine import diagnostics as engine_diagnostics
-from ..engine.preview import markdown_table, pair_preview
+from ..engine.preview import markdown_table, pair_preview, preview
 from ..engine.stage import StageResult
 from ..engine.state import writer_lock
 from ..engine.storage import Store
+from ..engine.warc_staging import rejections_by_kind as engine_rejections
 from ..params import ParamGroup, ScoringParams
 from .assets import (
     GROUP,
     KINDS,
     LOCK_TIMEOUT_SECONDS,
+    column_schema,
     figure_entries,
     materialized,
     png_markdown,
@@ -297,4 +299,36 @@ def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
     )
 
 
-GLOBAL_ASSETS = [*(build_global_asset(spec) for spec in GLOBAL_STAGES), manifest]
+@dg.asset(
+    group_name=GROUP,
+    kinds=KINDS,
+    deps=["documents"],
+    description=(
+        "The input records that are not documents (WARC input): one row per record with its file, offset, "
+        "length, record id, capture URL, kind (e.g. not_html, not_warc, too_large) and reason. Written by "
+        "the documents stage as it reads the input; published as rejected_records.csv. Empty for CSV or "
+        "Parquet input."
+    ),
+)
+def rejected_records(storage: WebdedupStorage) -> dg.MaterializeResult:
+    store = storage.store()
+    path = store.path("rejected_records")
+    by_kind = engine_rejections(store)
+    rows = sum(by_kind.values())
+    metadata: dict[str, Any] = {
+        "dagster/row_count": dg.MetadataValue.int(rows),
+        "by_kind": dg.MetadataValue.json(by_kind),
+        **figure_entries(by_kind, "kind/"),
+        "path": dg.MetadataValue.path(str(path)),
+    }
+    if path.exists():
+        metadata["dagster/column_schema"] = column_schema(store, "rejected_records")
+        metadata["preview"] = dg.MetadataValue.md(
+            preview(store, "rejected_records", order_by="warc_filename, warc_offset")
+        )
+    else:
+        metadata["preview"] = dg.MetadataValue.md("no WARC input: no record was rejected")
+    return dg.MaterializeResult(metadata=metadata)
+
+
+GLOBAL_ASSETS = [*(build_global_asset(spec) for spec in GLOBAL_STAGES), manifest, rejected_records]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +22,44 @@ from ..fileio import atomic_path, file_sha256
 from ..ingest.contract import REQUIRED_COLUMNS
 from ..ingest.inputs import WARC_FORMATS, InputFile, day_of_file, resolve_input
 from ..ingest.options import WarcOptions
+from ..params import InputParams
 from ..progress import Task
 from .adopt import MONTH_SQL, adoptable_files
 from .reading import combine_checksums, combined_sha256, crawl_day_sql, load_input, read_error, select_sql, source_sql
+from .stage import DUCKDB, StageOutput, StageRun
 from .state import crawl_month, load_state, record_documents, require_same_input
-from .storage import Store, connect, copy_query, scalar, sql_string, write_schema
+from .storage import Store, connect, copy_query, scalar, sql_string
 from .warc_staging import clear_rejections, discard_staging, stage_warc
+
+
+def input_params(input_format: str = "auto", warc_options: WarcOptions | None = None) -> InputParams:
+    """The documents stage's parameters (stored with its data) from the input format and the
+    WARC options."""
+    w = warc_options or WarcOptions()
+    return InputParams(
+        input_format=input_format,
+        warc_max_record_bytes=w.max_record_bytes,
+        cc_base_url=w.cc_base_url,
+        cc_accept_terms_of_use=w.cc_accept_terms_of_use,
+        cc_timeout_seconds=w.cc_timeout_seconds,
+        cc_max_retries=w.cc_max_retries,
+        cc_retry_backoff_seconds=w.cc_retry_backoff_seconds,
+        cc_concurrency=w.cc_concurrency,
+        warc_workers=w.workers,
+    )
+
+
+def warc_options_of(p: InputParams) -> WarcOptions:
+    return WarcOptions(
+        max_record_bytes=p.warc_max_record_bytes,
+        cc_base_url=p.cc_base_url,
+        cc_accept_terms_of_use=p.cc_accept_terms_of_use,
+        cc_timeout_seconds=p.cc_timeout_seconds,
+        cc_max_retries=p.cc_max_retries,
+        cc_retry_backoff_seconds=p.cc_retry_backoff_seconds,
+        cc_concurrency=p.cc_concurrency,
+        workers=p.warc_workers,
+    )
 
 
 def stage_documents(
@@ -40,19 +71,34 @@ def stage_documents(
     warc_options: WarcOptions | None = None,
     extend: bool = False,
 ) -> dict[str, Any]:
+    """The documents stage through the contract; returns its figures with the stored input
+    parameters (input_path, input_files, input_sha256, extra_columns, warc) as one dict."""
+    params = input_params(input_format, warc_options)
+    result = DUCKDB.run("documents", store, params, months, input_path=input_path, coverage=coverage, extend=extend)
+    return {**result.parameters["input"], **result.figures, "rows": result.rows, "seconds": result.seconds}
+
+
+@DUCKDB.implements("documents")
+def documents_stage(run: StageRun) -> StageOutput:
     """Validate the input and write the documents asset.
 
-    extend (`webdedup add`): the input may be another one than the held days'; the held days of
-    the run's months that the input does not hold are kept (see _retained).
+    Options: input_path; coverage; extend (`webdedup add`: the input may be another one than
+    the held days'; the held days of the run's months that the input does not hold are kept,
+    see _retained).
 
-    Without `months`: every document goes to documents/data.parquet.
-    With `months` (crawl-month partitions, YYYY-MM): only files that can hold those months are
+    Unpartitioned ([None]): every document goes to documents/data.parquet.
+    With months (crawl-month partitions, YYYY-MM): only files that can hold those months are
     read (a file whose name carries a date outside them is skipped), and each month's documents
     go to documents/part-<month>.parquet and its segments (see _write_months); a month without
     documents keeps no file. Any document read whose day lies outside `coverage` (the first and
     last day of the partitions that exist) is reported, with its doc_id, never silently left out.
     """
-    started = time.perf_counter()
+    store = run.store
+    months = None if run.partitions == [None] else list(run.partitions)
+    input_path = run.options["input_path"]
+    coverage = run.options.get("coverage")
+    extend = bool(run.options.get("extend"))
+    input_format = run.params.input_format
     all_files = resolve_input(input_path, input_format)
     files = all_files
     uncovered_files: list[str] = []
@@ -69,7 +115,7 @@ def stage_documents(
             ]
     sources, described, warc_summary = files, [f.describe() for f in files], None
     if any(f.format in WARC_FORMATS for f in files):  # WARC -> staged Parquet, validated like any input
-        files, described, warc_summary = stage_warc(store, files, warc_options, None)
+        files, described, warc_summary = stage_warc(store, files, warc_options_of(run.params), None)
     else:
         clear_rejections(store, None)
     retained = Retained()
@@ -77,13 +123,7 @@ def stage_documents(
         retained = _retained(store, files, months)
         files = [*files, *retained.staged]
     con = connect(store)
-    params = {
-        "stage": "documents",
-        "input_path": input_path,
-        "input_format": input_format,
-        "input_files": described,
-        **({"warc": warc_summary} if warc_summary else {}),
-    }
+    run.derive(input_path=input_path, input_files=described, **({"warc": warc_summary} if warc_summary else {}))
     if not files:  # every file of the input is dated outside these months
         extra = []
         con.execute(
@@ -94,33 +134,33 @@ def stage_documents(
         con.execute("CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at, __file_index FROM parsed")
     else:
         extra = load_input(con, files)
-    params["input_sha256"] = combined_sha256(sources) if sources else None
-    params["extra_columns"] = extra
+    run.derive(input_sha256=combined_sha256(sources) if sources else None, extra_columns=extra)
+    params = run.parameters
     select = select_sql(extra)
-    stats: dict[str, Any] = {}
-    if months is None:
-        with atomic_path(store.path("documents")) as temp:
-            try:
-                copy_query(con, f"SELECT {select} FROM parsed", temp, params)
-            except duckdb.Error as err:
-                raise read_error(err, files) from None
-        stats = {"rows": scalar(con, "SELECT count(*) FROM keys")}
-        store.write_stats("documents", None, {**stats, "seconds": round(time.perf_counter() - started, 4)})
-    else:
+    schema = con.sql(f"SELECT {select} FROM parsed LIMIT 0").arrow().schema
+    try:
+        if months is None:
+            with atomic_path(store.path("documents")) as temp:
+                try:
+                    copy_query(con, f"SELECT {select} FROM parsed", temp, params)
+                except duckdb.Error as err:
+                    raise read_error(err, files) from None
+            rows = scalar(con, "SELECT count(*) FROM keys")
+            return StageOutput(rows, {}, {None: rows}, {None: {}}, schema)
         kept = [p for paths in retained.files.values() for p in paths]
         _refuse_held_doc_ids(con, kept)
-        stats = _write_months(con, store, select, months, params, files, retained.files)
-        day_rows = stats.pop("day_rows")
+        written = _write_months(con, store, select, months, params, files, retained.files)
         for f in retained.staged:  # (a run killed before this leaves a .tmp file: removed with the leftovers)
             f.path.unlink(missing_ok=True)
-        entries = {**_day_entries(day_rows, sources), **retained.entries}
+        entries = {**_day_entries(written.pop("day_rows"), sources), **retained.entries}
         record_documents(store, input_path, input_format, months, entries)
+        figures = written.pop("figures")
         if coverage is not None:
-            stats.update(_uncovered(con, coverage, uncovered_files))
-    stats["seconds"] = round(time.perf_counter() - started, 4)
-    con.close()
-    discard_staging(store)
-    return {**params, **stats}
+            figures.update(_uncovered(con, coverage, uncovered_files))
+        return StageOutput(figures["rows"], figures, written["partition_rows"], written["partition_figures"], schema)
+    finally:
+        con.close()
+        discard_staging(store)
 
 
 @dataclass
@@ -217,7 +257,6 @@ def _write_months(
     add`): stored files of a month that stay as they are; what is written beside them goes to
     segments named by their first day."""
     kept = kept or {}
-    started = time.perf_counter()
     wanted = set(months)
     month_list = ", ".join(sql_string(m) for m in months)
     in_run = f"{MONTH_SQL} IN ({month_list})"
@@ -243,6 +282,8 @@ def _write_months(
     kept_rows = {m: sum(pq.read_metadata(p).num_rows for p in paths) for m, paths in kept.items()}
     staging = store.asset_dir("documents") / f".staging-{os.getpid()}-{uuid.uuid4().hex}"
     staging.parent.mkdir(parents=True, exist_ok=True)
+    partition_rows: dict[str, int] = {}
+    partition_figures: dict[str, dict[str, Any]] = {}
     try:
         if copied:
             skip = f" AND __file_index NOT IN ({', '.join(str(i) for i in adopted)})" if adopted else ""
@@ -262,7 +303,6 @@ def _write_months(
                 raise read_error(err, files) from None
             finally:
                 shown.close()
-        seconds = round((time.perf_counter() - started) / max(1, len(month_rows)), 4)
         for month in months:
             if month not in month_rows and not kept.get(month):
                 store.remove("documents", month)  # a month without documents (or whose input was deleted)
@@ -287,27 +327,24 @@ def _write_months(
                     store.place("documents", month, written[0])
             if main not in staying and not (month in copied and not staying):
                 main.unlink(missing_ok=True)
-            store.write_stats(
-                "documents",
-                month,
-                {
-                    "rows": month_rows.get(month, 0) + kept_rows.get(month, 0),
-                    "files_kept": len(staying),
-                    "seconds": seconds,
-                    "segments_adopted": len(segments),
-                    "days": sorted(d for d in day_rows if crawl_month(d) == month),
-                },
-            )
+            partition_figures[month] = {
+                "files_kept": len(staying),
+                "segments_adopted": len(segments),
+                "days": sorted(d for d in day_rows if crawl_month(d) == month),
+            }
+            partition_rows[month] = month_rows.get(month, 0) + kept_rows.get(month, 0)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    write_schema(store, "documents", stored_schema, params)
     return {
         "day_rows": day_rows,
-        "partition_rows": {m: month_rows[m] for m in months if m in month_rows},
-        "rows": sum(month_rows.values()),
-        "months": len(months),
-        "days_with_documents": len(day_rows),
-        "files_adopted": len(adopted),
+        "partition_rows": partition_rows,
+        "partition_figures": partition_figures,
+        "figures": {
+            "rows": sum(partition_rows.values()),
+            "months": len(months),
+            "days_with_documents": len(day_rows),
+            "files_adopted": len(adopted),
+        },
     }
 
 
@@ -344,7 +381,7 @@ def stored_input(store: Store) -> tuple[list[dict[str, Any]], str | None]:
 
     seen: dict[str, dict[str, Any]] = {}
     for part in store.files("documents"):
-        for f in read_params(part).get("input_files", []):
+        for f in (read_params(part).get("input") or {}).get("input_files", []):
             seen.setdefault(f["path"], f)
     files = [seen[k] for k in sorted(seen)]
     if not files:

@@ -143,8 +143,7 @@ def expectations_path(input_path: str) -> Path | None:
 
 def load_expectations(store: Store) -> tuple[dict[str, int] | None, str]:
     """The pinned counts for the current input, or None and the reason they do not apply."""
-    params = store.params("documents")
-    input_path = params.get("input_path", "")
+    input_path = (store.params("documents").get("input") or {}).get("input_path", "")
     _, checksum = stored_input(store)
     path = expectations_path(input_path)
     if path is None:

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.minhash import candidate_probability
+from ..fileio import write_text
 from .documents import stored_input
 from .publish import publish
+from .stage import DUCKDB, StageOutput, StageRun
 from .storage import Store, sum_figures
 
 STAGES = (
@@ -62,7 +64,7 @@ def build_manifest(store: Store) -> dict[str, Any]:
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "storage_root": str(store.root),
         "parameters": {
-            "documents": {k: params["documents"].get(k) for k in ("input_path", "input_format")},
+            "documents": {k: params["documents"]["input"].get(k) for k in ("input_path", "input_format")},
             "fingerprinted": fingerprint,
             "band_memberships": banding,
             "candidate_pairs": params["candidate_pairs"]["candidates"],
@@ -104,7 +106,7 @@ def build_manifest(store: Store) -> dict[str, Any]:
         "input": {
             "sha256": input_sha256,
             "files": input_files,
-            **({"warc": params["documents"]["warc"]} if params["documents"].get("warc") else {}),
+            **({"warc": params["documents"]["input"]["warc"]} if params["documents"]["input"].get("warc") else {}),
         },
         "versions": package_versions(),
         # the engine (and its version) that computed each global stage
@@ -115,18 +117,26 @@ def build_manifest(store: Store) -> dict[str, Any]:
 
 
 def stage_manifest(store: Store, output_dir: Path | None = None) -> dict[str, Any]:
-    """Build the manifest; with `output_dir`, publish every output with it as one set (the
-    caller holds the output folder's writer lock)."""
+    """The manifest stage through the contract; returns the manifest. With `output_dir`, every
+    output is published with it as one set (the caller holds the output folder's writer lock)."""
+    DUCKDB.run("manifest", store, None, output_dir=output_dir)
+    return load_manifest(store)
+
+
+@DUCKDB.implements("manifest")
+def manifest_stage(run: StageRun) -> StageOutput:
+    """Build the manifest and publish it (option output_dir) or keep it in storage; its figures
+    are the counts."""
+    store, output_dir = run.store, run.options.get("output_dir")
     started = time.perf_counter()
     manifest = build_manifest(store)
     manifest["timings_seconds"]["manifest"] = round(time.perf_counter() - started, 4)
     if output_dir is not None:
         manifest["outputs"] = publish(store, output_dir, manifest)
     else:
-        from ..fileio import write_text
-
         write_text(store.asset_dir("manifest") / "manifest.json", json.dumps(manifest, indent=2, default=str))
-    return manifest
+    counts = manifest["counts"]
+    return StageOutput(int(counts["representatives"]), {k: v for k, v in counts.items() if k != "representatives"})
 
 
 def load_manifest(store: Store) -> dict[str, Any]:

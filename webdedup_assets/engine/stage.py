@@ -23,7 +23,15 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import WebdedupError
-from ..params import BandingParams, CandidateParams, FingerprintParams, ParamGroup, RepresentativeParams, ScoringParams
+from ..params import (
+    BandingParams,
+    CandidateParams,
+    FingerprintParams,
+    InputParams,
+    ParamGroup,
+    RepresentativeParams,
+    ScoringParams,
+)
 from .serial import from_stored, to_stored
 from .state import check_consistent, record_stage
 from .storage import Store, read_params, write_schema
@@ -84,6 +92,12 @@ def _scored_threshold(upstream: dict[str, dict[str, Any]]) -> ScoringParams:
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in (
+        Stage(
+            "documents",
+            InputParams,
+            "input",
+            daily=True,  # no upstream: its partitions are the months asked for
+        ),
         Stage(
             "fingerprinted",
             FingerprintParams,
@@ -155,6 +169,21 @@ STAGES: dict[str, Stage] = {
             None,
             upstream=("documents", "duplicate_pairs"),
             inherits=(("fingerprint", "duplicate_pairs"), ("duplicates", "duplicate_pairs")),
+        ),
+        Stage(
+            "manifest",
+            None,
+            None,
+            upstream=(
+                "documents",
+                "fingerprinted",
+                "band_memberships",
+                "candidate_pairs",
+                "scored_pairs",
+                "duplicate_pairs",
+                "clusters",
+                "deduped_documents",
+            ),
         ),
         Stage(
             "deduped_documents",
@@ -334,6 +363,8 @@ class Engine:
         stage, store = run.stage, run.store
         if months is None:
             run.partitions = [None]
+        elif not stage.upstream:  # documents: the months asked for (the input decides which hold rows)
+            run.partitions = list(months)
         else:
             present = set(store.partitions(stage.upstream[0]))
             run.partitions = [month for month in months if month in present]

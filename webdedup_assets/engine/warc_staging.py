@@ -47,6 +47,18 @@ def write_rejections(rows: list[dict[str, Any]], parquet_path: Path, csv_path: P
             writer.writerows(rows)
 
 
+def rejections_by_kind(store: Store) -> dict[str, int]:
+    """Rejected input records per kind (none without WARC input)."""
+    path = store.path("rejected_records")
+    if not path.exists():
+        return {}
+    kinds = pq.read_table(path, columns=["kind"]).column("kind").to_pylist()
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def clear_rejections(store: Store, output_dir: Path | None) -> None:
     """A non-WARC run leaves no stale rejected_records from an earlier WARC run."""
     store.path("rejected_records").unlink(missing_ok=True)
