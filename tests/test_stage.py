@@ -25,7 +25,20 @@ def test_every_declared_stage_has_a_duckdb_implementation_and_known_upstream():
             assert source in stage.upstream, (stage.name, group)
         for need in stage.needs:
             assert need.upstream in stage.upstream
-    assert [s.name for s in STAGES.values() if s.daily] == ["fingerprinted", "band_memberships"]
+    assert [s.name for s in STAGES.values() if s.daily] == ["documents", "fingerprinted", "band_memberships"]
+    # every stage runs through the contract: the nine assets but rejected_records (written by documents)
+    assert set(STAGES) == {
+        "documents",
+        "fingerprinted",
+        "band_memberships",
+        "candidate_pairs",
+        "scored_pairs",
+        "duplicate_pairs",
+        "clusters",
+        "deduped_documents",
+        "manifest",
+    }
+    assert STAGES["documents"].upstream == () and "deduped_documents" in STAGES["manifest"].upstream
 
 
 def test_parameters_round_trip_through_the_one_serializer():
