@@ -31,7 +31,8 @@ pytestmark = pytest.mark.ui
 
 DAILY = ["documents", "fingerprinted", "band_memberships"]
 GLOBAL = ["candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "deduped_documents", "manifest"]
-ASSETS = set(DAILY + GLOBAL) | {"evaluation"}  # evaluation: on demand (webdedup_evaluate job), not global
+# on demand, not global: evaluation (webdedup_evaluate job), checked_documents (webdedup_check job)
+ASSETS = set(DAILY + GLOBAL) | {"evaluation", "checked_documents"}
 
 
 def _free_port() -> int:
