@@ -9,6 +9,7 @@ import dagster as dg
 import duckdb
 
 from webdedup_assets.defs import GLOBAL_JOB
+from webdedup_assets.params import ScoringParams
 
 from .conftest import failure_messages
 from .test_partitions import Env, sensor_tick, split_fixture_by_day
@@ -84,3 +85,74 @@ def test_a_subset_of_the_global_assets_runs_its_stages_from_scratch(tmp_path):
     result = dg.materialize(assets, instance=env.instance, resources=env.defs.resources, run_config=env.config())
     assert result.success
     assert _metadata(result, "scored_pairs")["update_mode"].value.startswith("full: only part")
+
+
+def _storage_state(root) -> list:
+    """Every file under the storage root with its bytes' digest and mtime, and every folder."""
+    import hashlib
+
+    return sorted(
+        (
+            str(p.relative_to(root)),
+            p.is_dir(),
+            p.stat().st_mtime_ns,
+            None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest(),
+        )
+        for p in root.rglob("*")
+    )
+
+
+def test_the_check_job_compares_new_pages_with_the_corpus_and_changes_nothing(tmp_path):
+    import pyarrow.parquet as pq
+
+    from webdedup_assets.cli import main
+    from webdedup_assets.defs.check import CHECK_JOB
+
+    crawl = tmp_path / "crawl"
+    by_day = split_fixture_by_day(crawl)
+    march = sorted(d for d in by_day if d.startswith("2026-03"))
+    held, new = tmp_path / "held", tmp_path / "new"
+    held.mkdir()
+    new.mkdir()
+    for day in sorted(by_day):
+        shutil.copy(crawl / f"{day}.csv", (new if day in march else held) / f"{day}.csv")
+    env = Env(tmp_path, held)
+    env.daily("2026-01", "2026-02")
+    env.global_stages()
+    before = _storage_state(env.storage)
+    report = tmp_path / "reports" / "check.parquet"
+    config = env.config()
+    config["ops"] = {"checked_documents": {"config": {"input_path": str(new), "report_path": str(report)}}}
+    result = env.defs.resolve_job_def(CHECK_JOB).execute_in_process(
+        run_config=config, instance=env.instance, raise_on_error=False
+    )
+    assert result.success, failure_messages(result)
+    assert _storage_state(env.storage) == before
+    rows = pq.read_table(report).to_pylist()
+    new_ids = {r[0] for r in duckdb.sql(f"SELECT doc_id FROM read_csv('{new}/*.csv')").fetchall()}
+    assert {r["doc_id"] for r in rows} == new_ids
+    duplicates = sorted((r for r in rows if r["is_duplicate"]), key=lambda r: r["doc_id"])
+    assert duplicates, "the fixture's March pages include near-duplicates of earlier pages"
+    metadata = _metadata(result, "checked_documents")
+    assert metadata["documents"].value == len(rows) == metadata["dagster/row_count"].value
+    assert metadata["duplicates"].value == len(duplicates)
+    assert metadata["candidates_verified"].value == sum(r["candidates"] for r in rows) > 0
+    assert metadata["threshold"].value == ScoringParams().threshold
+    assert metadata["report"].value == str(report)
+    assert metadata["input_days"].value == march
+    preview = metadata["first_duplicates"].value
+    assert f"| {duplicates[0]['doc_id']} | {duplicates[0]['matched_doc_id']} |" in preview
+    assert preview.count("\n") == min(len(duplicates), 10) + 1
+    # the CLI is the same engine call: the same answer
+    cli_report = tmp_path / "cli.parquet"
+    assert main(["check", str(new), "--against", str(env.storage), "--report", str(cli_report)]) == 0
+    assert pq.read_table(cli_report).to_pylist() == rows
+    assert _storage_state(env.storage) == before
+    # a report inside the storage would change it: refused, and nothing written
+    config["ops"]["checked_documents"]["config"]["report_path"] = str(env.storage / "check.parquet")
+    refused = env.defs.resolve_job_def(CHECK_JOB).execute_in_process(
+        run_config=config, instance=env.instance, raise_on_error=False
+    )
+    assert not refused.success
+    assert "inside the corpus storage" in " ".join(failure_messages(refused))
+    assert _storage_state(env.storage) == before

@@ -31,7 +31,9 @@ pytestmark = pytest.mark.ui
 
 DAILY = ["documents", "fingerprinted", "band_memberships"]
 GLOBAL = ["candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "deduped_documents", "manifest"]
-ASSETS = set(DAILY + GLOBAL) | {"evaluation", "rejected_records"}  # evaluation: on demand (webdedup_evaluate job)
+# rejected_records: written by documents, shown by the global job; on demand, not global: evaluation
+# (webdedup_evaluate job), checked_documents (webdedup_check job)
+ASSETS = set(DAILY + GLOBAL) | {"rejected_records", "evaluation", "checked_documents"}
 
 
 def _free_port() -> int:

@@ -7,17 +7,16 @@ has to, and it says why), then the outputs are published as one set.
 `check NEW_INPUT --against STORAGE` writes, for each document of NEW_INPUT, whether it
 duplicates a document of the corpus, without changing the corpus.
 
-Both call the engine directly under the storage's writer lock (not through the Dagster job
-that `run` executes).
+Both call the engine directly (not through the Dagster job that `run` executes): `add` under the
+storage's writer lock; `check` (engine.incremental.check_input, also the Dagster asset
+`checked_documents`) only reads the storage.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -166,50 +165,18 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .engine import incremental
-    from .engine.documents import stage_documents
-    from .engine.fingerprint import stage_band_memberships, stage_fingerprinted
-    from .engine.reading import input_days
-    from .engine.state import months_of
+    from .engine.incremental import check_input
     from .engine.storage import Store
     from .errors import WebdedupError
 
     store = Store(Path(args.against))
     try:
-        if not store.files("band_memberships"):
-            raise WebdedupError(f"{store.root} holds no corpus (run `webdedup run` or `webdedup add` first)")
-        fingerprint = params.FingerprintParams.checked(
-            {
-                k: v
-                for k, v in store.params("fingerprinted")["fingerprint"].items()
-                if k in params.FingerprintParams.model_fields
-            }
-        )
-        banding = params.BandingParams.checked(
-            {
-                k: v
-                for k, v in store.params("band_memberships")["banding"].items()
-                if k in params.BandingParams.model_fields
-            }
-        )
-        scratch = Path(tempfile.mkdtemp(prefix="webdedup-check-"))
-        try:
-            new = Store(scratch)
-            days = input_days(args.input, args.input_format, store=new)
-            if not days:
-                raise WebdedupError(f"{args.input}: no crawl day found in the input (is crawled_at a date?)")
-            months = months_of(days)
-            stage_documents(new, args.input, args.input_format, months=months)
-            stage_fingerprinted(new, fingerprint, months)
-            stage_band_memberships(new, banding, months)
-            summary = incremental.check_against(store, new, Path(args.report).expanduser().resolve())
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    except WebdedupError as err:
+        summary = check_input(store, args.input, args.input_format, Path(args.report))
+    except (WebdedupError, params.ParamError) as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary, indent=2, default=str))
     else:
         print(
             f"webdedup check: {summary['documents']} document(s) of {args.input}, {summary['duplicates']} duplicate(s) "

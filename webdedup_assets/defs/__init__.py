@@ -1,4 +1,5 @@
-"""Dagster definitions: nine assets and their checks, the storage resource, two jobs, a daily
+"""Dagster definitions: the nine assets of the chain and their checks, the on-demand `evaluation`
+and `checked_documents` assets with their jobs, the storage resource, two jobs, a daily
 schedule, a sensor that registers the input's crawl months as partitions, and a sensor that runs
 the global stages after every successful materialization of band_memberships, however it was
 launched (job, Catalog backfill, CLI), with the parameters of the latest global run."""
@@ -20,6 +21,7 @@ from ..errors import WebdedupError
 from ..ingest.inputs import WARC_FORMATS, resolve_input
 from ..progress import log_sink, set_default
 from .assets import build_daily_assets
+from .check import check_job, checked_documents
 from .checks import CHECKS
 from .config import DocumentsConfig
 from .evaluation import evaluate_job, evaluation
@@ -213,9 +215,9 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
         )
 
     return dg.Definitions(
-        assets=[*daily_assets, *GLOBAL_ASSETS, evaluation],
+        assets=[*daily_assets, *GLOBAL_ASSETS, evaluation, checked_documents],
         asset_checks=CHECKS,
-        jobs=[daily_job, global_job, evaluate_job],
+        jobs=[daily_job, global_job, evaluate_job, check_job],
         schedules=[] if months else [webdedup_daily_schedule],
         sensors=[global_after_daily, discover_crawl_months],
         resources={"storage": WebdedupStorage(), "engine": WebdedupEngine()},

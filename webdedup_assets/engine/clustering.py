@@ -147,7 +147,7 @@ def _verify_against_representative(con, store: Store, order_by: str) -> int:
     assets. Returns how many members left their component. A cluster of two never splits (its one
     edge reaches the threshold)."""
     from ..core.fingerprint import shingling
-    from .evaluate import load_shingle_sets
+    from .shingle_sets import load_shingle_sets
 
     threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
     size, unit = shingling(store.params("fingerprinted")["fingerprint"])

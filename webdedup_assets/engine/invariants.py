@@ -243,7 +243,7 @@ def _member_cache_key(store: Store, max_members: int, min_size: int) -> str | No
 
 def _measure_member_jaccards(store: Store, max_members: int, min_size: int) -> pa.Table:
     from ..core.fingerprint import shingling
-    from .evaluate import load_shingle_sets  # the shingle sets scoring uses, recomputed for these documents
+    from .shingle_sets import load_shingle_sets  # the shingle sets scoring uses, recomputed for these documents
 
     shingle_size, unit = shingling(store.params("fingerprinted")["fingerprint"])
     con = connect(store)

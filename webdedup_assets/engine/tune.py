@@ -31,7 +31,8 @@ from ..core.minhash import MinHashParams, band_keys
 from ..core.tuning import banded_hits, bandings, probability_at, recommend
 from ..errors import WebdedupError
 from ..fileio import atomic_path
-from .evaluate import MAX_REFERENCE_DOCUMENTS, load_shingle_sets
+from .evaluate_reference import MAX_REFERENCE_DOCUMENTS
+from .shingle_sets import load_shingle_sets
 from .state import writer_lock
 from .storage import Store, connect
 

@@ -40,12 +40,13 @@ The result equals a full recompute row for row and in stored order (tests/test_i
 
 Modules: layout (paths, the report, helpers), changes (1), links (2), verify (3), components
 (4), representatives (5), rebuild (the full rebuild, the state it records, when one is needed),
-update (`update`, the steps in order), check (`check_against`).
+update (`update`, the steps in order), check (`check_input`: stage new data in a scratch
+storage with the corpus' parameters, then `check_against`).
 """
 
 from .assets import bring_up_to_date
 from .changes import DailyChanges, changed_documents, daily_changes
-from .check import CHECK_SCHEMA, check_against
+from .check import CHECK_SCHEMA, check_against, check_input, held_daily_params
 from .layout import DAILY, GLOBAL, INCREMENTAL_DIR, UpdateReport, load_state
 from .rebuild import check_fixed_params, full_rebuild
 from .update import update
@@ -61,8 +62,10 @@ __all__ = [
     "changed_documents",
     "check_against",
     "check_fixed_params",
+    "check_input",
     "daily_changes",
     "full_rebuild",
+    "held_daily_params",
     "load_state",
     "update",
 ]

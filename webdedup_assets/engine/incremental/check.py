@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,9 @@ import pyarrow as pa
 from ...core.fingerprint import shingle_sets
 from ...core.sets import jaccard_blocks
 from ...errors import WebdedupError
-from ...params import CandidateParams, ScoringParams
+from ...params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
 from ..serial import from_stored
+from ..state import months_of
 from ..storage import Store, connect, scalar, sql_string, write_batches
 from .layout import data_files, fetch_rows, listing, load_state, snapshot_dir
 
@@ -50,7 +53,8 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
     candidates = from_stored(CandidateParams, state["parameters"]["candidates"]) if state else CandidateParams()
     scoring = from_stored(ScoringParams, state["parameters"]["scoring"]) if state else ScoringParams()
     shingle_size = held["fingerprint"]["shingle_size"]
-    con = connect(store)
+    con = connect(new)  # DuckDB spills under the new data's storage, never under the corpus'
+
     try:
         snap = sorted(snapshot_dir(store, "band_memberships").glob("*.parquet")) if state else []
         index = f"read_parquet({listing(snap)})" if snap else store.scan_sql("band_memberships")
@@ -121,3 +125,62 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
         "threshold": scoring.threshold,
         "seconds": round(time.perf_counter() - started, 4),
     }
+
+
+PREVIEW_ROWS = 10
+
+
+def held_daily_params(store: Store) -> tuple[FingerprintParams, BandingParams]:
+    """The fingerprint and banding parameters of the corpus held in `store`."""
+    if not store.files("band_memberships") or not store.files("fingerprinted"):
+        raise WebdedupError(f"{store.root} holds no corpus (run `webdedup run` or `webdedup add` first)")
+    fingerprint = store.params("fingerprinted")["fingerprint"]
+    banding = store.params("band_memberships")["banding"]
+    return (
+        FingerprintParams.checked({k: v for k, v in fingerprint.items() if k in FingerprintParams.model_fields}),
+        BandingParams.checked({k: v for k, v in banding.items() if k in BandingParams.model_fields}),
+    )
+
+
+def check_input(store: Store, input_path: str, input_format: str, report: Path) -> dict[str, Any]:
+    """`webdedup check`: stage the documents, fingerprints and band memberships of `input_path`
+    with the corpus' parameters in a scratch storage (removed afterwards), then `check_against`
+    the corpus held in `store`, writing one row per new document to `report` (Parquet).
+    Nothing under the storage root changes: a report path inside it is refused.
+
+    Returns check_against's summary plus the input's crawl days, the report path and the first
+    duplicates (`preview`: up to PREVIEW_ROWS rows, by doc_id)."""
+    from ..documents import stage_documents
+    from ..fingerprint import stage_band_memberships, stage_fingerprinted
+    from ..reading import input_days
+
+    report = Path(report).expanduser().resolve()
+    root = Path(store.root).expanduser().resolve()
+    if report == root or root in report.parents:
+        raise WebdedupError(f"check: the report {report} would be written inside the corpus storage {root}")
+    fingerprint, banding = held_daily_params(store)
+    scratch = Path(tempfile.mkdtemp(prefix="webdedup-check-"))
+    try:
+        new = Store(scratch)
+        days = input_days(input_path, input_format, store=new)
+        if not days:
+            raise WebdedupError(f"{input_path}: no crawl day found in the input (is crawled_at a date?)")
+        months = months_of(days)
+        stage_documents(new, input_path, input_format, months=months)
+        stage_fingerprinted(new, fingerprint, months)
+        stage_band_memberships(new, banding, months)
+        summary = check_against(store, new, report)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    con = connect()
+    try:
+        preview = (
+            con.sql(f"""SELECT doc_id, matched_doc_id, matched_cluster_id, exact_jaccard
+            FROM read_parquet({sql_string(str(report))}) WHERE is_duplicate ORDER BY doc_id
+            LIMIT {PREVIEW_ROWS}""")
+            .to_arrow_table()
+            .to_pylist()
+        )
+    finally:
+        con.close()
+    return {**summary, "input_days": days, "report": str(report), "preview": preview}

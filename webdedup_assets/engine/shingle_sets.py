@@ -1,0 +1,67 @@
+"""Shingle sets of stored documents, recomputed with the kernel scoring uses and addressable by
+doc_id: what the evaluation, tune, the far-member pass of clustering and the invariants compare."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..core.fingerprint import shingle_sets
+from ..core.kernel import jaccard_blocks
+from ..errors import WebdedupError
+from .storage import Store, connect
+
+
+@dataclass
+class ShingleSets:
+    """Sorted unique shingle hashes of documents, addressable by doc_id (ids sorted)."""
+
+    doc_ids: pa.Array
+    flat: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def nodes(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        found = pc.index_in(ids, value_set=self.doc_ids)
+        if found.null_count:
+            raise WebdedupError("internal: a document without a computed shingle set")
+        return found.to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def jaccard(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(left), dtype=np.float64)
+        if len(left):
+            jaccard_blocks(self.flat, self.starts, self.ends, self.flat, self.starts, self.ends, left, right, out)
+        return out
+
+
+def load_shingle_sets(
+    store: Store, shingle_size: int, doc_ids: pa.Array | None = None, unit: str = "word"
+) -> ShingleSets:
+    """Shingle sets (the kernel scoring uses) of the given documents, or of all, in doc_id order;
+    unit: the stored shingle_unit (core.fingerprint.shingling)."""
+    con = connect(store)
+    try:
+        if doc_ids is not None:
+            con.register("wanted", pa.table({"doc_id": doc_ids.cast(pa.string())}))
+            query = f"""SELECT d.doc_id, d.body FROM {store.scan_sql("documents")} d
+                         WHERE d.doc_id IN (SELECT doc_id FROM wanted) ORDER BY d.doc_id"""
+        else:
+            query = f"SELECT doc_id, body FROM {store.scan_sql('documents')} ORDER BY doc_id"
+        ids, flats, sizes = [], [], []
+        for batch in con.sql(query).arrow(batch_size=16_384):
+            flat, offsets = shingle_sets(batch.column("body"), shingle_size, unit)
+            ids.append(batch.column("doc_id").cast(pa.string()))
+            flats.append(flat)
+            sizes.append(np.diff(offsets))
+    finally:
+        con.close()
+    flat = np.concatenate(flats) if flats else np.zeros(0, np.uint64)
+    sizes_all = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+    ends = np.cumsum(sizes_all).astype(np.int64)
+    all_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
+    if len(all_ids) != len(pc.unique(all_ids)):
+        raise WebdedupError("documents hold a doc_id more than once; re-run the pipeline")
+    return ShingleSets(all_ids, flat, ends - sizes_all, ends)
