@@ -164,6 +164,150 @@ def test_fixture_on_local_2_is_the_duckdb_result_and_every_check_is_green(spark,
     assert table(theirs, "deduped_documents").num_rows == 12
 
 
+# ---- fingerprinted and band_memberships on Spark ------------------------------------------
+
+DAILY = {"fingerprinted": ["doc_id"], "band_memberships": ["doc_id", "band_index"]}
+SPREAD_MONTHS = ["2026-01", "2026-02", "2026-03"]
+
+
+def daily_exports(folder: Path, changed: str | None = None) -> dict[str, Path]:
+    """The spread fixture as one contract Parquet file per crawl day (stored by the documents
+    stage as segments of their month: several documents files per month); `changed`: the
+    doc_id whose body gets a few more words."""
+    from .test_documents_adopt import contract_table, fixture_rows
+    from .test_partitions import spread
+
+    folder.mkdir(parents=True, exist_ok=True)
+    by_day: dict[str, list[dict]] = {}
+    for row in fixture_rows():
+        row = {**row, "crawled_at": spread(row["crawled_at"])}
+        if row["doc_id"] == changed:
+            row["body"] += " and a few words more"
+        by_day.setdefault(row["crawled_at"], []).append(row)
+    paths = {}
+    for day, rows in by_day.items():
+        paths[day] = folder / f"{day}.parquet"
+        pq.write_table(contract_table(rows), paths[day])
+    return paths
+
+
+def run_daily(engine, store: Store, **options) -> dict:
+    return {
+        "fingerprinted": engine.run("fingerprinted", store, FINGERPRINT, SPREAD_MONTHS, **options),
+        "band_memberships": engine.run("band_memberships", store, BANDING, SPREAD_MONTHS, **options),
+    }
+
+
+def month_stats(store: Store, asset: str) -> dict:
+    import json
+
+    return {
+        month: {
+            k: v
+            for k, v in json.loads(store.stats_path(asset, month).read_text()).items()
+            if k not in ("seconds", "sources")
+        }
+        for month in SPREAD_MONTHS
+    }
+
+
+def assert_same_daily_files(ours: Store, theirs: Store) -> None:
+    """File for file: the same names, the same rows (sorted by doc_id), the same stored parameters
+    and per-month figures."""
+    for asset, order in DAILY.items():
+        names = sorted(f.name for f in ours.files(asset))
+        assert names == sorted(f.name for f in theirs.files(asset)), asset
+        assert len(names) > len(SPREAD_MONTHS) + 1  # several files per month (segments) and the schema file
+        for name in names:
+            mine, other = ours.asset_dir(asset) / name, theirs.asset_dir(asset) / name
+            a = pq.read_table(mine).replace_schema_metadata(None).sort_by([(c, "ascending") for c in order])
+            b = pq.read_table(other).replace_schema_metadata(None).sort_by([(c, "ascending") for c in order])
+            assert a.schema == b.schema, (asset, name)
+            assert a.equals(b), (asset, name)
+            assert read_params(mine) == read_params(other), (asset, name)
+        assert month_stats(ours, asset) == month_stats(theirs, asset), asset
+
+
+def test_fingerprinted_and_band_memberships_on_spark_are_duckdbs_files(spark, tmp_path):
+    """Signatures and band keys by the same kernel in the executors: every file equals DuckDB's;
+    a second run after one documents file changed computes that file alone."""
+    from webdedup_assets.engine.documents import stage_documents as documents_stage
+
+    exports = tmp_path / "input"
+    daily_exports(exports)
+    base = Store(tmp_path / "spark")
+    documents_stage(base, str(exports), months=SPREAD_MONTHS)
+    shutil.copytree(base.root, tmp_path / "duck")
+    ours, theirs = base, Store(tmp_path / "duck")
+    results = run_daily(SPARK, ours, spark=LOCAL)
+    run_daily(DUCKDB, theirs)
+    files = len(ours.files("documents")) - 1  # without the schema file
+    assert results["fingerprinted"].rows == 24 and results["fingerprinted"].figures["files_computed"] == files
+    without = results["band_memberships"].figures["documents_without_shingles"]
+    assert results["band_memberships"].rows == (24 - without) * BANDING.bands
+    assert results["fingerprinted"].partition_rows == DUCKDB_PARTITION_ROWS(theirs)
+    assert_same_daily_files(ours, theirs)
+    assert not list(ours.asset_dir("fingerprinted").glob(".staging-*"))
+    # DuckDB's candidate stage reads Spark's band keys: the same 18 candidates
+    assert DUCKDB.run("candidate_pairs", ours, CandidateParams()).rows == 18
+
+    # one daily export changes and one of another month is gone: Spark computes the changed file
+    # alone, removes the gone one's, keeps the others untouched
+    changed = "billing-mirror"
+    exports_after = daily_exports(tmp_path / "input", changed=changed)
+    day = next(d for d, p in exports_after.items() if changed in pq.read_table(p).column("doc_id").to_pylist())
+    gone = next(d for d in sorted(exports_after) if d[:7] != day[:7])
+    exports_after.pop(gone).unlink()
+    for store in (ours, theirs):
+        documents_stage(store, str(exports), months=SPREAD_MONTHS)
+    before = {
+        asset: {f.name: f.stat().st_mtime_ns for f in ours.files(asset) if f.name != "_schema.parquet"}
+        for asset in DAILY
+    }
+    results = run_daily(SPARK, ours, spark=LOCAL)
+    run_daily(DUCKDB, theirs)
+    recomputed, removed = f"part-{day[:7]}.{day}.parquet", f"part-{gone[:7]}.{gone}.parquet"
+    for asset in DAILY:
+        after = {f.name: f.stat().st_mtime_ns for f in ours.files(asset) if f.name != "_schema.parquet"}
+        assert set(after) == set(before[asset]) - {removed}, asset
+        assert [n for n in after if after[n] != before[asset][n]] == [recomputed], asset
+        assert results[asset].figures["files_computed"] == 1, asset
+        assert results[asset].figures["files_reused"] == files - 2, asset
+    assert results["fingerprinted"].figures["documents"] == pq.read_metadata(exports_after[day]).num_rows
+    assert_same_daily_files(ours, theirs)
+
+
+def DUCKDB_PARTITION_ROWS(store: Store) -> dict:
+    import json
+
+    return {m: json.loads(store.stats_path("fingerprinted", m).read_text())["rows"] for m in SPREAD_MONTHS}
+
+
+def test_webdedup_run_engine_spark_runs_the_daily_stages_on_spark(spark, tmp_path, monkeypatch):
+    from webdedup_assets.cli import main
+
+    called = []
+    for stage in DAILY:
+        implementation = SPARK.stages[stage]
+
+        def spy(run, implementation=implementation):
+            called.append(run.stage.name)
+            return implementation(run)
+
+        monkeypatch.setitem(SPARK.stages, stage, spy)
+    out = tmp_path / "out"
+    code = main(
+        ["run", str(FIXTURE), "--output", str(out), "--quiet", "--engine", "spark", "--spark-master", "local[2]"]
+    )
+    assert code == 0
+    assert called == ["fingerprinted", "band_memberships"]
+    import json
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    counts = manifest["counts"]
+    assert (counts["candidate_pairs"], counts["duplicate_pairs"], counts["representatives"]) == (18, 18, 12)
+
+
 # ---- a generated corpus with near-duplicates and hot buckets -------------------------------
 
 WORDS = [f"w{i}" for i in range(3000)]

@@ -153,7 +153,8 @@ class RepresentativeParams(ParamGroup):
 
 
 class EngineParams(ParamGroup):
-    """Which engine computes the global stages (candidate_pairs .. deduped_documents)."""
+    """Which engine computes fingerprinted, band_memberships and the global stages (candidate_pairs ..
+    deduped_documents); documents and the manifest run on DuckDB either way."""
 
     engine: Literal["duckdb", "spark"] = Field(
         default="duckdb",

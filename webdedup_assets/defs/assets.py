@@ -285,10 +285,10 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         ),
     )
     def fingerprinted(
-        context: dg.AssetExecutionContext, config: FingerprintConfig, storage: WebdedupStorage
+        context: dg.AssetExecutionContext, config: FingerprintConfig, storage: WebdedupStorage, engine: WebdedupEngine
     ) -> dg.MaterializeResult:
         months = _months(context)
-        result = run_contract("fingerprinted", storage, config.params(), months)
+        result = run_contract("fingerprinted", storage, config.params(), months, engine_choice=engine)
         rows = report_months(context, storage, "fingerprinted", months)
         return dg.MaterializeResult(metadata=run_metadata(result.seconds, config.model_dump(), months, rows))
 
@@ -301,10 +301,10 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         ),
     )
     def band_memberships(
-        context: dg.AssetExecutionContext, config: BandConfig, storage: WebdedupStorage
+        context: dg.AssetExecutionContext, config: BandConfig, storage: WebdedupStorage, engine: WebdedupEngine
     ) -> dg.MaterializeResult:
         months = _months(context)
-        result = run_contract("band_memberships", storage, config.params(), months)
+        result = run_contract("band_memberships", storage, config.params(), months, engine_choice=engine)
         curve = [
             (j, round(candidate_probability(j, config.bands, config.rows), 4))
             for j in (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)

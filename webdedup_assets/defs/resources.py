@@ -47,7 +47,8 @@ _ENGINE_FIELDS = EngineParams.model_fields
 
 
 class WebdedupEngine(dg.ConfigurableResource):
-    """The engine of the global stages (fields, defaults and descriptions from params.EngineParams):
+    """The engine of fingerprinted, band_memberships and the global stages (fields, defaults and
+    descriptions from params.EngineParams; documents and the manifest always run on DuckDB):
     duckdb (embedded) or spark on `spark_master` (local[*] when empty) or the Spark Connect URL
     `spark_remote`. The Spark session is created by the first stage that needs it and reused."""
 

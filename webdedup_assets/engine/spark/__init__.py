@@ -28,4 +28,4 @@ def session_of(run: StageRun):
     return get_session(settings if isinstance(settings, SparkSettings) else None)
 
 
-from . import candidates, clustering, scoring  # noqa: E402,F401  (register the stages)
+from . import candidates, clustering, fingerprint, scoring  # noqa: E402,F401  (register the stages)

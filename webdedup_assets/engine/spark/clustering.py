@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from ...core.ranking import REPRESENTATIVE_POLICIES, policy_order_by
 from ...errors import WebdedupError
+from ..diagnostics import write_cluster_diagnostics
 from ..documents import stored_extra_columns
 from ..publish import report_path
 from ..stage import StageOutput, StageRun
@@ -237,6 +238,10 @@ def deduped_documents(run: StageRun) -> StageOutput:
         store.asset_dir("deduped_documents"),
     )
     ranked.unpersist()
+    # cluster_diagnostics.csv, published with the run like the DuckDB engine's: computed by DuckDB
+    # on the driver over the stored files, as the clusters_cohesive check is (bounded by its member
+    # cap, see engine.diagnostics); not yet a Spark job.
+    figures.update(write_cluster_diagnostics(store))
     return StageOutput(rows, figures)
 
 
