@@ -52,14 +52,7 @@ def clusters(run: StageRun) -> StageOutput:
             f"re-materialize the stages from fingerprinted on"
         )
     ids = con.sql("SELECT doc_id FROM ids ORDER BY node").to_arrow_table().column("doc_id").combine_chunks()
-    labels = component_labels(len(ids), edge_left, edge_right)
-    sizes = np.bincount(labels, minlength=len(ids))[labels] if len(ids) else np.zeros(0, np.int64)
-    cluster_ids = (
-        pa.compute.binary_join_element_wise(pa.scalar("cluster-"), ids.take(pa.array(labels)), "")
-        if len(ids)
-        else pa.array([], pa.string())
-    )
-    table = pa.table({"doc_id": ids, "cluster_id": cluster_ids, "cluster_size": pa.array(sizes, pa.int64())})
+    table = cluster_assignment(ids, edge_left, edge_right)
     rows = write_table(store.path("clusters"), table, run.parameters)
     clusters_sql = store.scan_sql("clusters")
     n_clusters, dup_clusters, singletons, largest = con.execute(f"""
@@ -74,6 +67,19 @@ def clusters(run: StageRun) -> StageOutput:
     }
     con.close()
     return StageOutput(rows, figures)
+
+
+def cluster_assignment(ids: pa.Array, left: np.ndarray, right: np.ndarray) -> pa.Table:
+    """(doc_id, cluster_id, cluster_size) of documents `ids` (node i = ids[i], sorted by doc_id)
+    joined by the edges (left[k], right[k]): cluster_id = 'cluster-' + the smallest doc_id."""
+    labels = component_labels(len(ids), left, right)  # each node's smallest node
+    sizes = np.bincount(labels, minlength=len(ids))[labels] if len(ids) else np.zeros(0, np.int64)
+    cluster_ids = (
+        pa.compute.binary_join_element_wise(pa.scalar("cluster-"), ids.take(pa.array(labels)), "")
+        if len(ids)
+        else pa.array([], pa.string())
+    )
+    return pa.table({"doc_id": ids, "cluster_id": cluster_ids, "cluster_size": pa.array(sizes, pa.int64())})
 
 
 def stage_deduped_documents(store: Store, params: RepresentativeParams | None = None) -> StageResult:

@@ -15,18 +15,10 @@ from ..fileio import write_text
 from .documents import stored_input
 from .publish import publish
 from .stage import DUCKDB, StageOutput, StageRun
+from .stage import STAGES as CONTRACT
 from .storage import Store, sum_figures
 
-STAGES = (
-    "documents",
-    "fingerprinted",
-    "band_memberships",
-    "candidate_pairs",
-    "scored_pairs",
-    "duplicate_pairs",
-    "clusters",
-    "deduped_documents",
-)
+STAGES = CONTRACT["manifest"].upstream  # the stages it reports on, in pipeline order
 PACKAGES = ("webdedup", "dagster", "duckdb", "pyarrow", "pandas", "numpy", "numba", "fastwarc", "resiliparse")
 
 

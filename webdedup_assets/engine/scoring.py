@@ -42,6 +42,12 @@ SCORED_SCHEMA = pa.schema(
 )
 
 
+# duplicate_pairs: the scored pair's columns, is_duplicate and reason replaced by kind (exact | near)
+DUPLICATE_SCHEMA = pa.schema(
+    [*(f for f in SCORED_SCHEMA if f.name not in ("is_duplicate", "reason")), ("kind", pa.string())]
+)
+
+
 def reasons(exact: np.ndarray, estimate: np.ndarray, threshold: float) -> np.ndarray:
     """jaccard_and_minhash | jaccard_match | minhash_only_rejected | below_jaccard_threshold."""
     exact_ok = exact >= threshold

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 
-from ...core.components import component_labels
 from ...errors import WebdedupError
+from ..clustering import cluster_assignment
 from ..storage import scalar
 
 
@@ -41,17 +40,7 @@ class ComponentsStep:
               JOIN regroup r ON r.doc_id = p.right_doc_id""").fetchnumpy()
         left, right = (np.asarray(v, dtype=np.int64) for v in edges.values())
         ids = con.sql("SELECT doc_id FROM regroup ORDER BY node").to_arrow_table().column("doc_id").combine_chunks()
-        labels = component_labels(len(ids), left, right)
-        sizes = np.bincount(labels, minlength=len(ids))[labels] if len(ids) else np.zeros(0, np.int64)
-        cluster_ids = (
-            pa.compute.binary_join_element_wise(pa.scalar("cluster-"), ids.take(pa.array(labels)), "")
-            if len(ids)
-            else pa.array([], pa.string())
-        )
-        con.register(
-            "regrouped_arrow",
-            pa.table({"doc_id": ids, "cluster_id": cluster_ids, "cluster_size": pa.array(sizes, pa.int64())}),
-        )
+        con.register("regrouped_arrow", cluster_assignment(ids, left, right))
         con.execute("CREATE TEMP TABLE regrouped AS SELECT * FROM regrouped_arrow")
         con.unregister("regrouped_arrow")
         self.report.clusters_touched = scalar(con, "SELECT count(DISTINCT cluster_id) FROM regrouped")

@@ -22,6 +22,18 @@ GLOBAL = ("candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "ded
 COLLISION_TOP = 10_000  # collision_buckets.csv lists this many buckets
 
 
+def create_collision_top(con, bands: str) -> None:
+    """Temp table `top`: the COLLISION_TOP largest buckets of the band table expression `bands`
+    with their members (collision_buckets.csv's rows)."""
+    con.execute(f"""CREATE TEMP TABLE top AS
+        WITH sizes AS (SELECT band_index, band_hash, count(*) AS size FROM {bands}
+                        GROUP BY band_index, band_hash HAVING count(*) > 1
+                        ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
+        SELECT s.band_index, s.band_hash, s.size, string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
+          FROM sizes s JOIN {bands} m USING (band_index, band_hash)
+         GROUP BY s.band_index, s.band_hash, s.size""")
+
+
 @dataclass
 class UpdateReport:
     mode: str  # "incremental" | "full" | "unchanged"

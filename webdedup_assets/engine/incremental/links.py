@@ -11,7 +11,16 @@ from ...errors import WebdedupError
 from ..candidates import pair_slot_budget
 from ..publish import report_path
 from ..storage import scalar, sql_string, write_csv
-from .layout import COLLISION_TOP, data_files, fetch_rows, incremental_dir, listing, save_table, snapshot_dir
+from .layout import (
+    COLLISION_TOP,
+    create_collision_top,
+    data_files,
+    fetch_rows,
+    incremental_dir,
+    listing,
+    save_table,
+    snapshot_dir,
+)
 
 
 class LinksStep:
@@ -214,13 +223,7 @@ class LinksStep:
         )
         bands = store.scan_sql("band_memberships")
         if listed_shrank or self.figures["max_bucket_size"] is None:
-            con.execute(f"""CREATE TEMP TABLE top AS
-                WITH sizes AS (SELECT band_index, band_hash, count(*) AS size FROM {bands}
-                                GROUP BY band_index, band_hash HAVING count(*) > 1
-                                ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
-                SELECT s.band_index, s.band_hash, s.size, string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
-                  FROM sizes s JOIN {bands} m USING (band_index, band_hash)
-                 GROUP BY s.band_index, s.band_hash, s.size""")
+            create_collision_top(con, bands)
             if self.figures["max_bucket_size"] is None:
                 self.figures["max_bucket_size"] = scalar(con, "SELECT COALESCE(max(size), 0) FROM top")
         else:

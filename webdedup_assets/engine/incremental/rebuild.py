@@ -16,11 +16,11 @@ from ..stage import DUCKDB
 from ..state import held_days
 from ..storage import Store, connect, quote_ident, write_text
 from .layout import (
-    COLLISION_TOP,
     DAILY,
     GLOBAL,
     STATE_FORMAT,
     STATE_NAME,
+    create_collision_top,
     data_files,
     file_identity,
     incremental_dir,
@@ -59,13 +59,7 @@ def full_rebuild(
             "collision_buckets": buckets,
             "max_bucket_size": largest,
         }
-        con.execute(f"""CREATE TEMP TABLE top AS
-            WITH sizes AS (SELECT band_index, band_hash, count(*) AS size FROM {bm}
-                            GROUP BY band_index, band_hash HAVING count(*) > 1
-                            ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
-            SELECT s.band_index, s.band_hash, s.size, string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
-              FROM sizes s JOIN {bm} m USING (band_index, band_hash)
-             GROUP BY s.band_index, s.band_hash, s.size""")
+        create_collision_top(con, bm)
         save_table(con, "top", incremental_dir(store) / "collision_top.parquet")
         inspection_all(con, store, representative)
         save_table(con, "inspection", incremental_dir(store) / "cluster_inspection.parquet")

@@ -7,24 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..scoring import SCORED_SCHEMA
+from ..scoring import DUPLICATE_SCHEMA, SCORED_SCHEMA
 from ..stage import StageOutput, StageRun
 from . import SPARK, session_of
 from .io import read_asset, write_asset
-
-DUPLICATE_SCHEMA = pa.schema(
-    [
-        ("left_doc_id", pa.string()),
-        ("right_doc_id", pa.string()),
-        ("left_domain", pa.string()),
-        ("right_domain", pa.string()),
-        ("cross_domain", pa.bool_()),
-        ("shared_bands", pa.int32()),
-        ("exact_jaccard", pa.float64()),
-        ("minhash_estimate", pa.float64()),
-        ("kind", pa.string()),
-    ]
-)
 
 
 def _shingles(shingle_size: int):
