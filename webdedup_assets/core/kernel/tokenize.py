@@ -84,6 +84,19 @@ def _cased_before(data, start, pos, casing):
 
 
 @njit(inline="always")
+def _final_sigma(data, start, at, ahead, end, casing):
+    """str.lower's final-sigma rule for a capital sigma at `at` whose next character starts at
+    `ahead`: a cased character before it and none after it (case-ignorable ones skipped)."""
+    final = _cased_before(data, start, at, casing)
+    while final and ahead < end:
+        cp, width = _decode(data, ahead)
+        if not casing[cp] & 1:
+            return not (casing[cp] & 2)
+        ahead += width
+    return final
+
+
+@njit(inline="always")
 def _ascii_word_hash(data, first, n, end):
     """token_hash of the ASCII letters and digits data[first:first+n], lowercased (OR 0x20)."""
     if n < 16:  # one or two words, no branch: both are folded, the length picks the state
@@ -201,14 +214,7 @@ def token_hashes(data, start, end, normalized, tables, out):
                 first, last = map_offsets[cp], map_offsets[cp + 1]
                 final = False
                 if c == 5:  # capital sigma: final form by its neighbours (str.lower's rule)
-                    final = _cased_before(data, start, at, casing)
-                    ahead = at + width
-                    while final and ahead < end:
-                        cp2, width2 = _decode(data, ahead)
-                        if not casing[cp2] & 1:
-                            final = not (casing[cp2] & 2)
-                            break
-                        ahead += width2
+                    final = _final_sigma(data, start, at, at + width, end, casing)
                     first, last = 0, 1
                 for m in range(first, last):
                     mapped = (0x3C2 if final else 0x3C3) if c == 5 else np.int64(map_codepoints[m])
@@ -390,14 +396,7 @@ def char_hashes(data, start, end, normalized, tables, out):
             first, last = map_offsets[cp], map_offsets[cp + 1]
             final = False
             if c == 5:  # capital sigma: final form by its neighbours (str.lower's rule)
-                final = _cased_before(data, start, at, casing)
-                ahead = pos
-                while final and ahead < end:
-                    cp2, width2 = _decode(data, ahead)
-                    if not casing[cp2] & 1:
-                        final = not (casing[cp2] & 2)
-                        break
-                    ahead += width2
+                final = _final_sigma(data, start, at, pos, end, casing)
                 first, last = 0, 1
             for m in range(first, last):
                 mapped = (0x3C2 if final else 0x3C3) if c == 5 else np.int64(map_codepoints[m])
