@@ -182,7 +182,7 @@ def _whole_chain(context: dg.AssetExecutionContext) -> bool:
 def _chain_params(context: dg.AssetExecutionContext) -> tuple[Any, Any, Any, bool]:
     """The parameters of the whole global chain from this run's config (each stage's config, its
     defaults where none is given), and candidate_pairs' full_rebuild flag."""
-    ops = context.run_config.get("ops") or {}
+    ops = context.run.run_config.get("ops") or {}
 
     def given(asset: str) -> dict[str, Any]:
         return dict((ops.get(asset) or {}).get("config") or {})
