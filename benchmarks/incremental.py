@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--history", type=int, default=100_000)
     parser.add_argument("--day", type=int, default=10_000)
     parser.add_argument("--work", default=None, help="scratch folder (default: benchmarks/data/inc-<history>-run)")
+    parser.add_argument("--rebuild-history", action="store_true", help="build the history again even if kept")
     args = parser.parse_args(argv)
     days = (args.history + args.day) // args.day
     corpus = DATA / f"inc-{args.history}-{args.day}"
@@ -64,14 +65,21 @@ def main(argv: list[str] | None = None) -> None:
         if not (history_dir / f.name).exists():
             os.link(f, history_dir / f.name)
     work = Path(args.work) if args.work else DATA / f"inc-{args.history}-run"
-    shutil.rmtree(work, ignore_errors=True)
+    built = work.with_name(work.name + "-history")  # the history alone, kept for the next run
     python = sys.executable
     cli = [python, "-m", "webdedup_assets.cli"]
-    seconds, rss, _ = timed([*cli, "add", str(history_dir), "--output", str(work), "--json"])
-    print(
-        f"history: {len(files) - 1} days ({args.history:,}-ish pages), full build: {seconds:.1f} s, "
-        f"peak RSS {rss:.0f} MiB"
-    )
+    if args.rebuild_history or not (built / "manifest.json").exists():
+        shutil.rmtree(built, ignore_errors=True)
+        seconds, rss, _ = timed([*cli, "add", str(history_dir), "--output", str(built), "--json"])
+        print(
+            f"history: {len(files) - 1} days ({args.history:,}-ish pages), full build: {seconds:.1f} s, "
+            f"peak RSS {rss:.0f} MiB"
+        )
+    else:
+        print(f"history: reusing {built} (--rebuild-history to build it again)")
+    # a hard-linked copy: stored files are only ever replaced, never written in place
+    shutil.rmtree(work, ignore_errors=True)
+    subprocess.run(["cp", "-al", str(built), str(work)], check=True)
     seconds, rss, out = timed(
         [
             *cli,
@@ -97,10 +105,11 @@ def main(argv: list[str] | None = None) -> None:
         f"{report['clusters_touched']:,} clusters touched: {seconds:.2f} s in all (update "
         f"{report['seconds']['total']:.2f} s: {report['seconds']}), peak RSS {rss:.0f} MiB"
     )
+    storage = work / "_storage"
+    daily_assets = ("documents", "fingerprinted", "band_memberships")
+    daily = {p.stat().st_ino for a in daily_assets for p in (storage / a).rglob("*")}
     size = sum(
-        p.stat().st_size
-        for p in (work / "_storage" / "incremental").rglob("*")
-        if p.is_file() and p.stat().st_nlink == 1
+        p.stat().st_size for p in (storage / "incremental").rglob("*") if p.is_file() and p.stat().st_ino not in daily
     )
     print(f"incremental state not shared with the daily files: {size / 2**20:.1f} MiB")
 

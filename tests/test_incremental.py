@@ -124,7 +124,7 @@ ORDER = {
 }
 REPORTS = {
     "candidate_pairs": ["candidate_summary.csv", "collision_buckets.csv"],
-    "deduped_documents": ["cluster_inspection.csv"],
+    "deduped_documents": ["cluster_inspection.csv", "cluster_diagnostics.csv"],
 }
 
 
@@ -246,6 +246,47 @@ def test_incremental_equals_full_recompute(tmp_path_factory, seed, ops, policy):
         apply(store, corpus, name, rng, candidates)
         if corpus.days:
             assert_same(store, corpus, tmp, candidates)
+
+
+def _ops_sequence(tmp: Path, seed: int, ops: list[str]) -> Store:
+    """Two days, a full build, then `ops`, each compared with a run from scratch."""
+    rng = random.Random(seed)
+    corpus = Corpus(tmp)
+    store = Store(tmp / "storage")
+    daily(store, corpus, op_add(corpus, rng) + op_add(corpus, rng))
+    assert incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE).mode == "full"
+    for name in ops:
+        apply(store, corpus, name, rng, POLICIES["fail"])
+        if corpus.days:
+            assert_same(store, corpus, tmp, POLICIES["fail"])
+    return store
+
+
+def test_character_shingles_are_scored_as_character_shingles(tmp_path, monkeypatch):
+    """The incremental verification uses the stored shingle unit (it once hashed word shingles
+    whatever the unit): with 7-character shingles, every score equals the full run's."""
+    monkeypatch.setattr(
+        __import__(__name__, fromlist=["FINGERPRINT"]),
+        "FINGERPRINT",
+        FingerprintParams(shingle_size=7, shingle_unit="char", num_perm=16, seed=3),
+    )
+    store = _ops_sequence(tmp_path, 7, ["add", "merge", "replace", "add"])
+    assert store.params("fingerprinted")["fingerprint"]["shingle_unit"] == "char"
+    con = connect()
+    assert con.execute(f"SELECT count(*) FROM {store.scan_sql('duplicate_pairs')}").fetchone()[0] > 0
+    con.close()
+
+
+def test_diagnostics_under_a_member_cap_equal_the_full_run(tmp_path, monkeypatch):
+    """cluster_diagnostics.csv measures at most COHESION_MAX_MEMBERS members (largest clusters
+    first); an update recomputes the touched clusters and those the cap moved over, and the
+    result equals the full stage's with the same cap."""
+    from webdedup_assets.engine import invariants
+
+    monkeypatch.setattr(invariants, "COHESION_MAX_MEMBERS", 3)
+    store = _ops_sequence(tmp_path, 11, ["merge", "add", "merge", "replace", "delete"])
+    rows = list(csv.DictReader((store.asset_dir("deduped_documents") / "cluster_diagnostics.csv").open()))
+    assert sum(int(r["members_checked"]) for r in rows if int(r["size"]) > 2) <= 3
 
 
 def test_a_day_joins_two_clusters(tmp_path):

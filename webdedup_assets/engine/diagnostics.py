@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from .invariants import COHESION_MAX_MEMBERS, GIANT_CLUSTER_SIZE, member_jaccards
+from .invariants import GIANT_CLUSTER_SIZE, cohesion_cap, measured_key, member_jaccards
 from .preview import markdown_table
 from .publish import report_path
 from .storage import Store, atomic_path, connect
@@ -44,36 +44,84 @@ COLUMNS = [
 
 
 def cluster_diagnostics(
-    store: Store, max_members: int = COHESION_MAX_MEMBERS, giant_size: int = GIANT_CLUSTER_SIZE
+    store: Store,
+    max_members: int | None = None,
+    giant_size: int = GIANT_CLUSTER_SIZE,
+    previous: pa.Table | None = None,
+    changed_clusters: pa.Array | None = None,
+    previous_key: str | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """(table, figures): the rows described above, worst first (flagged, then lowest minimum
-    Jaccard to the representative, then largest), and counts for the asset metadata."""
+    Jaccard to the representative, then largest), and counts for the asset metadata.
+
+    previous, changed_clusters and previous_key (an incremental update): the table as it was, the
+    cluster ids, old and new, whose members, edges or representative changed, and the key it was
+    measured under (invariants.measured_key); only those clusters' rows (and those of clusters
+    whose measured members moved with the cap) are computed again."""
     threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
+    max_members = cohesion_cap(max_members)
+    incremental = previous is not None and changed_clusters is not None
+    measured = member_jaccards(
+        store,
+        max_members,
+        changed_clusters=changed_clusters if incremental else None,
+        previous_key=previous_key,
+    )
+    recompute = None
+    if incremental:
+        # clusters whose count of measured members changed (the cap moved over them) too
+        checked = measured.group_by("cluster_id").aggregate([("doc_id", "count")])
+        old_checked = previous.filter(pc.greater(previous["size"], 2)).select(["cluster_id", "members_checked"])
+        joined = checked.join(old_checked, "cluster_id", join_type="full outer")
+        same = pc.equal(
+            pc.fill_null(joined["doc_id_count"], 0), pc.fill_null(joined["members_checked"].cast(pa.int64()), -1)
+        )
+        moved = joined.filter(pc.invert(same))
+        recompute = pc.unique(
+            pa.concat_arrays([changed_clusters.cast(pa.string()), moved["cluster_id"].combine_chunks()])
+        )
+        measured = measured.filter(pc.is_in(measured["cluster_id"], value_set=recompute))
+    base = _base_rows(store, recompute)
+    table = _table(_rows(base, measured, threshold, giant_size), previous, recompute)
+    return table, _figures(table, max_members, giant_size)
+
+
+def _base_rows(store: Store, clusters: pa.Array | None) -> pa.Table:
+    """Per multi-document cluster (all, or those in `clusters`): size, representative, domains,
+    edges, the minimum edge Jaccard and that edge's other end."""
     con = connect(store)
     try:
-        base = con.sql(f"""
-            WITH multi AS (
+        only = ""
+        if clusters is not None:
+            con.register("only_arrow", pa.table({"cluster_id": clusters}))
+            only = "AND cluster_id IN (SELECT cluster_id FROM only_arrow)"
+        return con.sql(f"""
+            WITH cl AS (SELECT doc_id, cluster_id, cluster_size FROM {store.scan_sql("clusters")}
+                         WHERE cluster_size > 1 {only}),
+            reps AS (SELECT doc_id, cluster_id FROM {store.scan_sql("deduped_documents")} WHERE true {only}),
+            multi AS (
                 SELECT c.cluster_id, any_value(c.cluster_size) AS size, count(DISTINCT d.domain) AS domains
-                  FROM {store.scan_sql("clusters")} c
-                  JOIN (SELECT doc_id, domain FROM {store.scan_sql("documents")}) d USING (doc_id)
-                 WHERE c.cluster_size > 1 GROUP BY c.cluster_id),
+                  FROM cl c JOIN (SELECT doc_id, domain FROM {store.scan_sql("documents")}) d USING (doc_id)
+                 GROUP BY c.cluster_id),
             edges AS (
                 SELECT c.cluster_id, count(*) AS edges, min(p.exact_jaccard) AS min_edge_jaccard,
                        arg_min(CASE WHEN p.left_doc_id = r.doc_id THEN p.right_doc_id ELSE p.left_doc_id END,
                                p.exact_jaccard) AS edge_member
                   FROM {store.scan_sql("duplicate_pairs")} p
-                  JOIN {store.scan_sql("clusters")} c ON c.doc_id = p.left_doc_id
-                  JOIN (SELECT doc_id, cluster_id FROM {store.scan_sql("deduped_documents")}) r USING (cluster_id)
+                  JOIN cl c ON c.doc_id = p.left_doc_id
+                  JOIN reps r USING (cluster_id)
                  GROUP BY c.cluster_id)
             SELECT m.cluster_id, m.size, r.doc_id AS representative, m.domains,
                    COALESCE(e.edges, 0) AS edges, e.min_edge_jaccard, e.edge_member
               FROM multi m
-              JOIN (SELECT doc_id, cluster_id FROM {store.scan_sql("deduped_documents")}) r USING (cluster_id)
+              JOIN reps r USING (cluster_id)
               LEFT JOIN edges e USING (cluster_id)
              ORDER BY m.cluster_id""").to_arrow_table()
     finally:
         con.close()
-    measured = member_jaccards(store, max_members)  # clusters of three or more, bounded
+
+
+def _rows(base: pa.Table, measured: pa.Table, threshold: float, giant_size: int) -> list[dict[str, Any]]:
     per_cluster: dict[str, tuple[float, str, int, int]] = {}  # min, farthest, below, checked
     if measured.num_rows:
         order = pc.sort_indices(
@@ -124,40 +172,61 @@ def cluster_diagnostics(
                 "flag": "+".join(flags) or "ok",
             }
         )
-    rows.sort(
-        key=lambda r: (
-            r["flag"] == "ok",
-            r["min_jaccard_to_representative"] if r["min_jaccard_to_representative"] is not None else np.inf,
-            -r["size"],
-            r["cluster_id"],
-        )
+    return rows
+
+
+SCHEMA = pa.schema(
+    [
+        ("cluster_id", pa.string()),
+        ("size", pa.int64()),
+        ("representative", pa.string()),
+        ("min_jaccard_to_representative", pa.float64()),
+        ("farthest_member", pa.string()),
+        ("members_below_threshold", pa.int64()),
+        ("members_checked", pa.int64()),
+        ("min_edge_jaccard", pa.float64()),
+        ("edges", pa.int64()),
+        ("domains", pa.int64()),
+        ("flag", pa.string()),
+    ]
+)
+assert SCHEMA.names == COLUMNS
+
+
+def _table(rows: list[dict[str, Any]], previous: pa.Table | None, recompute: pa.Array | None) -> pa.Table:
+    """`rows` (with the rows of `previous` outside `recompute`), worst first."""
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    if previous is not None and recompute is not None:
+        kept = previous.filter(pc.invert(pc.is_in(previous["cluster_id"], value_set=recompute)))
+        table = pa.concat_tables([kept.cast(SCHEMA), table])
+    # worst first: flagged, lowest minimum Jaccard to the representative (none last), largest, id
+    order = pc.sort_indices(
+        pa.table(
+            {
+                "ok": pc.equal(table["flag"], "ok"),
+                "min": pc.fill_null(table["min_jaccard_to_representative"], np.inf),
+                "size": pc.negate(table["size"]),
+                "cluster_id": table["cluster_id"],
+            }
+        ),
+        [("ok", "ascending"), ("min", "ascending"), ("size", "ascending"), ("cluster_id", "ascending")],
     )
-    table = pa.table(
-        {
-            "cluster_id": pa.array([r["cluster_id"] for r in rows], pa.string()),
-            "size": pa.array([r["size"] for r in rows], pa.int64()),
-            "representative": pa.array([r["representative"] for r in rows], pa.string()),
-            "min_jaccard_to_representative": pa.array([r["min_jaccard_to_representative"] for r in rows], pa.float64()),
-            "farthest_member": pa.array([r["farthest_member"] for r in rows], pa.string()),
-            "members_below_threshold": pa.array([r["members_below_threshold"] for r in rows], pa.int64()),
-            "members_checked": pa.array([r["members_checked"] for r in rows], pa.int64()),
-            "min_edge_jaccard": pa.array([r["min_edge_jaccard"] for r in rows], pa.float64()),
-            "edges": pa.array([r["edges"] for r in rows], pa.int64()),
-            "domains": pa.array([r["domains"] for r in rows], pa.int64()),
-            "flag": pa.array([r["flag"] for r in rows], pa.string()),
-        }
-    )
-    figures = {
-        "multi_document_clusters": len(rows),
-        "low_cohesion_clusters": sum(r["members_below_threshold"] > 0 for r in rows),
-        "giant_clusters": sum(r["size"] > giant_size for r in rows),
-        "members_below_threshold": sum(r["members_below_threshold"] for r in rows),
-        "members_checked": sum(r["members_checked"] for r in rows),
+    return table.take(order)
+
+
+def _figures(table: pa.Table, max_members: int, giant_size: int) -> dict[str, Any]:
+    size = table["size"]
+    below = table["members_below_threshold"]
+    return {
+        "multi_document_clusters": table.num_rows,
+        "low_cohesion_clusters": int(pc.sum(pc.greater(below, 0)).as_py() or 0),
+        "giant_clusters": int(pc.sum(pc.greater(size, giant_size)).as_py() or 0),
+        "members_below_threshold": int(pc.sum(below).as_py() or 0),
+        "members_checked": int(pc.sum(table["members_checked"]).as_py() or 0),
         "member_cap": int(max_members),
-        "clusters_unchecked": sum(r["members_checked"] < r["size"] - 1 for r in rows),
-        "largest_cluster": max((r["size"] for r in rows), default=0),
+        "clusters_unchecked": int(pc.sum(pc.less(table["members_checked"], pc.subtract(size, 1))).as_py() or 0),
+        "largest_cluster": int(pc.max(size).as_py() or 0) if table.num_rows else 0,
     }
-    return table, figures
 
 
 def worst_clusters_markdown(table: pa.Table, limit: int = 10) -> str:
@@ -170,12 +239,39 @@ def worst_clusters_markdown(table: pa.Table, limit: int = 10) -> str:
 
 
 REPORT = "cluster_diagnostics.csv"
+TABLE = "cluster_diagnostics.arrow"  # the same rows, typed: what an incremental update starts from
 
 
-def write_cluster_diagnostics(store: Store, max_members: int = COHESION_MAX_MEMBERS) -> dict[str, Any]:
+def write_cluster_diagnostics(
+    store: Store,
+    max_members: int | None = None,
+    changed_clusters: pa.Array | None = None,
+    previous_key: str | None = None,
+) -> dict[str, Any]:
     """Compute the diagnostics and keep them beside deduped_documents (published as REPORT);
-    returns the figures."""
-    table, figures = cluster_diagnostics(store, max_members)
+    returns the figures. changed_clusters, previous_key: an incremental update (see
+    cluster_diagnostics); the kept table is its starting point if it was made under
+    previous_key, else everything is computed."""
+    max_members = cohesion_cap(max_members)
+    kept = store.asset_dir("deduped_documents") / TABLE
+    previous = None
+    if changed_clusters is not None and previous_key is not None and kept.exists():
+        with pa.memory_map(str(kept)) as source:
+            found = pa.ipc.open_file(source).read_all()
+        if (found.schema.metadata or {}).get(b"key", b"").decode() == previous_key:
+            previous = found.replace_schema_metadata(None)
+    table, figures = cluster_diagnostics(
+        store,
+        max_members,
+        previous=previous,
+        changed_clusters=changed_clusters if previous is not None else None,
+        previous_key=previous_key,
+    )
+    key = measured_key(store, max_members)
+    with atomic_path(kept) as temp:
+        schema = table.schema.with_metadata({"key": key or ""})
+        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as out:
+            out.write_table(table.replace_schema_metadata(schema.metadata))
     with atomic_path(report_path(store, REPORT)) as temp:
         pacsv.write_csv(table, temp)
     return figures

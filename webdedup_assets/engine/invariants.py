@@ -201,25 +201,34 @@ GIANT_CLUSTER_SIZE = 1000
 COHESION_MAX_MEMBERS = 100_000  # members checked per run at most (largest clusters first): a bounded cost
 
 
-def member_jaccards(store: Store, max_members: int = COHESION_MAX_MEMBERS, min_size: int = 3) -> pa.Table:
+def member_jaccards(
+    store: Store,
+    max_members: int | None = None,
+    min_size: int = 3,
+    changed_clusters: pa.Array | None = None,
+    previous_key: str | None = None,
+) -> pa.Table:
     """(doc_id, cluster_id, cluster_size, representative, jaccard): the exact shingle Jaccard of each
     member of a cluster of min_size or more documents to its representative (the representative
     itself left out), the largest clusters first, at most max_members rows (a bounded cost).
 
     Measured once per build of clusters and deduped_documents: the diagnostics of the
     deduped_documents stage and the clusters_cohesive check share it (a small Arrow file beside
-    deduped_documents, keyed by the identity of the files it was measured on)."""
-    key = _member_cache_key(store, max_members, min_size)
+    deduped_documents, keyed by the identity of the files it was measured on).
+
+    changed_clusters and previous_key (an incremental update): the cluster ids, old and new, whose
+    members or representative changed, and measured_key(store) before the update; the kept
+    measurement, if made under that key, supplies the rows of every other cluster and only the
+    rest is measured (the same table as a measurement from scratch)."""
+    max_members = cohesion_cap(max_members)
+    key = measured_key(store, max_members, min_size)
     cache = store.asset_dir("deduped_documents") / MEMBER_CACHE
-    if key is not None and cache.exists():
-        try:
-            with pa.memory_map(str(cache)) as source:
-                table = pa.ipc.open_file(source).read_all()
-            if (table.schema.metadata or {}).get(b"key") == key.encode():
-                return table.replace_schema_metadata(None)
-        except (OSError, pa.ArrowException):
-            pass
-    table = _measure_member_jaccards(store, max_members, min_size)
+    kept = _read_member_cache(cache)
+    if key is not None and kept is not None and kept[1] == key:
+        return kept[0]
+    usable = changed_clusters is not None and kept is not None and previous_key is not None and kept[1] == previous_key
+    previous = kept[0] if usable else None
+    table = _measure_member_jaccards(store, max_members, min_size, previous, changed_clusters)
     if key is not None:
         with atomic_path(cache) as temp:
             with (
@@ -233,7 +242,28 @@ def member_jaccards(store: Store, max_members: int = COHESION_MAX_MEMBERS, min_s
 MEMBER_CACHE = "member_jaccards.arrow"  # not *.parquet: never read as part of the asset
 
 
-def _member_cache_key(store: Store, max_members: int, min_size: int) -> str | None:
+def _read_member_cache(cache: Path) -> tuple[pa.Table, str] | None:
+    """(table, key it was measured under), or None when there is no readable one."""
+    if not cache.exists():
+        return None
+    try:
+        with pa.memory_map(str(cache)) as source:
+            table = pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowException):
+        return None
+    key = (table.schema.metadata or {}).get(b"key", b"").decode()
+    return table.replace_schema_metadata(None), key
+
+
+def cohesion_cap(max_members: int | None) -> int:
+    """max_members, or COHESION_MAX_MEMBERS read when called (tests lower it)."""
+    return COHESION_MAX_MEMBERS if max_members is None else int(max_members)
+
+
+def measured_key(store: Store, max_members: int | None = None, min_size: int = 3) -> str | None:
+    """What a measurement of member Jaccards (and the diagnostics built on it) was made on: the
+    identity of the clusters and deduped_documents files and the cap."""
+    max_members = cohesion_cap(max_members)
     try:
         identities = {a: file_identity(store.path(a)) for a in ("clusters", "deduped_documents")}
     except FileNotFoundError:  # an asset written as several parts (Spark): measured each time
@@ -241,7 +271,13 @@ def _member_cache_key(store: Store, max_members: int, min_size: int) -> str | No
     return json.dumps({**identities, "max_members": max_members, "min_size": min_size}, sort_keys=True)
 
 
-def _measure_member_jaccards(store: Store, max_members: int, min_size: int) -> pa.Table:
+def _measure_member_jaccards(
+    store: Store,
+    max_members: int,
+    min_size: int,
+    previous: pa.Table | None = None,
+    changed_clusters: pa.Array | None = None,
+) -> pa.Table:
     from ..core.fingerprint import shingling
     from .shingle_sets import load_shingle_sets  # the shingle sets scoring uses, recomputed for these documents
 
@@ -256,20 +292,36 @@ def _measure_member_jaccards(store: Store, max_members: int, min_size: int) -> p
                  WHERE c.cluster_size >= {int(min_size)} AND c.doc_id <> r.doc_id)
             SELECT doc_id, cluster_id, cluster_size, representative FROM ranked
              ORDER BY cluster_size DESC, cluster_id, doc_id LIMIT {int(max_members)}""").to_arrow_table()
+        jaccard = np.zeros(members.num_rows, np.float64)
+        known = np.zeros(members.num_rows, bool)
+        if previous is not None and members.num_rows:
+            # an unchanged cluster keeps its id, members and representative: its rows are reused
+            con.register("members_arrow", members.append_column("row", pa.array(np.arange(members.num_rows))))
+            con.register("previous_arrow", previous)
+            con.register("changed_arrow", pa.table({"cluster_id": changed_clusters.cast(pa.string())}))
+            reused = con.execute("""
+                SELECT m.row, p.jaccard FROM members_arrow m
+                  JOIN previous_arrow p USING (doc_id, cluster_id, cluster_size, representative)
+                 WHERE m.cluster_id NOT IN (SELECT cluster_id FROM changed_arrow)""").fetchnumpy()
+            rows = np.asarray(reused["row"], np.int64)
+            jaccard[rows], known[rows] = np.asarray(reused["jaccard"], np.float64), True
     finally:
         con.close()
-    jaccard = np.zeros(members.num_rows, dtype=np.float64)
-    if members.num_rows:
+    todo = np.flatnonzero(~known)
+    if len(todo):
+        measured = members.take(pa.array(todo))
         ids = pa.concat_arrays(
-            [members.column("doc_id").combine_chunks(), members.column("representative").combine_chunks()]
+            [measured.column("doc_id").combine_chunks(), measured.column("representative").combine_chunks()]
         )
         sets = load_shingle_sets(store, shingle_size, pc.unique(ids), unit)
-        jaccard = sets.jaccard(sets.nodes(members.column("doc_id")), sets.nodes(members.column("representative")))
+        jaccard[todo] = sets.jaccard(
+            sets.nodes(measured.column("doc_id")), sets.nodes(measured.column("representative"))
+        )
     return members.append_column("jaccard", pa.array(jaccard, pa.float64()))
 
 
 def cluster_cohesion(
-    store: Store, giant_size: int = GIANT_CLUSTER_SIZE, max_members: int = COHESION_MAX_MEMBERS
+    store: Store, giant_size: int = GIANT_CLUSTER_SIZE, max_members: int | None = None
 ) -> tuple[bool, dict[str, Any]]:
     """Clusters that connected components may have chained too far: giant clusters (more than
     giant_size documents), and members whose exact Jaccard to their representative is below the

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...core.fingerprint import shingle_sets
+from ...core.fingerprint import shingle_sets, shingling
 from ...core.sets import jaccard_blocks
 from ...errors import WebdedupError
 from ...params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
@@ -52,7 +52,7 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
             raise WebdedupError(f"check: the corpus was built with {key}={value} but the new data with {key}={given}")
     candidates = from_stored(CandidateParams, state["parameters"]["candidates"]) if state else CandidateParams()
     scoring = from_stored(ScoringParams, state["parameters"]["scoring"]) if state else ScoringParams()
-    shingle_size = held["fingerprint"]["shingle_size"]
+    shingle_size, unit = shingling(held["fingerprint"])
     con = connect(new)  # DuckDB spills under the new data's storage, never under the corpus'
 
     try:
@@ -80,7 +80,7 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
             sets = {}
             for name, source, ids in (("old", store, "need"), ("new", new, "need_new")):
                 rows = fetch_rows(con, data_files(source, "documents"), ids, ["doc_id", "body"])
-                flat, offsets = shingle_sets(rows.column("body").combine_chunks(), shingle_size)
+                flat, offsets = shingle_sets(rows.column("body").combine_chunks(), shingle_size, unit)
                 sets[name] = (
                     rows.column("doc_id").combine_chunks(),
                     flat,

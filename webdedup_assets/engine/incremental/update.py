@@ -10,6 +10,7 @@ import pyarrow as pa
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
 from ..candidates import _require_unique_doc_ids
 from ..diagnostics import write_cluster_diagnostics
+from ..invariants import measured_key
 from ..stage import DUCKDB, STAGES, StageRun, check_uniform
 from ..state import check_consistent, held_days
 from ..storage import Store, connect, write_batches
@@ -102,6 +103,7 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
             commit(store, self.candidates, self.scoring, self.representative, self.figures)
             return
         self.report.mode = "incremental"
+        measured_before = measured_key(store)  # what the kept diagnostics were made on
         _require_unique_doc_ids(store)
         self._links()
         self._mark("candidates")
@@ -110,9 +112,16 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         self._clusters()
         self._mark("clusters")
         self._representatives()  # marks representatives, deduped_documents, cluster_inspection
-        # cluster_diagnostics.csv as the full stage writes it (bounded, see engine.diagnostics)
+        # cluster_diagnostics.csv as the full stage writes it (bounded, see engine.diagnostics),
+        # recomputed for the touched clusters only
+        changed = (
+            self.con.sql("SELECT cluster_id FROM touched_old UNION SELECT cluster_id FROM regrouped")
+            .to_arrow_table()["cluster_id"]
+            .combine_chunks()
+        )
+        figures = write_cluster_diagnostics(store, changed_clusters=changed, previous_key=measured_before)
         stats = store.stats("deduped_documents")[0]
-        store.write_stats("deduped_documents", None, {**stats, **write_cluster_diagnostics(store)})
+        store.write_stats("deduped_documents", None, {**stats, **figures})
         self._mark("diagnostics")
         commit(store, self.candidates, self.scoring, self.representative, self.figures)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ...core.fingerprint import shingle_sets
+from ...core.fingerprint import shingle_sets, shingling
 from ...core.minhash import estimate_jaccard
 from ...core.sets import jaccard_blocks
 from ...errors import WebdedupError
@@ -21,7 +21,7 @@ class VerifyStep:
     def _score(self) -> None:
         con, store = self.con, self.store
         fingerprint = self.upstream["fingerprinted"]["fingerprint"]
-        shingle_size, num_perm = fingerprint["shingle_size"], fingerprint["num_perm"]
+        (shingle_size, unit), num_perm = shingling(fingerprint), fingerprint["num_perm"]
         pairs = con.sql(
             "SELECT left_doc_id, right_doc_id FROM rescore ORDER BY left_doc_id, right_doc_id"
         ).to_arrow_table()
@@ -30,7 +30,7 @@ class VerifyStep:
         prints = fetch_rows(con, data_files(store, "fingerprinted"), "need", ["doc_id", "signature"])
         if pairs.num_rows:
             ids = docs.column("doc_id").combine_chunks()
-            flat, offsets = shingle_sets(docs.column("body").combine_chunks(), shingle_size)
+            flat, offsets = shingle_sets(docs.column("body").combine_chunks(), shingle_size, unit)
             starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
             left = pa.compute.index_in(pairs["left_doc_id"], value_set=ids).to_numpy().astype(np.int64)
             right = pa.compute.index_in(pairs["right_doc_id"], value_set=ids).to_numpy().astype(np.int64)
