@@ -14,6 +14,7 @@ import random
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401
 import pyarrow.parquet as pq
@@ -430,3 +431,29 @@ def test_cli_check_changes_nothing(tmp_path, capsys):
     for doc_id, jaccard in got.items():
         assert jaccard == pytest.approx(expected[doc_id])
     assert all(r["matched_cluster_id"] for r in rows if r["is_duplicate"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.integers(0, 30),
+    group=st.integers(1, 7),
+    keep=st.lists(st.booleans(), min_size=30, max_size=30),
+    new_keys=st.lists(st.integers(0, 200), max_size=12, unique=True),
+)
+def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows, group, keep, new_keys):
+    """deduped_documents' splice (representatives._merged): kept rows of an old file written in
+    row groups of `group` rows, new rows put in at their keys; the result is the merge by key."""
+    from webdedup_assets.engine.incremental.representatives import _merged
+
+    path = tmp_path_factory.mktemp("splice") / "old.parquet"
+    keys = [k * 7 for k in range(rows)]  # the old rows' keys, ascending
+    pq.write_table(pa.table({"key": keys, "body": [f"old-{k}" for k in keys]}), path, row_group_size=group)
+    kept_rows = np.array([i for i in range(rows) if keep[i]], np.int64)
+    kept_keys = np.array([keys[i] for i in kept_rows], np.int64)
+    new_keys = np.array(sorted(k * 7 + 3 for k in new_keys), np.int64)  # never equal to an old key
+    schema = pa.schema([("key", pa.int64()), ("body", pa.string())])
+    new = pa.table({"key": new_keys, "body": [f"new-{k}" for k in new_keys]}, schema=schema)
+    parts = list(_merged(pq.ParquetFile(path), schema, kept_rows, kept_keys, new, new_keys))
+    out = pa.concat_tables([schema.empty_table(), *parts])
+    expected = sorted([(int(k), f"old-{k}") for k in kept_keys] + [(int(k), f"new-{k}") for k in new_keys])
+    assert list(zip(out["key"].to_pylist(), out["body"].to_pylist())) == expected

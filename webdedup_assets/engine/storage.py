@@ -218,12 +218,13 @@ def writer_options(
 def write_batches(
     target: Path,
     schema: pa.Schema,
-    batches: Iterable[pa.RecordBatch],
+    batches: Iterable[pa.RecordBatch | pa.Table],
     params: dict[str, Any],
     use_dictionary: bool | list[str] = True,
     uncompressed: Iterable[str] = (),
 ) -> int:
-    """Stream record batches into one Parquet file atomically; returns the row count.
+    """Stream record batches (or tables: one row group each, e.g. zero-copy slices put
+    together) into one Parquet file atomically; returns the row count.
 
     use_dictionary: False or the columns worth dictionary-encoding (pyarrow tries every column
     by default, which costs CPU and size on unique or random values such as signatures).
@@ -235,7 +236,11 @@ def write_batches(
         with pq.ParquetWriter(temp, schema, **writer_options(schema, use_dictionary, uncompressed)) as writer:
             for batch in batches:
                 if batch.num_rows:
-                    writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
+                    batch = batch.cast(schema) if batch.schema != schema else batch
+                    if isinstance(batch, pa.Table):
+                        writer.write_table(batch)
+                    else:
+                        writer.write_batch(batch)
                     rows += batch.num_rows
     return rows
 

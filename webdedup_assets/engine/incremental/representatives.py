@@ -160,9 +160,10 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _merged(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa.Table, new_keys):
-    """Batches of the old file's kept rows (row numbers `kept_rows`, keys ascending) with the
-    rows of `new` (keys `new_keys`, ascending) spliced in at their keys: one old row group in
-    memory at a time."""
+    """Tables (one per row group of the old file) of the old file's kept rows (row numbers
+    `kept_rows`, keys ascending) with the rows of `new` (keys `new_keys`, ascending) spliced in at
+    their keys. Kept rows are zero-copy slices of runs of consecutive rows (bodies are not copied
+    before the writer encodes them); one old row group in memory at a time."""
     # new row i goes before the kept row at index `at[i]` (the end: after the last one)
     at = np.searchsorted(kept_keys, new_keys, side="left")
     taken = 0  # new rows emitted so far
@@ -173,17 +174,25 @@ def _merged(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: p
         stop = start + old.metadata.row_group(group).num_rows
         last = first + int(np.searchsorted(kept_rows[first:], stop, side="left"))
         upto = len(new_keys) if group == groups - 1 else int(np.searchsorted(at, last, side="left"))
+        pieces: list[pa.Table] = []
         if last > first:
-            rows = old.read_row_group(group, use_threads=False).take(pa.array(kept_rows[first:last] - start))
-            part = _conform(rows, schema)
-        else:
-            part = schema.empty_table()
+            rows = _conform(old.read_row_group(group), schema)
+            local = kept_rows[first:last] - start
+            # a piece ends where the kept rows skip a row or where new rows go in
+            cuts = set((np.flatnonzero(np.diff(local) != 1) + 1).tolist())
+            cuts.update(int(a) - first for a in at[taken:upto] if first < a < last)
+            bounds = [0, *sorted(cuts), last - first]
+            for lo, hi in zip(bounds, bounds[1:]):
+                here = int(np.searchsorted(at, first + lo, side="right"))
+                if here > taken:  # new rows whose place is before kept row `first + lo`
+                    pieces.append(new.slice(taken, here - taken))
+                    taken = here
+                pieces.append(rows.slice(int(local[lo]), hi - lo))
         if upto > taken:
-            part = pa.concat_tables([part, new.slice(taken, upto - taken)])
-            keys = np.concatenate([kept_keys[first:last], new_keys[taken:upto]])
-            part = part.take(pa.array(np.argsort(keys, kind="stable")))
+            pieces.append(new.slice(taken, upto - taken))
             taken = upto
-        yield from part.combine_chunks().to_batches()
+        if pieces:
+            yield pa.concat_tables(pieces)
         start, first = stop, last
     if taken < len(new_keys):  # an old file without row groups (no representative yet)
-        yield from new.slice(taken).combine_chunks().to_batches()
+        yield new.slice(taken)
