@@ -457,3 +457,33 @@ def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows,
     out = pa.concat_tables([schema.empty_table(), *parts])
     expected = sorted([(int(k), f"old-{k}") for k in kept_keys] + [(int(k), f"new-{k}") for k in new_keys])
     assert list(zip(out["key"].to_pylist(), out["body"].to_pylist())) == expected
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.integers(0, 25), min_size=1, max_size=3),
+    group=st.integers(1, 6),
+    picks=st.lists(st.integers(0, 74), max_size=20),
+)
+def test_fetch_rows_reads_the_wanted_rows(tmp_path_factory, monkeypatch, sizes, group, picks):
+    """engine.rows.fetch_rows over files of small row groups, read a few groups at a time: exactly
+    the wanted documents, in file and row order."""
+    from webdedup_assets.engine import rows as layout
+
+    monkeypatch.setattr(layout, "FETCH_ROWS", 7)
+    folder = tmp_path_factory.mktemp("fetch")
+    files, ids = [], []
+    for f, size in enumerate(sizes):
+        names = [f"d{f}-{i:02d}" for i in range(size)]
+        path = folder / f"part-{f}.parquet"
+        pq.write_table(pa.table({"doc_id": names, "body": [n + "!" for n in names]}), path, row_group_size=group)
+        files.append(path)
+        ids += names
+    wanted = sorted({ids[p] for p in picks if p < len(ids)})
+    con = connect()
+    con.register("wanted_arrow", pa.table({"doc_id": pa.array(wanted, pa.string())}))
+    con.execute("CREATE TEMP TABLE wanted AS SELECT * FROM wanted_arrow")
+    got = layout.fetch_rows(con, files, "wanted", ["doc_id", "body"])
+    con.close()
+    assert (got.column("doc_id").to_pylist() if got is not None else []) == wanted
+    assert got is None or got.column("body").to_pylist() == [w + "!" for w in wanted]

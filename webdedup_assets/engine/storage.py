@@ -60,6 +60,10 @@ class Store:
     def files(self, asset: str) -> list[Path]:
         return sorted(self.asset_dir(asset).glob("*.parquet"))
 
+    def data_files(self, asset: str) -> list[Path]:
+        """The files holding rows (every file but the schema file of a partitioned asset)."""
+        return [f for f in self.files(asset) if f != self.schema_path(asset)]
+
     def partition_files(self, asset: str, partition: str) -> list[Path]:
         """Every file of one partition, in stored order: its segments, then its main file."""
         main = self.path(asset, partition)

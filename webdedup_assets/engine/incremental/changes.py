@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..rows import listing
 from ..storage import Store, quote_ident, scalar
-from .layout import DAILY, data_files, listing, same_file, snapshot_dir
+from .layout import DAILY, same_file, snapshot_dir
 
 
 @dataclass
@@ -26,7 +27,7 @@ def daily_changes(store: Store) -> DailyChanges:
     current: dict[str, list[Path]] = {}
     previous: dict[str, list[Path]] = {}
     for asset in DAILY:
-        files = data_files(store, asset)
+        files = store.data_files(asset)
         snap = snapshot_dir(store, asset)
         names = {f.name for f in files}
         current[asset] = [f for f in files if not same_file(f, snap / f.name)]

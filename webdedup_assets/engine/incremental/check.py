@@ -15,10 +15,11 @@ from ...core.fingerprint import shingle_sets, shingling
 from ...core.sets import jaccard_blocks
 from ...errors import WebdedupError
 from ...params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
+from ..rows import fetch_rows, listing
 from ..serial import from_stored
 from ..state import months_of
 from ..storage import Store, connect, scalar, sql_string, write_batches
-from .layout import data_files, fetch_rows, listing, load_state, snapshot_dir
+from .layout import load_state, snapshot_dir
 
 CHECK_SCHEMA = pa.schema(
     [
@@ -79,7 +80,7 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
         if pairs.num_rows:
             sets = {}
             for name, source, ids in (("old", store, "need"), ("new", new, "need_new")):
-                rows = fetch_rows(con, data_files(source, "documents"), ids, ["doc_id", "body"])
+                rows = fetch_rows(con, source.data_files("documents"), ids, ["doc_id", "body"])
                 flat, offsets = shingle_sets(rows.column("body").combine_chunks(), shingle_size, unit)
                 sets[name] = (
                     rows.column("doc_id").combine_chunks(),

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..storage import Store, sql_string
 
@@ -75,14 +74,6 @@ def file_identity(path: Path) -> list[int]:
     return [info.st_dev, info.st_ino]
 
 
-def data_files(store: Store, asset: str) -> list[Path]:
-    return [f for f in store.files(asset) if f != store.schema_path(asset)]
-
-
-def listing(files: list[Path]) -> str:
-    return "[" + ", ".join(sql_string(str(f)) for f in files) + "]"
-
-
 def link_file(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -99,37 +90,6 @@ def same_file(a: Path, b: Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
-
-
-def fetch_rows(con, files: list[Path], ids: str, columns: list[str]) -> pa.Table:
-    """Rows of `files` whose doc_id is in the temp table `ids`, only `columns` (those a file
-    lacks come back NULL): located by a narrow scan (doc_id, file, row number), then read row
-    group by row group, so wide columns (bodies, signatures) are read for those rows only."""
-    if not files:
-        return None
-    located = con.sql(f"""
-        SELECT d.filename, d.file_row_number FROM
-          read_parquet({listing(files)}, union_by_name = true, filename = true, file_row_number = true) d
-          SEMI JOIN {ids} i ON i.doc_id = d.doc_id
-         ORDER BY d.filename, d.file_row_number""").to_arrow_table()
-    names = located.column("filename").to_numpy(zero_copy_only=False)
-    numbers = located.column("file_row_number").to_numpy()
-    parts = []
-    for path in sorted(set(names)):
-        wanted = numbers[names == path]
-        handle = pq.ParquetFile(path)
-        present = [c for c in columns if c in handle.schema_arrow.names]
-        start = 0
-        for group in range(handle.metadata.num_row_groups):
-            stop = start + handle.metadata.row_group(group).num_rows
-            inside = wanted[(wanted >= start) & (wanted < stop)]
-            if len(inside):
-                rows = handle.read_row_group(group, columns=present, use_threads=False).take(pa.array(inside - start))
-                parts.append(rows)
-            start = stop
-    if not parts:
-        return None
-    return pa.concat_tables(parts, promote_options="default")
 
 
 def save_table(con, table: str, target: Path) -> None:

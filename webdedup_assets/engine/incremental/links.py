@@ -10,14 +10,12 @@ import pyarrow.parquet as pq
 from ...errors import WebdedupError
 from ..candidates import pair_slot_budget
 from ..publish import report_path
+from ..rows import fetch_rows, listing
 from ..storage import scalar, sql_string, write_csv
 from .layout import (
     COLLISION_TOP,
     create_collision_top,
-    data_files,
-    fetch_rows,
     incremental_dir,
-    listing,
     save_table,
     snapshot_dir,
 )
@@ -122,7 +120,7 @@ class LinksStep:
                                          OR right_doc_id IN (SELECT doc_id FROM added))""")
         con.execute("""CREATE TEMP TABLE need AS SELECT DISTINCT doc_id FROM
             (SELECT left_doc_id AS doc_id FROM rescore UNION ALL SELECT right_doc_id FROM rescore)""")
-        need_domains = fetch_rows(con, data_files(store, "documents"), "need", ["doc_id", "domain"])
+        need_domains = fetch_rows(con, store.data_files("documents"), "need", ["doc_id", "domain"])
         con.register(
             "need_domains_arrow",
             need_domains
@@ -197,7 +195,7 @@ class LinksStep:
             figures["max_bucket_size"] = None
         else:
             figures["max_bucket_size"] = max(figures["max_bucket_size"], grown if grown > 1 else 0)
-        self.documents = int(sum(pq.read_metadata(f).num_rows for f in data_files(self.store, "documents")))
+        self.documents = int(sum(pq.read_metadata(f).num_rows for f in self.store.data_files("documents")))
         if params.bucket_policy == "star":
             self.slots = figures["star_slots"] + figures["small_slots"]
         else:

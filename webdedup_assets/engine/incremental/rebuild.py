@@ -21,7 +21,6 @@ from .layout import (
     STATE_FORMAT,
     STATE_NAME,
     create_collision_top,
-    data_files,
     file_identity,
     incremental_dir,
     link_file,
@@ -116,7 +115,7 @@ def commit(
     the previous state, whose global asset identities no longer match: a full rebuild)."""
     for asset in DAILY:
         snap = snapshot_dir(store, asset)
-        files = data_files(store, asset)
+        files = store.data_files(asset)
         names = {f.name for f in files}
         for f in files:
             if not same_file(f, snap / f.name):

@@ -24,9 +24,10 @@ from ...core.ranking import policy_order_by
 from ..clustering import cluster_inspection
 from ..documents import stored_extra_columns
 from ..publish import report_path
+from ..rows import fetch_rows, listing
 from ..stage import DUCKDB
 from ..storage import quote_ident, sql_string, write_batches, write_csv
-from .layout import data_files, duck_type, fetch_rows, incremental_dir, listing, save_table
+from .layout import duck_type, incremental_dir, save_table
 from .rebuild import ranked_sql
 
 ROW_SHIFT = 40  # key = file index << 40 | row number in the file (a file holds < 2**40 rows)
@@ -44,7 +45,7 @@ class RepresentativesStep:
             "CREATE TEMP TABLE winners AS "
             "SELECT doc_id, cluster_id, cluster_size, token_count FROM ranked WHERE rank = 1"
         )
-        files = data_files(store, "documents")
+        files = store.data_files("documents")
         doc_schema = con.sql(f"SELECT * FROM {store.scan_sql('documents')} LIMIT 0").arrow().schema
         schema = pa.schema(
             [*doc_schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]

@@ -10,9 +10,9 @@ from ...core.minhash import estimate_jaccard
 from ...core.sets import jaccard_blocks
 from ...errors import WebdedupError
 from ...params import ScoringParams
+from ..rows import fetch_rows
 from ..scoring import SCORED_SCHEMA, reasons
 from ..storage import scalar
-from .layout import data_files, fetch_rows
 
 
 class VerifyStep:
@@ -26,8 +26,8 @@ class VerifyStep:
             "SELECT left_doc_id, right_doc_id FROM rescore ORDER BY left_doc_id, right_doc_id"
         ).to_arrow_table()
         self.report.pairs_scored = pairs.num_rows
-        docs = fetch_rows(con, data_files(store, "documents"), "need", ["doc_id", "body"])
-        prints = fetch_rows(con, data_files(store, "fingerprinted"), "need", ["doc_id", "signature"])
+        docs = fetch_rows(con, store.data_files("documents"), "need", ["doc_id", "body"])
+        prints = fetch_rows(con, store.data_files("fingerprinted"), "need", ["doc_id", "signature"])
         if pairs.num_rows:
             ids = docs.column("doc_id").combine_chunks()
             flat, offsets = shingle_sets(docs.column("body").combine_chunks(), shingle_size, unit)
