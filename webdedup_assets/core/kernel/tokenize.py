@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from .. import hashing
 from ..normalize import CJK_RANGES
 from .mix import ONES, PRIME_2, TOKEN_SEED, U64, fmix64, fold
 from .simd import block_masks, load8, load_u64
@@ -334,7 +335,9 @@ def collapse_separators(data, offsets, separator):
     return out[:cursor].copy(), out_offsets
 
 
-_SPACE_HASH = fmix64(fold(TOKEN_SEED, U64(32), PRIME_2, 31) ^ U64(1))  # token_hash(" ")
+# token_hash(" ") from the plain-Python definition: calling the numba primitives here would
+# compile them (uncached) in every process that imports the kernel, ~0.45 s per command
+_SPACE_HASH = U64(hashing.token_hash(" "))
 
 
 @njit(inline="always")
