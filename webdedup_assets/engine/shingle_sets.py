@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from ..core.fingerprint import shingle_sets
 from ..core.kernel import jaccard_blocks
 from ..errors import WebdedupError
+from .parallel import ordered_map, thread_count
 from .rows import fetch_rows
 from .storage import Store, connect
 
@@ -55,11 +56,16 @@ def load_shingle_sets(
         else:
             query = f"SELECT doc_id, body FROM {store.scan_sql('documents')} ORDER BY doc_id"
             batches = con.sql(query).arrow(batch_size=16_384)
-        for batch in batches:
+
+        def shingled(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray]:
             flat, offsets = shingle_sets(batch.column("body"), shingle_size, unit)
-            ids.append(batch.column("doc_id").cast(pa.string()))
+            return batch.column("doc_id").cast(pa.string()), flat, np.diff(offsets)
+
+        # the kernel releases the GIL: batches are hashed on every core, kept in order
+        for batch_ids, flat, batch_sizes in ordered_map(shingled, batches, thread_count()):
+            ids.append(batch_ids)
             flats.append(flat)
-            sizes.append(np.diff(offsets))
+            sizes.append(batch_sizes)
     finally:
         con.close()
     flat = np.concatenate(flats) if flats else np.zeros(0, np.uint64)
