@@ -275,7 +275,33 @@ def test_character_shingles_are_scored_as_character_shingles(tmp_path, monkeypat
     assert store.params("fingerprinted")["fingerprint"]["shingle_unit"] == "char"
     con = connect()
     assert con.execute(f"SELECT count(*) FROM {store.scan_sql('duplicate_pairs')}").fetchone()[0] > 0
+    # `check`: a new page 4 words off a held one, scored with 7-character shingles
+    held_id, held_body = con.execute(f"SELECT doc_id, body FROM {store.scan_sql('documents')} LIMIT 1").fetchone()
     con.close()
+    words = held_body.split()
+    new_body = " ".join(words[4:] + ["extra", "words", "at", "the", "end"])
+    path = tmp_path / "new.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, HEADER)
+        writer.writeheader()
+        writer.writerow({**Corpus(tmp_path).row(DAYS[-1], 0, 0, "new-page"), "body": new_body})
+    incremental.check_input(store, str(path), "csv", tmp_path / "check.parquet")
+    rows = pq.read_table(tmp_path / "check.parquet").to_pylist()
+    from webdedup_assets.core.fingerprint import shingle_sets
+
+    def chars(body: str) -> set[int]:
+        flat, _ = shingle_sets(pa.array([body], pa.large_string()), 7, "char")
+        return set(flat.tolist())
+
+    (row,) = rows
+    assert row["is_duplicate"] and row["matched_doc_id"] is not None
+    con = connect()
+    (matched_body,) = con.execute(
+        f"SELECT body FROM {store.scan_sql('documents')} WHERE doc_id = ?", [row["matched_doc_id"]]
+    ).fetchone()
+    con.close()
+    a, b = chars(matched_body), chars(new_body)
+    assert row["exact_jaccard"] == pytest.approx(len(a & b) / len(a | b))
 
 
 def test_diagnostics_under_a_member_cap_equal_the_full_run(tmp_path, monkeypatch):
