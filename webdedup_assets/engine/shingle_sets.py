@@ -13,7 +13,6 @@ from ..core.fingerprint import shingle_sets
 from ..core.kernel import jaccard_blocks
 from ..errors import WebdedupError
 from .parallel import ordered_map, thread_count
-from .rows import fetch_rows
 from .storage import Store, connect
 
 
@@ -48,14 +47,12 @@ def load_shingle_sets(
     ids, flats, sizes = [], [], []
     try:
         if doc_ids is not None:
-            # a few documents: read only the row groups holding them (engine.rows), not every body
             con.register("wanted", pa.table({"doc_id": doc_ids.cast(pa.string())}))
-            found = fetch_rows(con, store.data_files("documents"), "wanted", ["doc_id", "body"])
-            found = found if found is not None else pa.table({"doc_id": pa.array([], pa.string()), "body": []})
-            batches = found.take(pc.sort_indices(found, [("doc_id", "ascending")])).to_batches(max_chunksize=16_384)
+            query = f"""SELECT d.doc_id, d.body FROM {store.scan_sql("documents")} d
+                         WHERE d.doc_id IN (SELECT doc_id FROM wanted) ORDER BY d.doc_id"""
         else:
             query = f"SELECT doc_id, body FROM {store.scan_sql('documents')} ORDER BY doc_id"
-            batches = con.sql(query).arrow(batch_size=16_384)
+        batches = con.sql(query).arrow(batch_size=16_384)
 
         def shingled(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray]:
             flat, offsets = shingle_sets(batch.column("body"), shingle_size, unit)
