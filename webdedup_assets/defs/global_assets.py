@@ -175,7 +175,7 @@ GLOBAL_CHAIN = {spec.stage for spec in GLOBAL_STAGES}
 def _whole_chain(context: dg.AssetExecutionContext) -> bool:
     """Whether this run materializes every global stage (then they are updated as one chain)."""
     # the run's selection; empty for a job run of its whole selection: then the job's assets
-    selection = context.dagster_run.asset_selection or context.job_def.asset_layer.selected_asset_keys
+    selection = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys
     return GLOBAL_CHAIN <= {key.to_user_string() for key in selection}
 
 
