@@ -494,7 +494,18 @@ def _wait_port(port: int, seconds: float = 60) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
-def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path):
+def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path, monkeypatch):
+    from webdedup_assets.engine.spark import clustering
+
+    monkeypatch.setattr(clustering, "CHECKPOINT_EVERY", 1)  # a reliable checkpoint in the one round
+    written = []
+
+    def recording(edges, nodes, components=clustering.components):
+        result = components(edges, nodes)
+        written.extend((tmp_path / "store").glob(".spark-checkpoints-*/*/rdd-*"))
+        return result
+
+    monkeypatch.setattr(clustering, "components", recording)
     stop_sessions()  # one SparkContext per process: the local one goes first
     home = Path(pyspark.__file__).parent
     env = {
@@ -571,6 +582,9 @@ def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path):
         assert results["candidate_pairs"].rows == 18
         assert results["duplicate_pairs"].rows == 18
         assert results["deduped_documents"].rows == 12
+        assert results["clusters"].figures["rounds"] >= 1
+        # not a local master: the reliable checkpoints went under the storage root, then were removed
+        assert written and not list(store.root.glob(".spark-checkpoints-*"))
     finally:
         stop_sessions()
         for process in reversed(processes):
