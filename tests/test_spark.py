@@ -438,8 +438,8 @@ def _scored(store: Store) -> Store:
 # ---- a long chain ----------------------------------------------------------------------------
 
 
-# The size: 200,000 documents in one chain (14 rounds; ~2 minutes on local[2] of this
-# 2-core machine under a load of 6, the largest Spark test here). The chain is written as a
+# The size: 200,000 documents in one chain (14 rounds; 66-107 s on local[2] of this
+# 2-core machine under loads of 5-8, the largest Spark test here). The chain is written as a
 # duplicate_pairs table and clustered by the clusters stage alone, not through the pipeline.
 # WEBDEDUP_SPARK_CHAIN=N runs another size.
 CHAIN = int(os.environ.get("WEBDEDUP_SPARK_CHAIN", "200000"))
