@@ -506,7 +506,9 @@ def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path, monkey
         return result
 
     monkeypatch.setattr(clustering, "components", recording)
+    local_checkpoints = spark.sparkContext.getCheckpointDir()  # file:/tmp/webdedup-spark-checkpoints-*/<uuid>
     stop_sessions()  # one SparkContext per process: the local one goes first
+    assert local_checkpoints and not Path(local_checkpoints.removeprefix("file:")).parent.exists()
     home = Path(pyspark.__file__).parent
     env = {
         **os.environ,

@@ -4,7 +4,9 @@ engine never needs it."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -42,6 +44,7 @@ class SparkSettings:
 
 _lock = threading.Lock()
 _sessions: dict[SparkSettings, Any] = {}
+_checkpoint_dirs: list[str] = []  # local folders made here: removed when the sessions stop or the process exits
 
 
 def _loopback(settings: SparkSettings) -> bool:
@@ -103,10 +106,20 @@ def get_session(settings: SparkSettings | None = None):
             # stage puts them under the storage root, which every executor sees
             # (engine/spark/clustering.py), unless spark.checkpoint.dir is set.
             if session.sparkContext.getCheckpointDir() is None:
-                session.sparkContext.setCheckpointDir(tempfile.mkdtemp(prefix="webdedup-spark-checkpoints-"))
+                folder = tempfile.mkdtemp(prefix="webdedup-spark-checkpoints-")
+                _checkpoint_dirs.append(folder)
+                session.sparkContext.setCheckpointDir(folder)
             session.sparkContext.setLogLevel("ERROR")
         _sessions[settings] = session
         return session
+
+
+def _remove_checkpoint_dirs() -> None:
+    while _checkpoint_dirs:
+        shutil.rmtree(_checkpoint_dirs.pop(), ignore_errors=True)
+
+
+atexit.register(_remove_checkpoint_dirs)
 
 
 def stop_sessions() -> None:
@@ -114,6 +127,7 @@ def stop_sessions() -> None:
         for session in _sessions.values():
             session.stop()
         _sessions.clear()
+        _remove_checkpoint_dirs()
 
 
 def spark_version() -> str:
