@@ -13,6 +13,9 @@ no leaf has two centres.
 from __future__ import annotations
 
 import math
+import shutil
+import uuid
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -119,6 +122,22 @@ def components(edges, nodes: int):
     return current, rounds
 
 
+def shared_checkpoints(spark, root: Path) -> Path | None:
+    """On a cluster the reliable checkpoints must be where every executor and the driver see
+    them: unless spark.checkpoint.dir is set, a folder under the storage root (which the engine
+    already requires to be shared), removed after the stage. Local masters keep the session's
+    local folder; Spark Connect uses the server's."""
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect: no SparkContext on the client
+        return None
+    if context.master.startswith("local") or context.getConf().get("spark.checkpoint.dir"):
+        return None
+    folder = root / f".spark-checkpoints-{uuid.uuid4().hex}"
+    context.setCheckpointDir(str(folder))
+    return folder
+
+
 @SPARK.implements("clusters")
 def clusters(run: StageRun) -> StageOutput:
     """Connected components over duplicate pairs; every document in exactly one cluster,
@@ -148,7 +167,13 @@ def clusters(run: StageRun) -> StageOutput:
         )
     edges = pairs.select(F.col("left_doc_id").alias("u"), F.col("right_doc_id").alias("v"))
     n_edges = edges.count()
-    stars, rounds = components(edges, max(2, 2 * n_edges))
+    checkpoints = shared_checkpoints(spark, store.root)
+    try:
+        stars, rounds = components(edges, max(2, 2 * n_edges))
+    except BaseException:
+        if checkpoints is not None:
+            shutil.rmtree(checkpoints, ignore_errors=True)
+        raise
     labelled = (
         ids.join(stars.select(F.col("u").alias("doc_id"), F.col("v").alias("root")), "doc_id", "left")
         .withColumn("cluster_id", F.concat(F.lit("cluster-"), F.coalesce("root", "doc_id")))
@@ -166,6 +191,8 @@ def clusters(run: StageRun) -> StageOutput:
         F.coalesce(F.max("cluster_size"), F.lit(0)).alias("largest"),
     ).first()
     labelled.unpersist()
+    if checkpoints is not None:
+        shutil.rmtree(checkpoints, ignore_errors=True)
     figures = {
         "clusters": int(totals["clusters"]),
         "duplicate_clusters": int(totals["dup"]),

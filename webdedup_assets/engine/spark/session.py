@@ -4,7 +4,9 @@ engine never needs it."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -42,11 +44,19 @@ class SparkSettings:
 
 _lock = threading.Lock()
 _sessions: dict[SparkSettings, Any] = {}
+_checkpoint_dirs: list[str] = []  # local folders made here: removed when the sessions stop or the process exits
 
 
 def _loopback(settings: SparkSettings) -> bool:
     master = settings.master or "local[*]"
     return settings.remote is None and (master.startswith("local") or "127.0.0.1" in master or "localhost" in master)
+
+
+def submitted(settings: SparkSettings) -> bool:
+    """Launched by spark-submit (its PythonRunner hands the driver a gateway): with neither a
+    master nor a remote given, the master, the executors' Python and paths are spark-submit's,
+    never overridden by local defaults."""
+    return settings.master is None and settings.remote is None and "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def get_session(settings: SparkSettings | None = None):
@@ -62,14 +72,18 @@ def get_session(settings: SparkSettings | None = None):
             from pyspark.sql import SparkSession
         except ImportError as err:  # the optional extra
             raise WebdedupError("the spark engine needs pyspark: pip install 'webdedup[spark]' (and Java 17)") from err
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        if _loopback(settings):
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = SparkSession.builder.appName("webdedup")
-        if settings.remote:
+        if submitted(settings):
+            for key, value in DEFAULT_CONF.items():
+                if key.startswith("spark.sql."):  # runtime settings; the rest is spark-submit's
+                    builder = builder.config(key, value)
+        elif settings.remote:
             builder = builder.remote(settings.remote)
         else:
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+            if _loopback(settings):
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             builder = builder.master(settings.master or "local[*]")
             conf = dict(DEFAULT_CONF)
             if _loopback(settings):
@@ -88,11 +102,24 @@ def get_session(settings: SparkSettings | None = None):
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         if not settings.remote:
-            checkpoints = tempfile.mkdtemp(prefix="webdedup-spark-checkpoints-")
-            session.sparkContext.setCheckpointDir(checkpoints)
+            # Reliable checkpoints (clusters): a local folder here; on a cluster the clusters
+            # stage puts them under the storage root, which every executor sees
+            # (engine/spark/clustering.py), unless spark.checkpoint.dir is set.
+            if session.sparkContext.getCheckpointDir() is None:
+                folder = tempfile.mkdtemp(prefix="webdedup-spark-checkpoints-")
+                _checkpoint_dirs.append(folder)
+                session.sparkContext.setCheckpointDir(folder)
             session.sparkContext.setLogLevel("ERROR")
         _sessions[settings] = session
         return session
+
+
+def _remove_checkpoint_dirs() -> None:
+    while _checkpoint_dirs:
+        shutil.rmtree(_checkpoint_dirs.pop(), ignore_errors=True)
+
+
+atexit.register(_remove_checkpoint_dirs)
 
 
 def stop_sessions() -> None:
@@ -100,6 +127,7 @@ def stop_sessions() -> None:
         for session in _sessions.values():
             session.stop()
         _sessions.clear()
+        _remove_checkpoint_dirs()
 
 
 def spark_version() -> str:
