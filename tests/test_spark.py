@@ -426,6 +426,26 @@ def test_bad_input_gives_duckdbs_errors(spark, tmp_path):
         )
 
 
+def test_character_shingles_are_scored_as_character_shingles(spark, tmp_path):
+    """scored_pairs on Spark hashes the stored shingle unit (it once hashed word shingles
+    whatever the unit): with 9-character shingles its scores are DuckDB's."""
+    char = FingerprintParams(shingle_size=9, shingle_unit="char", num_perm=64, seed=1)
+
+    def make(root: Path) -> Store:
+        store = Store(root)
+        stage_documents(store, str(FIXTURE))
+        DUCKDB.run("fingerprinted", store, char)
+        DUCKDB.run("band_memberships", store, BANDING)
+        DUCKDB.run("candidate_pairs", store, CandidateParams())
+        return store
+
+    ours, theirs = two_copies(tmp_path, make)
+    SPARK.run("scored_pairs", ours, ScoringParams(), spark=LOCAL)
+    DUCKDB.run("scored_pairs", theirs, ScoringParams())
+    spark_scores, duck_scores = table(ours, "scored_pairs"), table(theirs, "scored_pairs")
+    assert spark_scores.num_rows > 0 and spark_scores.equals(duck_scores)
+
+
 def _scored(store: Store) -> Store:
     write_table(
         store.path("scored_pairs"),

@@ -7,18 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ...core.fingerprint import shingling
 from ..scoring import DUPLICATE_SCHEMA, SCORED_SCHEMA
 from ..stage import StageOutput, StageRun
 from . import SPARK, session_of
 from .io import read_asset, write_asset
 
 
-def _shingles(shingle_size: int):
+def _shingles(shingle_size: int, unit: str):
     def compute(batches):
         from ...core.fingerprint import shingle_sets
 
         for batch in batches:
-            flat, offsets = shingle_sets(batch.column("body"), shingle_size)
+            flat, offsets = shingle_sets(batch.column("body"), shingle_size, unit)
             sets = pa.LargeListArray.from_arrays(pa.array(np.asarray(offsets, np.int64)), pa.array(flat.view(np.int64)))
             yield pa.record_batch(
                 [batch.column("doc_id"), sets.cast(pa.list_(pa.int64()))], names=["doc_id", "shingles"]
@@ -95,7 +96,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
     spark = session_of(run)
     store, threshold = run.store, run.params.threshold
     fingerprint = run.upstream["fingerprinted"]["fingerprint"]
-    shingle_size, num_perm = fingerprint["shingle_size"], fingerprint["num_perm"]
+    (shingle_size, unit), num_perm = shingling(fingerprint), fingerprint["num_perm"]
     pairs = read_asset(spark, store, "candidate_pairs")
     members = (
         pairs.select(F.col("left_doc_id").alias("doc_id"))
@@ -103,7 +104,9 @@ def scored_pairs(run: StageRun) -> StageOutput:
         .distinct()
     )
     docs = read_asset(spark, store, "documents", ["doc_id", "body"])
-    sets = members.join(docs, "doc_id").mapInArrow(_shingles(shingle_size), "doc_id string, shingles array<bigint>")
+    sets = members.join(docs, "doc_id").mapInArrow(
+        _shingles(shingle_size, unit), "doc_id string, shingles array<bigint>"
+    )
     sigs = read_asset(spark, store, "fingerprinted", ["doc_id", "signature"]).join(members, "doc_id")
     side = {}
     for name in ("left", "right"):
