@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from ...core.ranking import policy_order_by
 from ..clustering import cluster_inspection
 from ..documents import stored_extra_columns
+from ..parallel import prefetch
 from ..publish import report_path
 from ..rows import fetch_rows, listing
 from ..stage import DUCKDB
@@ -133,7 +134,9 @@ class RepresentativesStep:
         if len(kept_keys) > 1 and np.any(np.diff(kept_keys) < 0):  # a documents file reordered its rows
             return self._sorted_rewrite(schema, new_reps, parameters)
         batches = _merged(pq.ParquetFile(old_path), schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys)
-        return write_batches(old_path, schema, batches, parameters)
+        # the next row group is decoded on a reader thread while this one is encoded (both
+        # release the GIL): the rewrite costs about the larger of the two, not their sum
+        return write_batches(old_path, schema, prefetch(batches, depth=1), parameters)
 
     def _sorted_rewrite(self, schema: pa.Schema, new_reps: pa.Table, parameters) -> int:
         con, store = self.con, self.store
