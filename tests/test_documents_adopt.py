@@ -163,6 +163,53 @@ def test_invalid_utf8_in_a_parquet_body_is_refused_naming_the_doc_id(tmp_path):
         stage_documents(Store(tmp_path / "s2"), str(tmp_path / "in"), months=MONTHS)
 
 
+def test_one_file_over_months_is_split_in_input_order_and_a_late_bad_value_leaves_nothing(tmp_path, monkeypatch):
+    """The split path (one file spanning months, not adoptable): each month's file holds its rows
+    in input order; invalid UTF-8 met while the input streams (after months were begun) fails
+    with DuckDB's message naming the file, and no month file or staging folder is left."""
+    import webdedup_assets.engine.documents as documents
+
+    monkeypatch.setattr(documents, "SPLIT_BATCH_ROWS", 64)  # many batches: the bad value comes mid-stream
+    n = 20_000
+    texts = [f"page {i} about topic {i % 97} " * 4 for i in range(n)]
+    offsets = np.zeros(n + 1, np.int32)
+    offsets[1:] = np.cumsum([len(t) for t in texts])
+    days = [datetime.date(2026, 1 + i % 3, 1 + i % 28) for i in range(n)]
+
+    def table(data: bytes) -> pa.Table:
+        body = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
+        return pa.table(
+            {
+                "doc_id": [f"d{i:05d}" for i in range(n)],
+                "source": [f"https://a.example/{i}" for i in range(n)],
+                "domain": ["a.example"] * n,
+                "crawled_at": pa.array(days, pa.date32()),
+                "title": ["t"] * n,
+                "body": body,
+            },
+            schema=CONTRACT_SCHEMA,
+        )
+
+    good = "".join(texts).encode()
+    (tmp_path / "in").mkdir()
+    pq.write_table(table(good), tmp_path / "in" / "corpus.parquet", row_group_size=1_000)
+    store = Store(tmp_path / "s1")
+    months = ["2026-01", "2026-02", "2026-03"]
+    assert stage_documents(store, str(tmp_path / "in"), months=months)["files_adopted"] == 0
+    for k, month in enumerate(months):
+        stored = pq.read_table(store.path("documents", month))
+        assert stored.column("doc_id").to_pylist() == [f"d{i:05d}" for i in range(k, n, 3)]
+        assert stored.column("body").to_pylist() == texts[k::3]
+
+    bad = bytearray(good)
+    bad[int(offsets[n - 5])] = 0xFF
+    pq.write_table(table(bytes(bad)), tmp_path / "in" / "corpus.parquet", row_group_size=1_000)
+    with pytest.raises(WebdedupError, match=r"cannot read the input: .*corpus.parquet.*not valid UTF8"):
+        stage_documents(Store(tmp_path / "s2"), str(tmp_path / "in"), months=months)
+    assert not list((tmp_path / "s2" / "documents").glob("*.parquet"))
+    assert not list((tmp_path / "s2" / "documents").glob(".staging*"))
+
+
 def test_rewriting_an_adopted_day_through_the_copy_path_drops_its_sidecar(tmp_path):
     paths = write_daily_parquet(tmp_path / "input")
     day = sorted(paths)[0]

@@ -113,3 +113,34 @@ def test_pair_previews_show_both_titles_and_the_differing_words(fixture_metadata
     assert cells[3] == titles[left][:59] or cells[3].startswith(titles[left][:50])
     assert cells[4] == titles[right][:59] or cells[4].startswith(titles[right][:50])
     assert cells[5] != "—" or cells[6] != "—"  # a near duplicate differs in some words
+
+
+def test_webdedup_run_leaves_the_charts_and_previews_out_of_its_throwaway_instance(tmp_path):
+    """`webdedup run` turns ui_previews off (no one can see its instance's metadata); the figures,
+    row counts, parameters and checks stay, and so do the outputs."""
+    from webdedup_assets import cli
+
+    from .conftest import FIXTURE, RunEvents, job_config
+
+    args = cli._parser().parse_args(["run", str(FIXTURE), "--output", str(tmp_path / "out")])
+    config = cli.run_config(args, tmp_path / "out" / "_storage", tmp_path / "out")
+    assert config["resources"]["storage"]["config"]["ui_previews"] is False
+
+    config = job_config(tmp_path / "storage", tmp_path / "output")
+    config["resources"]["storage"]["config"]["ui_previews"] = False
+    result = RunEvents(cli.execute(str(FIXTURE), config))
+    assert result.success
+    shown = {"preview", "pairs_side_by_side", "jaccard_histogram", "jaccard_counts", "s_curve", "cluster_sizes"}
+    seen = set()
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_MATERIALIZATION":
+            metadata = event.event_specific_data.materialization.metadata
+            asset = event.asset_key.to_user_string()
+            seen.add(asset)
+            if asset in ("manifest", "rejected_records"):  # their previews read no data: kept
+                continue
+            assert not shown & set(metadata), asset
+            assert "dagster/row_count" in metadata and "parameters" in metadata, asset
+    assert {"documents", "scored_pairs", "clusters", "deduped_documents", "manifest"} <= seen
+    assert any(e.event_type_value == "ASSET_CHECK_EVALUATION" for e in result.all_events)
+    assert (tmp_path / "output" / "manifest.json").exists()

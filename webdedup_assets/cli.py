@@ -167,7 +167,10 @@ def run_config(args: argparse.Namespace, storage_root: Path, output_dir: Path) -
     return {
         "ops": ops,
         "resources": {
-            "storage": {"config": {"storage_root": str(storage_root), "output_dir": str(output_dir)}},
+            # no charts or data previews in the metadata: the in-process instance is thrown away
+            "storage": {
+                "config": {"storage_root": str(storage_root), "output_dir": str(output_dir), "ui_previews": False}
+            },
             "engine": {"config": chosen.model_dump()},
         },
         "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},

@@ -92,9 +92,10 @@ def materialized(
         "parameters": dg.MetadataValue.json(parameters),
         "stats": dg.MetadataValue.json({**numeric, "seconds": result.seconds}),
         **figure_entries({**numeric, "seconds": result.seconds}),
-        "preview": dg.MetadataValue.md(preview(store, asset, order_by=order_by)),
         "path": dg.MetadataValue.path(str(store.asset_dir(asset))),
     }
+    if storage.ui_previews:
+        metadata["preview"] = dg.MetadataValue.md(preview(store, asset, order_by=order_by))
     metadata.update(extra)
     return dg.MaterializeResult(metadata=metadata)
 
@@ -152,7 +153,7 @@ def report_months(context: dg.AssetExecutionContext, storage: WebdedupStorage, a
     here, from the stats the engine wrote (one small JSON each) and one preview scan. Returns
     the rows of the run."""
     store = storage.store()
-    previews = partition_previews(store, asset, months)
+    previews = partition_previews(store, asset, months) if storage.ui_previews else {}
     per_month: dict[str, dict[str, Any]] = {}
     schema = column_schema(store, asset)
     total = 0
@@ -164,7 +165,11 @@ def report_months(context: dg.AssetExecutionContext, storage: WebdedupStorage, a
         files = [p.name for p in store.partition_files(asset, month)]
         per_month[month] = {
             "dagster/row_count": dg.MetadataValue.int(rows),
-            "preview": dg.MetadataValue.md(previews.get(month, f"no {asset} rows in {month}")),
+            **(
+                {"preview": dg.MetadataValue.md(previews.get(month, f"no {asset} rows in {month}"))}
+                if storage.ui_previews
+                else {}
+            ),
             "month_stats": dg.MetadataValue.json({k: v for k, v in stats.items() if k != "sources"}),
             "path": dg.MetadataValue.path(str(store.asset_dir(asset))),
             "files": dg.MetadataValue.json(files),

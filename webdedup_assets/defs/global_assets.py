@@ -39,30 +39,32 @@ from .config import (
 from .resources import WebdedupEngine, WebdedupStorage
 
 
-def _scored_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
+def _scored_metadata(result: StageResult, store: Store, previews: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """The candidates' Jaccard histogram and the banding's S-curve, as charts and numbers."""
     scoring, banding = result.parameters["scoring"], result.parameters.get("banding") or {}
-    counts = charts.jaccard_counts(store)
-    extra = {
-        "pairs_side_by_side": dg.MetadataValue.md(pair_preview(store, "scored_pairs")),
-        "reasons": dg.MetadataValue.json(result.figures["reasons"]),
-        "jaccard_histogram": png_markdown(
+    extra = {"reasons": dg.MetadataValue.json(result.figures["reasons"])}
+    if previews:
+        counts = charts.jaccard_counts(store)
+        extra["pairs_side_by_side"] = dg.MetadataValue.md(pair_preview(store, "scored_pairs"))
+        extra["jaccard_histogram"] = png_markdown(
             "candidates by exact Jaccard", charts.jaccard_histogram_png(counts, scoring["threshold"])
-        ),
-        "jaccard_counts": dg.MetadataValue.md(markdown_table(["jaccard from", "candidates"], counts)),
-    }
-    if banding:
-        extra["s_curve"] = png_markdown(
-            "LSH S-curve", charts.s_curve_png(banding["bands"], banding["rows"], scoring["threshold"])
         )
+        extra["jaccard_counts"] = dg.MetadataValue.md(markdown_table(["jaccard from", "candidates"], counts))
+    if banding:
+        if previews:
+            extra["s_curve"] = png_markdown(
+                "LSH S-curve", charts.s_curve_png(banding["bands"], banding["rows"], scoring["threshold"])
+            )
         extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
             round(candidate_probability(scoring["threshold"], banding["bands"], banding["rows"]), 6)
         )
     return scoring, extra
 
 
-def _clusters_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
+def _clusters_metadata(result: StageResult, store: Store, previews: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """The cluster-size distribution, as a chart and a table."""
+    if not previews:
+        return {}, {}
     sizes = charts.cluster_sizes(store)
     return {}, {
         "cluster_sizes": png_markdown("cluster sizes", charts.cluster_sizes_png(sizes)),
@@ -70,10 +72,10 @@ def _clusters_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any
     }
 
 
-def _duplicate_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
+def _duplicate_metadata(result: StageResult, store: Store, previews: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     threshold = result.parameters["duplicates"]["threshold"]  # scored_pairs' threshold: there is one
     banding = result.parameters.get("banding") or {}
-    extra = {"pairs_side_by_side": dg.MetadataValue.md(pair_preview(store, "duplicate_pairs"))}
+    extra = {"pairs_side_by_side": dg.MetadataValue.md(pair_preview(store, "duplicate_pairs"))} if previews else {}
     if banding:
         extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
             round(candidate_probability(threshold, banding["bands"], banding["rows"]), 6)
@@ -93,7 +95,7 @@ DIAGNOSTIC_FIGURES = (
 )
 
 
-def _deduped_metadata(result: StageResult, store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
+def _deduped_metadata(result: StageResult, store: Store, previews: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """The cluster diagnostics' figures, each its own numeric entry, and the worst clusters."""
     extra: dict[str, Any] = {
         f"diagnostics/{name}": dg.MetadataValue.int(int(result.figures[name]))
@@ -118,8 +120,9 @@ class GlobalAsset:
     order_by: str | None = None
     # The stage's parameters from its config (default: config.params()).
     params: Callable[[Any], ParamGroup | None] | None = None
-    # (parameters shown, extra metadata) from the result (default: the config, none).
-    metadata: Callable[[StageResult, Store], tuple[dict[str, Any], dict[str, Any]]] | None = None
+    # (parameters shown, extra metadata) from the result, the store and whether the storage
+    # resource wants charts and previews (default: the config, none).
+    metadata: Callable[[StageResult, Store, bool], tuple[dict[str, Any], dict[str, Any]]] | None = None
 
 
 GLOBAL_STAGES = [
@@ -242,7 +245,7 @@ def build_global_asset(spec: GlobalAsset) -> dg.AssetsDefinition:
             why = "full_rebuild requested" if chain else "only part of the global chain was selected, or Spark"
             update = {"update_mode": dg.MetadataValue.text(f"full: {why}")}
         shown = {k: v for k, v in config.model_dump().items() if k != "full_rebuild"} if config is not None else {}
-        parameters, extra = spec.metadata(result, store) if spec.metadata else (shown, {})
+        parameters, extra = spec.metadata(result, store, storage.ui_previews) if spec.metadata else (shown, {})
         return materialized(storage, result, parameters, order_by=spec.order_by, **extra, **update)
 
     if spec.config is None:
@@ -289,9 +292,15 @@ def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
             "lsh": dg.MetadataValue.json(result["lsh"]),
             "timings_seconds": dg.MetadataValue.json(result["timings_seconds"]),
             **figure_entries(counts, "counts/"),
-            "s_curve": png_markdown(
-                "LSH S-curve",
-                charts.s_curve_png(result["lsh"]["bands"], result["lsh"]["rows"], result["lsh"]["threshold"]),
+            **(
+                {
+                    "s_curve": png_markdown(
+                        "LSH S-curve",
+                        charts.s_curve_png(result["lsh"]["bands"], result["lsh"]["rows"], result["lsh"]["threshold"]),
+                    )
+                }
+                if storage.ui_previews
+                else {}
             ),
             "preview": dg.MetadataValue.md(markdown_table(["metric", "value"], list(counts.items()))),
             "path": dg.MetadataValue.path(str(storage.outputs() / "manifest.json")),
@@ -323,9 +332,10 @@ def rejected_records(storage: WebdedupStorage) -> dg.MaterializeResult:
     }
     if path.exists():
         metadata["dagster/column_schema"] = column_schema(store, "rejected_records")
-        metadata["preview"] = dg.MetadataValue.md(
-            preview(store, "rejected_records", order_by="warc_filename, warc_offset")
-        )
+        if storage.ui_previews:
+            metadata["preview"] = dg.MetadataValue.md(
+                preview(store, "rejected_records", order_by="warc_filename, warc_offset")
+            )
     else:
         metadata["preview"] = dg.MetadataValue.md("no WARC input: no record was rejected")
     return dg.MaterializeResult(metadata=metadata)

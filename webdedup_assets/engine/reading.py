@@ -157,8 +157,9 @@ def locate_csv_error(path: Path) -> str | None:
 DUCKDB_FILE = re.compile(r"^\s*file = (.+?)\s*$", re.MULTILINE)
 
 
-def read_error(err: duckdb.Error, files: list[InputFile]) -> WebdedupError:
-    """A DuckDB error while reading the input -> a message naming the file and, for CSV, the line."""
+def read_error(err: Exception, files: list[InputFile]) -> WebdedupError:
+    """A DuckDB error while reading the input (duckdb.Error, or what its Arrow stream raises) -> a
+    message naming the file and, for CSV, the line."""
     text = str(err).strip()
     named = DUCKDB_FILE.search(text)
     suspects = [f for f in files if f.format == "csv" and (named is None or str(f.path) == named.group(1))]
