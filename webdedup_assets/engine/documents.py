@@ -27,10 +27,11 @@ from ..params import InputParams
 from ..progress import Task
 from .adopt import MONTH_SQL, adoptable_files
 from .parallel import prefetch, thread_count
+from .partitioned import write_split
 from .reading import combine_checksums, combined_sha256, crawl_day_sql, load_input, read_error, select_sql, source_sql
 from .stage import DUCKDB, StageOutput, StageRun
 from .state import crawl_month, load_state, record_documents, require_same_input
-from .storage import Store, connect, copy_query, scalar, sql_string, write_split
+from .storage import Store, connect, copy_query, scalar, sql_string
 from .warc_staging import clear_rejections, discard_staging, stage_warc
 
 
@@ -355,7 +356,7 @@ class _InputFailed(Exception):
 
 
 # Rows fetched from DuckDB at a time: about 30 MB of pages; the months' row groups are
-# regrouped from them (engine.storage.write_split).
+# regrouped from them (engine.partitioned.write_split).
 SPLIT_BATCH_ROWS = 16_384
 
 

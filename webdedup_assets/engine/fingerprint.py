@@ -18,8 +18,9 @@ from ..errors import WebdedupError
 from ..params import BandingParams, FingerprintParams
 from ..progress import Task
 from .parallel import ordered_map, prefetch, thread_count
+from .partitioned import PartitionWriter
 from .stage import DUCKDB, StageOutput, StageResult, StageRun
-from .storage import PartitionWriter, Store, file_identity, read_params
+from .storage import Store, file_identity, read_params
 
 BATCH_ROWS = 8192
 
