@@ -163,6 +163,36 @@ def test_invalid_utf8_in_a_parquet_body_is_refused_naming_the_doc_id(tmp_path):
         stage_documents(Store(tmp_path / "s2"), str(tmp_path / "in"), months=MONTHS)
 
 
+def test_a_second_run_does_not_read_held_copies_again_but_checks_a_replaced_file(tmp_path, monkeypatch):
+    """A daily job re-running over the same exports: a file the store already holds as an adopted
+    copy (same size and sha256) is not decoded again for the UTF-8 check; a replaced file is."""
+    import webdedup_assets.engine.adopt as adopt
+
+    paths = write_daily_parquet(tmp_path / "input")
+    days = sorted(paths)
+    store = Store(tmp_path / "store")
+    first = stage_documents(store, str(tmp_path / "input"), months=MONTHS)
+    segments = [store.segment_path("documents", "2026-03", d) for d in days]
+    before = [(p.read_bytes(), p.stat().st_mtime_ns) for p in segments]
+    checked: list[str] = []
+    real_check = adopt._text_is_clean
+
+    def counting_check(path, schema):
+        checked.append(Path(path).name)
+        return real_check(path, schema)
+
+    monkeypatch.setattr(adopt, "_text_is_clean", counting_check)
+    second = stage_documents(store, str(tmp_path / "input"), months=MONTHS)
+    assert checked == []
+    assert second["files_adopted"] == first["files_adopted"] == len(days)
+    assert [(p.read_bytes(), p.stat().st_mtime_ns) for p in segments] == before
+    # one export replaced by a file with a body that is not UTF-8: checked, and refused
+    parquet_with_bad_utf8(paths[days[0]], datetime.date.fromisoformat(days[0]))
+    with pytest.raises(WebdedupError, match=rf"{days[0]}.parquet: column body of doc_id 'broken' is not valid UTF-8"):
+        stage_documents(store, str(tmp_path / "input"), months=MONTHS)
+    assert checked == [f"{days[0]}.parquet"]
+
+
 def test_one_file_over_months_is_split_in_input_order_and_a_late_bad_value_leaves_nothing(tmp_path, monkeypatch):
     """The split path (one file spanning months, not adoptable): each month's file holds its rows
     in input order; invalid UTF-8 met while the input streams (after months were begun) fails

@@ -3,6 +3,7 @@ segment of its month by a byte copy instead of being re-encoded (see engine.docu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,7 +22,11 @@ ADOPT_MAX_ROW_GROUP_ROWS = 1 << 17  # later stages stream row groups; a huge one
 
 
 def adoptable_files(
-    con: duckdb.DuckDBPyConnection, files: list[InputFile], stored_schema: pa.Schema, wanted: set[str]
+    con: duckdb.DuckDBPyConnection,
+    files: list[InputFile],
+    stored_schema: pa.Schema,
+    wanted: set[str],
+    held: Callable[[InputFile, str, str], bool] = lambda file, month, first_day: False,
 ) -> dict[int, tuple[str, str, int]]:
     """Input files whose stored form can be a byte copy: a Parquet file whose columns, order and
     types are exactly the stored schema, all of whose documents (already validated in `keys`)
@@ -29,6 +34,9 @@ def adoptable_files(
     small row groups. Its text columns are checked to be valid UTF-8 here (the copy path gets
     that check from DuckDB's reader). Copying such a file instead of re-encoding 2.5 GB of text
     per million pages is what makes ingesting daily or monthly Parquet exports cheap.
+    held(file, month, first day): the store already holds a byte copy of this very file (same
+    sha256) as that segment, so its text was checked when it was adopted and is not read again
+    (a second run over the same daily exports).
     Returns file index -> (month, first day, rows)."""
     candidates = {i for i, f in enumerate(files) if f.format == "parquet" and _same_layout(f.path, stored_schema)}
     if not candidates:
@@ -43,9 +51,14 @@ def adoptable_files(
         for index, first_month, last_month, first_day, n, on_shared_days in rows
         if index in candidates and first_month == last_month and first_month in wanted and not on_shared_days
     )
+
+    def is_clean(item: tuple[int, str, str, int]) -> bool:
+        index, month, first_day, _ = item
+        return held(files[index], month, first_day) or _text_is_clean(files[index].path, stored_schema)
+
     # each file decoded on its own thread (pyarrow releases the GIL): the cores share the check
     with ThreadPoolExecutor(max_workers=thread_count()) as pool:
-        clean = list(pool.map(lambda item: _text_is_clean(files[item[0]].path, stored_schema), chosen))
+        clean = list(pool.map(is_clean, chosen))
     return {index: (month, day, n) for (index, month, day, n), ok in zip(chosen, clean) if ok}
 
 

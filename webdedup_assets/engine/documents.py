@@ -270,7 +270,13 @@ def _write_months(
     for day, rows in day_rows.items():
         month_rows[crawl_month(day)] = month_rows.get(crawl_month(day), 0) + rows
     stored_schema = con.sql(f"SELECT {select} FROM parsed LIMIT 0").arrow().schema
-    adopted = adoptable_files(con, files, stored_schema, wanted)  # file index -> (month, first day, rows)
+    adopted = adoptable_files(  # file index -> (month, first day, rows)
+        con,
+        files,
+        stored_schema,
+        wanted,
+        held=lambda file, month, first_day: store.holds_copy_of("documents", month, first_day, file.path, file.sha256),
+    )
     adopted_rows: dict[str, int] = {}
     for month, _, rows in adopted.values():
         adopted_rows[month] = adopted_rows.get(month, 0) + rows

@@ -158,19 +158,27 @@ class Store:
         recorded sha256 and size match is left as it is, so the files derived from it
         (fingerprinted, band_memberships) see the same file and are not computed again."""
         target = self.path(asset, partition) if segment is None else self.segment_path(asset, partition, segment)
-        sidecar = params_sidecar(target)
-        same = (
-            sha256 is not None
-            and target.exists()
-            and sidecar.exists()
-            and target.stat().st_size == source.stat().st_size
-            and decode(sidecar.read_text()).get("adopted_sha256") == sha256
-        )
-        if not same:
+        if not self.holds_copy_of(asset, partition, segment, source, sha256):
             with atomic_path(target) as temp:
                 shutil.copyfile(source, temp)  # copy_file_range/sendfile: in-kernel, no re-encoding
-        write_text(sidecar, encode({**params, "adopted_sha256": sha256}))
+        write_text(params_sidecar(target), encode({**params, "adopted_sha256": sha256}))
         return target
+
+    def holds_copy_of(
+        self, asset: str, partition: str | None, segment: str | None, source: Path, sha256: str | None
+    ) -> bool:
+        """Whether the partition's file (or segment) is an adopted byte copy of `source` as it is
+        now: same size and the same recorded sha256."""
+        target = self.path(asset, partition) if segment is None else self.segment_path(asset, partition, segment)
+        sidecar = params_sidecar(target)
+        try:
+            return (
+                sha256 is not None
+                and target.stat().st_size == source.stat().st_size
+                and decode(sidecar.read_text()).get("adopted_sha256") == sha256
+            )
+        except (OSError, ValueError):  # no copy or no sidecar (yet): not held
+            return False
 
 
 def file_identity(path: Path) -> dict[str, Any]:
