@@ -77,6 +77,14 @@ BAD_FLAGS = [
     (["--max-pair-slots", "-1"], "--max-pair-slots -1: must be an integer >= 0"),
     (["--hot-bucket-size", "1"], "--hot-bucket-size 1: must be an integer >= 2"),
     (["--cc-base-url", ""], "--cc-base-url '': must be non-empty text"),
+    (
+        ["--engine", "spark", "--spark-remote", "http://127.0.0.1:15002"],
+        "--spark-remote must be a Spark Connect URL (sc://host:15002), not 'http://127.0.0.1:15002'",
+    ),
+    (
+        ["--engine", "spark", "--spark-master", "local[2]", "--spark-remote", "sc://127.0.0.1:15002"],
+        "give --spark-master or --spark-remote, not both",
+    ),
 ]
 
 

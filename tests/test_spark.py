@@ -1,8 +1,9 @@
-"""The Spark engine: the same tables as the DuckDB engine, on local[2] and on a standalone
-cluster started here on 127.0.0.1 (pyspark's own spark-class; needs Java 17).
+"""The Spark engine: the same tables as the DuckDB engine, on local[2], on a standalone cluster
+and through a Spark Connect server, both started here on 127.0.0.1 (pyspark's own spark-class and
+spark-submit; needs Java 17).
 
-Kept cheap for CI: one local[2] session serves the whole module (the standalone cluster test
-runs last, stops it and starts its own); every JVM here runs with TEST_JVM_OPTIONS (the C1
+Kept cheap for CI: one local[2] session serves the whole module (the standalone cluster and
+Spark Connect tests run last, stop it and start their own); every JVM here runs with TEST_JVM_OPTIONS (the C1
 compiler only and the serial collector: on tiny tables Spark's time is planning, code generation
 and JIT warm-up, which C1 halves; tables and results do not depend on it); `webdedup run --engine
 spark` on the fixture is the fixture test's Spark run (its storage is compared with DuckDB's),
@@ -10,12 +11,14 @@ not a second one."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -137,6 +140,21 @@ def spark():
 # ---- the fixture ---------------------------------------------------------------------------
 
 
+def spy_on_daily_stages(monkeypatch) -> list[str]:
+    """The names of the Spark engine's fingerprinted / band_memberships runs, in order (the
+    manifest's `engines` names the global stages only)."""
+    called: list[str] = []
+    for stage in DAILY:
+        implementation = SPARK.stages[stage]
+
+        def spy(run, implementation=implementation):
+            called.append(run.stage.name)
+            return implementation(run)
+
+        monkeypatch.setitem(SPARK.stages, stage, spy)
+    return called
+
+
 def test_fixture_on_local_2_is_the_duckdb_result_and_every_check_is_green(spark, tmp_path, monkeypatch):
     """`webdedup run --engine spark --spark-master local[2]` on the fixture spread over three crawl
     months (one documents file per month, read through Store.files): fingerprinted and
@@ -147,15 +165,7 @@ def test_fixture_on_local_2_is_the_duckdb_result_and_every_check_is_green(spark,
 
     from webdedup_assets.cli import main
 
-    called = []
-    for stage in DAILY:
-        implementation = SPARK.stages[stage]
-
-        def spy(run, implementation=implementation):
-            called.append(run.stage.name)
-            return implementation(run)
-
-        monkeypatch.setitem(SPARK.stages, stage, spy)
+    called = spy_on_daily_stages(monkeypatch)
     spread = spread_fixture(tmp_path / "spread.csv")
     out = tmp_path / "out"
     argv = ["run", str(spread), "--output", str(out), "--quiet", "--engine", "spark", "--spark-master", "local[2]"]
@@ -495,7 +505,9 @@ def test_a_long_chain_is_one_component_in_bounded_rounds(spark, tmp_path):
     assert set(clusters.column("cluster_id").to_pylist()) == {"cluster-c0000000"}
 
 
-# ---- a standalone cluster: master and two workers on 127.0.0.1 ------------------------------
+# ---- processes started here: a standalone cluster and a Spark Connect server on 127.0.0.1 ----
+
+SPARK_HOME = Path(pyspark.__file__).parent  # the wheel's bin/ (spark-class, spark-submit) and jars/
 
 
 def _free_port() -> int:
@@ -504,14 +516,71 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_port(port: int, seconds: float = 60) -> None:
+def _wait_port(
+    port: int, seconds: float = 60, process: subprocess.Popen | None = None, log: Path | None = None
+) -> None:
+    """Until something listens on 127.0.0.1:port; fails early when `process` exits first."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log else ""
+            raise RuntimeError(f"exited with {process.returncode} before listening on 127.0.0.1:{port}\n{tail}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.5)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def _spark_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of the Spark processes started here: the wheel as SPARK_HOME, loopback,
+    logs and work folders under tmp_path, every daemon JVM with TEST_JVM_OPTIONS."""
+    return {
+        **os.environ,
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_WORKER_DIR": str(tmp_path / "work"),
+        "SPARK_LOG_DIR": str(tmp_path / "logs"),
+        "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS,  # standalone masters and workers
+        **extra,
+    }
+
+
+@contextlib.contextmanager
+def _spark_processes(log: Path):
+    """`start(args, env)` starts a process in its own process group, output into `log`. On
+    leaving, whatever happened (a failed assertion, an interrupt): the engine's sessions stopped,
+    every group sent SIGTERM (SIGKILL after 20 s) and waited for, latest first."""
+    output = open(log, "wb")
+    processes: list[subprocess.Popen] = []
+
+    def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+        process = subprocess.Popen(args, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        processes.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        try:
+            stop_sessions()
+        finally:
+            for process in reversed(processes):
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            for process in reversed(processes):
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+            output.close()
+
+
+def _conf(conf: dict[str, str]) -> list[str]:
+    return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
 
 def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path, monkeypatch):
@@ -520,8 +589,8 @@ def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path, monkey
     monkeypatch.setattr(clustering, "CHECKPOINT_EVERY", 1)  # a reliable checkpoint in the one round
     written = []
 
-    def recording(edges, nodes, components=clustering.components):
-        result = components(edges, nodes)
+    def recording(edges, nodes, components=clustering.components, **options):
+        result = components(edges, nodes, **options)
         written.extend((tmp_path / "store").glob(".spark-checkpoints-*/*/rdd-*"))
         return result
 
@@ -529,61 +598,42 @@ def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path, monkey
     local_checkpoints = spark.sparkContext.getCheckpointDir()  # file:/tmp/webdedup-spark-checkpoints-*/<uuid>
     stop_sessions()  # one SparkContext per process: the local one goes first
     assert local_checkpoints and not Path(local_checkpoints.removeprefix("file:")).parent.exists()
-    home = Path(pyspark.__file__).parent
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_WORKER_DIR": str(tmp_path / "work"),
-        "SPARK_LOG_DIR": str(tmp_path / "logs"),
-        "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS,  # the master and the workers
-    }
+    env = _spark_env(tmp_path)
     port = _free_port()
     master = f"spark://127.0.0.1:{port}"
-    spark_class = str(home / "bin" / "spark-class")
-    logs = open(tmp_path / "cluster.log", "wb")
-    processes = []
-    try:
-        processes.append(
-            subprocess.Popen(
+    spark_class = str(SPARK_HOME / "bin" / "spark-class")
+    log = tmp_path / "cluster.log"
+    with _spark_processes(log) as start:
+        started = start(
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(_free_port()),
+            ],
+            env,
+        )
+        _wait_port(port, process=started, log=log)
+        for _ in range(2):
+            start(
                 [
                     spark_class,
-                    "org.apache.spark.deploy.master.Master",
+                    "org.apache.spark.deploy.worker.Worker",
+                    master,
                     "--host",
                     "127.0.0.1",
-                    "--port",
-                    str(port),
+                    "--cores",
+                    "1",
+                    "--memory",
+                    "1g",
                     "--webui-port",
                     str(_free_port()),
                 ],
-                env=env,
-                stdout=logs,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-        _wait_port(port)
-        for _ in range(2):
-            processes.append(
-                subprocess.Popen(
-                    [
-                        spark_class,
-                        "org.apache.spark.deploy.worker.Worker",
-                        master,
-                        "--host",
-                        "127.0.0.1",
-                        "--cores",
-                        "1",
-                        "--memory",
-                        "1g",
-                        "--webui-port",
-                        str(_free_port()),
-                    ],
-                    env=env,
-                    stdout=logs,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                env,
             )
         settings = SparkSettings(
             master=master,
@@ -597,7 +647,7 @@ def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path, monkey
         session = get_session(settings)
         deadline = time.monotonic() + 60
         while session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() < 3:  # driver + 2 executors
-            assert time.monotonic() < deadline, (tmp_path / "cluster.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.5)
         store = daily_store(tmp_path / "store", FIXTURE, by_month=False)
         results = run_global(SPARK, store, stage_params(), spark=settings)
@@ -607,17 +657,75 @@ def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path, monkey
         assert results["clusters"].figures["rounds"] >= 1
         # not a local master: the reliable checkpoints went under the storage root, then were removed
         assert written and not list(store.root.glob(".spark-checkpoints-*"))
-    finally:
-        stop_sessions()
-        for process in reversed(processes):
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        logs.close()
+
+
+def test_webdedup_run_on_a_spark_connect_server(tmp_path, monkeypatch):
+    """`webdedup run --engine spark --spark-remote sc://127.0.0.1:PORT` against a Spark Connect
+    server started here from the wheel's spark-submit (SparkConnectServer, local[2] on the server,
+    whose Python workers import webdedup from this checkout for the kernel): this process is a
+    thin client. 18 candidates, 18 duplicates, 12 representatives, every check green, every
+    Spark stage recorded as Spark's, the reliable checkpoints in the server's spark.checkpoint.dir;
+    the server stopped afterwards, whatever happened."""
+    import json
+
+    from webdedup_assets.cli import main
+    from webdedup_assets.engine.spark import clustering
+
+    monkeypatch.setattr(clustering, "CHECKPOINT_EVERY", 1)  # a reliable checkpoint in the one round
+    called = spy_on_daily_stages(monkeypatch)
+    stop_sessions()  # pyspark runs Connect and classic sessions in separate processes: the local one goes
+    port = _free_port()
+    checkpoints = tmp_path / "checkpoints"
+    python_path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = _spark_env(tmp_path, PYSPARK_PYTHON=sys.executable, PYTHONPATH=python_path)
+    server = [
+        str(SPARK_HOME / "bin" / "spark-submit"),
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master",
+        "local[2]",
+        *_conf(
+            {
+                "spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.connect.grpc.binding.port": str(port),
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "4",
+                "spark.checkpoint.dir": str(checkpoints),  # the reliable checkpoints: a client cannot set it
+                "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
+            }
+        ),
+        "spark-internal",
+    ]
+    log = tmp_path / "connect.log"
+    out = tmp_path / "out"
+    with _spark_processes(log) as start:
+        began = time.perf_counter()
+        _wait_port(port, 120, process=start(server, env), log=log)
+        up = time.perf_counter() - began
+        argv = ["run", str(FIXTURE), "--output", str(out), "--quiet", "--engine", "spark"]
+        code = main([*argv, "--spark-remote", f"sc://127.0.0.1:{port}"])
+        print(f"Spark Connect: server up in {up:.1f} s, webdedup run in {time.perf_counter() - began - up:.1f} s")
+        assert code == 0, log.read_text(errors="replace")[-3000:]
+        assert called == ["fingerprinted", "band_memberships"]
+        ours = Store(out / "_storage")
+        manifest = json.loads((out / "manifest.json").read_text())
+        counts = manifest["counts"]
+        assert (counts["candidate_pairs"], counts["duplicate_pairs"], counts["representatives"]) == (18, 18, 12)
+        for name in GLOBAL:
+            assert manifest["engines"][name] == f"spark {pyspark.__version__}", name
+            assert json.loads(ours.stats_path(name).read_text())["engine"] == f"spark {pyspark.__version__}", name
+        for check in (
+            invariants.doc_ids_unique,
+            invariants.candidates_well_formed,
+            invariants.duplicates_meet_threshold,
+            invariants.every_document_in_one_cluster,
+            invariants.one_representative_per_cluster,
+        ):
+            passed, details = check(ours)
+            assert passed, (check.__name__, details)
+        clusters = json.loads(ours.stats_path("clusters").read_text())
+        assert clusters["reliable_checkpoints"] and clusters["rounds"] >= 1
+        assert list(checkpoints.glob("*/rdd-*"))  # written by the server into its spark.checkpoint.dir
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # stop_sessions undid pyspark's Connect mode

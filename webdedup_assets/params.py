@@ -178,6 +178,12 @@ class EngineParams(ParamGroup):
                 ("spark_master", "spark_remote"),
                 "give {p0} or {p1}, not both",
             )
+        if self.spark_remote and not self.spark_remote.startswith("sc://"):
+            raise ParamError(
+                ("spark_remote",),
+                "{p0} must be a Spark Connect URL (sc://host:15002), not {value!r}",
+                value=self.spark_remote,
+            )
         return self
 
 

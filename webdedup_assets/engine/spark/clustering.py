@@ -91,9 +91,12 @@ def _is_star_forest(edges) -> bool:
     return bad.isEmpty()
 
 
-def components(edges, nodes: int):
+def components(edges, nodes: int, reliable: bool = True):
     """(u, root) for every node of an edge, root = the smallest node of its component; and the
-    number of rounds taken. `edges`: columns u, v (doc_ids), any orientation."""
+    number of rounds taken. `edges`: columns u, v (doc_ids), any orientation. `reliable`: every
+    CHECKPOINT_EVERY rounds a reliable checkpoint (else local checkpoints only: the lineage is
+    cut the same way, but a lost executor fails the stage instead of recomputing from the last
+    reliable one)."""
     from pyspark.sql import functions as F
 
     current = (
@@ -112,7 +115,7 @@ def components(edges, nodes: int):
         # edges with an aggregate of themselves: uncut, the plan doubles with every step).
         large = _large_star(current).localCheckpoint(eager=True)
         small = _small_star(large)
-        if rounds % CHECKPOINT_EVERY == 0:
+        if reliable and rounds % CHECKPOINT_EVERY == 0:
             following = small.checkpoint(eager=True)  # reliable: written to the checkpoint dir
         else:
             following = small.localCheckpoint(eager=True)
@@ -122,20 +125,25 @@ def components(edges, nodes: int):
     return current, rounds
 
 
-def shared_checkpoints(spark, root: Path) -> Path | None:
-    """On a cluster the reliable checkpoints must be where every executor and the driver see
-    them: unless spark.checkpoint.dir is set, a folder under the storage root (which the engine
-    already requires to be shared), removed after the stage. Local masters keep the session's
-    local folder; Spark Connect uses the server's."""
-    try:
-        context = spark.sparkContext
-    except Exception:  # Spark Connect: no SparkContext on the client
-        return None
+def shared_checkpoints(spark, root: Path) -> tuple[Path | None, bool]:
+    """Where the reliable checkpoints go: (a folder made here for them, to remove after the
+    stage, or None; whether there are reliable checkpoints at all).
+
+    On a cluster they must be where every executor and the driver see them: unless
+    spark.checkpoint.dir is set, a folder under the storage root (which the engine already
+    requires to be shared). Local masters keep the session's local folder. Spark Connect has no
+    SparkContext on this side and a client cannot set the server's checkpoint directory: the
+    server's spark.checkpoint.dir if it has one, else no reliable checkpoints (local ones only)."""
+    from .session import connect_mode
+
+    if connect_mode(spark):
+        return None, bool(spark.conf.get("spark.checkpoint.dir", None))
+    context = spark.sparkContext
     if context.master.startswith("local") or context.getConf().get("spark.checkpoint.dir"):
-        return None
+        return None, True
     folder = root / f".spark-checkpoints-{uuid.uuid4().hex}"
     context.setCheckpointDir(str(folder))
-    return folder
+    return folder, True
 
 
 @SPARK.implements("clusters")
@@ -167,9 +175,9 @@ def clusters(run: StageRun) -> StageOutput:
         )
     edges = pairs.select(F.col("left_doc_id").alias("u"), F.col("right_doc_id").alias("v"))
     n_edges = edges.count()
-    checkpoints = shared_checkpoints(spark, store.root)
+    checkpoints, reliable = shared_checkpoints(spark, store.root)
     try:
-        stars, rounds = components(edges, max(2, 2 * n_edges))
+        stars, rounds = components(edges, max(2, 2 * n_edges), reliable=reliable)
     except BaseException:
         if checkpoints is not None:
             shutil.rmtree(checkpoints, ignore_errors=True)
@@ -200,6 +208,7 @@ def clusters(run: StageRun) -> StageOutput:
         "max_cluster_size": int(totals["largest"]),
         "edges": n_edges,
         "rounds": rounds,
+        "reliable_checkpoints": reliable,
     }
     return StageOutput(rows, figures)
 

@@ -5,11 +5,13 @@ engine never needs it."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +64,8 @@ def submitted(settings: SparkSettings) -> bool:
 def get_session(settings: SparkSettings | None = None):
     """The session for these settings (created once per process and reused: a session start
     costs ~15 s). Executors run this interpreter (PYSPARK_PYTHON), so they have pyarrow,
-    numba and webdedup itself."""
+    numba and webdedup itself. With `remote` (Spark Connect) this process is a thin client: the
+    server's executors run the Python side, so the server needs webdedup on its Python path."""
     settings = settings or SparkSettings()
     with _lock:
         session = _sessions.get(settings)
@@ -72,13 +75,16 @@ def get_session(settings: SparkSettings | None = None):
             from pyspark.sql import SparkSession
         except ImportError as err:  # the optional extra
             raise WebdedupError("the spark engine needs pyspark: pip install 'webdedup[spark]' (and Java 17)") from err
+        _one_kind(settings)
+        if settings.remote:
+            session = _connect(SparkSession, settings)
+            _sessions[settings] = session
+            return session
         builder = SparkSession.builder.appName("webdedup")
         if submitted(settings):
             for key, value in DEFAULT_CONF.items():
                 if key.startswith("spark.sql."):  # runtime settings; the rest is spark-submit's
                     builder = builder.config(key, value)
-        elif settings.remote:
-            builder = builder.remote(settings.remote)
         else:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -101,17 +107,93 @@ def get_session(settings: SparkSettings | None = None):
         for key, value in settings.conf:
             builder = builder.config(key, value)
         session = builder.getOrCreate()
-        if not settings.remote:
-            # Reliable checkpoints (clusters): a local folder here; on a cluster the clusters
-            # stage puts them under the storage root, which every executor sees
-            # (engine/spark/clustering.py), unless spark.checkpoint.dir is set.
-            if session.sparkContext.getCheckpointDir() is None:
-                folder = tempfile.mkdtemp(prefix="webdedup-spark-checkpoints-")
-                _checkpoint_dirs.append(folder)
-                session.sparkContext.setCheckpointDir(folder)
-            session.sparkContext.setLogLevel("ERROR")
+        # Reliable checkpoints (clusters): a local folder here; on a cluster the clusters
+        # stage puts them under the storage root, which every executor sees
+        # (engine/spark/clustering.py), unless spark.checkpoint.dir is set.
+        if session.sparkContext.getCheckpointDir() is None:
+            folder = tempfile.mkdtemp(prefix="webdedup-spark-checkpoints-")
+            _checkpoint_dirs.append(folder)
+            session.sparkContext.setCheckpointDir(folder)
+        session.sparkContext.setLogLevel("ERROR")
         _sessions[settings] = session
         return session
+
+
+def _one_kind(settings: SparkSettings) -> None:
+    """pyspark switches its whole API to Spark Connect, process-wide, once a Connect session
+    exists (SPARK_CONNECT_MODE_ENABLED): a classic session (local or a master) and a Connect
+    session cannot be used side by side in one process. Refused here with a clear message (stop
+    the other one first: stop_sessions)."""
+    for other in _sessions:
+        if bool(other.remote) != bool(settings.remote):
+            raise WebdedupError(
+                f"the Spark engine cannot use {settings.describe()} while this process holds a session on "
+                f"{other.describe()}: pyspark runs Spark Connect and classic sessions in separate processes"
+            )
+
+
+# How long the Connect server may take to accept the connection before the run is refused: pyspark
+# itself retries an unreachable server for many minutes before it gives up.
+CONNECT_TIMEOUT_SECONDS = 30
+
+
+def _connect(SparkSession, settings: SparkSettings):
+    """A Spark Connect session on `settings.remote` (a new one: pyspark's getOrCreate would hand
+    back any Connect session of this process, whatever its URL). The session-scoped defaults
+    (spark.sql.*: UTC, adaptive execution, Arrow) and `conf` apply to this session only; the
+    server's own settings (its master, executors, spark.checkpoint.dir) are the server's."""
+    try:
+        with _no_pandas_warning():  # (pyspark's Connect modules check their dependencies on import)
+            import grpc
+            from pyspark.sql.connect.client import DefaultChannelBuilder
+            from pyspark.sql.connect.utils import check_dependencies
+
+            check_dependencies()
+    except ImportError as err:  # grpcio-status, googleapis-common-protos, zstandard: the spark extra
+        raise WebdedupError(
+            f"--spark-remote (Spark Connect) needs pyspark's Connect client packages: pip install 'webdedup[spark]' "
+            f"({err})"
+        ) from err
+    try:
+        channel = DefaultChannelBuilder(settings.remote).toChannel()
+    except ValueError as err:  # PySparkValueError: INVALID_CONNECT_URL
+        raise WebdedupError(f"bad Spark Connect URL {settings.remote!r}: {err}") from None
+    try:
+        grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_SECONDS)
+    except grpc.FutureTimeoutError:
+        raise WebdedupError(
+            f"no Spark Connect server answers at {settings.remote} (waited {CONNECT_TIMEOUT_SECONDS} s)"
+        ) from None
+    finally:
+        channel.close()
+    builder = SparkSession.builder.remote(settings.remote).appName("webdedup")
+    conf = {key: value for key, value in DEFAULT_CONF.items() if key.startswith("spark.sql.")}
+    if settings.shuffle_partitions:
+        conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions)
+    conf.update(settings.conf)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    global _connect_mode_set_here
+    _connect_mode_set_here = _connect_mode_set_here or "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+    with _no_pandas_warning():
+        return builder.create()
+
+
+_connect_mode_set_here = False
+
+
+@contextlib.contextmanager
+def _no_pandas_warning():
+    """pyspark's Connect client warns that pandas >= 3 is not fully supported (twice, on the
+    terminal of every run); the engine exchanges Arrow batches (mapInArrow), never pandas."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+        yield
+
+
+def connect_mode(session) -> bool:
+    """A Spark Connect session (no SparkContext, no RDDs on this side)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
 
 
 def _remove_checkpoint_dirs() -> None:
@@ -123,11 +205,17 @@ atexit.register(_remove_checkpoint_dirs)
 
 
 def stop_sessions() -> None:
+    global _connect_mode_set_here
     with _lock:
         for session in _sessions.values():
             session.stop()
         _sessions.clear()
         _remove_checkpoint_dirs()
+        if _connect_mode_set_here:
+            # pyspark leaves the process in Connect mode after a Connect session stops (its API
+            # would keep building Connect plans): undone, so a classic session can follow
+            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+            _connect_mode_set_here = False
 
 
 def spark_version() -> str:
