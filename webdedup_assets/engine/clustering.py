@@ -14,7 +14,7 @@ from ..errors import WebdedupError
 from ..params import RepresentativeParams
 from .diagnostics import write_cluster_diagnostics
 from .documents import stored_extra_columns
-from .parallel import ordered_map, thread_count
+from .parallel import ordered_map, prefetch, thread_count
 from .publish import report_path
 from .stage import DUCKDB, StageOutput, StageResult, StageRun
 from .storage import Store, connect, quote_ident, scalar, sql_string, write_batches, write_csv, write_table
@@ -121,9 +121,10 @@ def deduped_documents(run: StageRun) -> StageOutput:
     schema = pa.schema(
         [*doc_schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
     )
-    rows = write_batches(
-        store.path("deduped_documents"), schema, _representative_rows(files, winners, schema), run.parameters
-    )
+    # the winners' rows are read and put together on a background thread while this one encodes
+    # the previous batch (both release the GIL): the stage costs about the larger of the two
+    representatives = prefetch(_representative_rows(files, winners, schema), depth=1)
+    rows = write_batches(store.path("deduped_documents"), schema, representatives, run.parameters)
     documents = scalar(con, "SELECT count(*) FROM ranked")
     figures = {
         "documents": documents,
