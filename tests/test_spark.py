@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import shutil
 import signal
@@ -155,29 +156,16 @@ def spy_on_daily_stages(monkeypatch) -> list[str]:
     return called
 
 
-def test_fixture_on_local_2_is_the_duckdb_result_and_every_check_is_green(spark, tmp_path, monkeypatch):
-    """`webdedup run --engine spark --spark-master local[2]` on the fixture spread over three crawl
-    months (one documents file per month, read through Store.files): fingerprinted and
-    band_memberships on Spark, 18 candidates, 18 duplicates, 12 representatives, every check
-    green; then DuckDB's global stages over a copy of that storage give the same tables and
-    reports, and each engine reads the other's files."""
-    import json
-
-    from webdedup_assets.cli import main
-
-    called = spy_on_daily_stages(monkeypatch)
-    spread = spread_fixture(tmp_path / "spread.csv")
-    out = tmp_path / "out"
-    argv = ["run", str(spread), "--output", str(out), "--quiet", "--engine", "spark", "--spark-master", "local[2]"]
-    code = main(argv)
-    assert code == 0
-    assert sorted(set(called)) == sorted(DAILY) and called[0] == "fingerprinted"
+def assert_fixture_result_on_spark(out: Path) -> Store:
+    """The fixture's published counts (18 candidates, 18 duplicates, 12 representatives), every
+    global stage recorded as Spark's in the manifest and its stats, and every invariant holding;
+    returns the run's store."""
     manifest = json.loads((out / "manifest.json").read_text())
     counts = manifest["counts"]
     assert (counts["candidate_pairs"], counts["duplicate_pairs"], counts["representatives"]) == (18, 18, 12)
     ours = Store(out / "_storage")
-    assert len(ours.files("documents")) > 3  # one file per crawl month, read through Store.files
     for name in GLOBAL:
+        assert manifest["engines"][name] == f"spark {pyspark.__version__}", name
         assert json.loads(ours.stats_path(name).read_text())["engine"] == f"spark {pyspark.__version__}", name
     for check in (
         invariants.doc_ids_unique,
@@ -188,6 +176,26 @@ def test_fixture_on_local_2_is_the_duckdb_result_and_every_check_is_green(spark,
     ):
         passed, details = check(ours)
         assert passed, (check.__name__, details)
+    return ours
+
+
+def test_fixture_on_local_2_is_the_duckdb_result_and_every_check_is_green(spark, tmp_path, monkeypatch):
+    """`webdedup run --engine spark --spark-master local[2]` on the fixture spread over three crawl
+    months (one documents file per month, read through Store.files): fingerprinted and
+    band_memberships on Spark, 18 candidates, 18 duplicates, 12 representatives, every check
+    green; then DuckDB's global stages over a copy of that storage give the same tables and
+    reports, and each engine reads the other's files."""
+    from webdedup_assets.cli import main
+
+    called = spy_on_daily_stages(monkeypatch)
+    spread = spread_fixture(tmp_path / "spread.csv")
+    out = tmp_path / "out"
+    argv = ["run", str(spread), "--output", str(out), "--quiet", "--engine", "spark", "--spark-master", "local[2]"]
+    code = main(argv)
+    assert code == 0
+    assert sorted(set(called)) == sorted(DAILY) and called[0] == "fingerprinted"
+    ours = assert_fixture_result_on_spark(out)
+    assert len(ours.files("documents")) > 3  # one file per crawl month, read through Store.files
     theirs = Store(shutil.copytree(ours.root, tmp_path / "duck"))
     run_global(DUCKDB, theirs, stage_params())
     assert_same_tables(ours, theirs)
@@ -239,7 +247,6 @@ def run_daily(engine, store: Store, **options) -> dict:
 
 
 def month_stats(store: Store, asset: str) -> dict:
-    import json
 
     return {
         month: {
@@ -318,7 +325,6 @@ def test_fingerprinted_and_band_memberships_on_spark_are_duckdbs_files(spark, tm
 
 
 def DUCKDB_PARTITION_ROWS(store: Store) -> dict:
-    import json
 
     return {m: json.loads(store.stats_path("fingerprinted", m).read_text())["rows"] for m in SPREAD_MONTHS}
 
@@ -394,7 +400,6 @@ def test_generated_corpus_every_table_equals_duckdbs(spark, generated, tmp_path,
 
 
 def DUCKDB_FIGURES(store: Store) -> dict:
-    import json
 
     return json.loads((store.asset_dir("candidate_pairs") / "stats.json").read_text())
 
@@ -666,7 +671,6 @@ def test_webdedup_run_on_a_spark_connect_server(tmp_path, monkeypatch):
     thin client. 18 candidates, 18 duplicates, 12 representatives, every check green, every
     Spark stage recorded as Spark's, the reliable checkpoints in the server's spark.checkpoint.dir;
     the server stopped afterwards, whatever happened."""
-    import json
 
     from webdedup_assets.cli import main
     from webdedup_assets.engine.spark import clustering
@@ -709,22 +713,7 @@ def test_webdedup_run_on_a_spark_connect_server(tmp_path, monkeypatch):
         print(f"Spark Connect: server up in {up:.1f} s, webdedup run in {time.perf_counter() - began - up:.1f} s")
         assert code == 0, log.read_text(errors="replace")[-3000:]
         assert called == ["fingerprinted", "band_memberships"]
-        ours = Store(out / "_storage")
-        manifest = json.loads((out / "manifest.json").read_text())
-        counts = manifest["counts"]
-        assert (counts["candidate_pairs"], counts["duplicate_pairs"], counts["representatives"]) == (18, 18, 12)
-        for name in GLOBAL:
-            assert manifest["engines"][name] == f"spark {pyspark.__version__}", name
-            assert json.loads(ours.stats_path(name).read_text())["engine"] == f"spark {pyspark.__version__}", name
-        for check in (
-            invariants.doc_ids_unique,
-            invariants.candidates_well_formed,
-            invariants.duplicates_meet_threshold,
-            invariants.every_document_in_one_cluster,
-            invariants.one_representative_per_cluster,
-        ):
-            passed, details = check(ours)
-            assert passed, (check.__name__, details)
+        ours = assert_fixture_result_on_spark(out)
         clusters = json.loads(ours.stats_path("clusters").read_text())
         assert clusters["reliable_checkpoints"] and clusters["rounds"] >= 1
         assert list(checkpoints.glob("*/rdd-*"))  # written by the server into its spark.checkpoint.dir
