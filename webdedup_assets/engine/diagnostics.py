@@ -23,7 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from .invariants import GIANT_CLUSTER_SIZE, cohesion_cap, measured_key, member_jaccards
+from .invariants import (
+    GIANT_CLUSTER_SIZE,
+    cohesion_cap,
+    measured_key,
+    member_jaccards,
+    read_keyed_table,
+    write_keyed_table,
+)
 from .preview import markdown_table
 from .publish import report_path
 from .storage import Store, atomic_path, connect
@@ -255,11 +262,10 @@ def write_cluster_diagnostics(
     max_members = cohesion_cap(max_members)
     kept = store.asset_dir("deduped_documents") / TABLE
     previous = None
-    if changed_clusters is not None and previous_key is not None and kept.exists():
-        with pa.memory_map(str(kept)) as source:
-            found = pa.ipc.open_file(source).read_all()
-        if (found.schema.metadata or {}).get(b"key", b"").decode() == previous_key:
-            previous = found.replace_schema_metadata(None)
+    if changed_clusters is not None and previous_key is not None:
+        found = read_keyed_table(kept)
+        if found is not None and found[1] == previous_key:
+            previous = found[0]
     table, figures = cluster_diagnostics(
         store,
         max_members,
@@ -267,11 +273,7 @@ def write_cluster_diagnostics(
         changed_clusters=changed_clusters if previous is not None else None,
         previous_key=previous_key,
     )
-    key = measured_key(store, max_members)
-    with atomic_path(kept) as temp:
-        schema = table.schema.with_metadata({"key": key or ""})
-        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as out:
-            out.write_table(table.replace_schema_metadata(schema.metadata))
+    write_keyed_table(kept, table, measured_key(store, max_members) or "")
     with atomic_path(report_path(store, REPORT)) as temp:
         pacsv.write_csv(table, temp)
     return figures

@@ -223,36 +223,40 @@ def member_jaccards(
     max_members = cohesion_cap(max_members)
     key = measured_key(store, max_members, min_size)
     cache = store.asset_dir("deduped_documents") / MEMBER_CACHE
-    kept = _read_member_cache(cache)
+    kept = read_keyed_table(cache)
     if key is not None and kept is not None and kept[1] == key:
         return kept[0]
     usable = changed_clusters is not None and kept is not None and previous_key is not None and kept[1] == previous_key
     previous = kept[0] if usable else None
     table = _measure_member_jaccards(store, max_members, min_size, previous, changed_clusters)
     if key is not None:
-        with atomic_path(cache) as temp:
-            with (
-                pa.OSFile(str(temp), "wb") as sink,
-                pa.ipc.new_file(sink, table.schema.with_metadata({"key": key})) as out,
-            ):
-                out.write_table(table)
+        write_keyed_table(cache, table, key)
     return table
 
 
 MEMBER_CACHE = "member_jaccards.arrow"  # not *.parquet: never read as part of the asset
 
 
-def _read_member_cache(cache: Path) -> tuple[pa.Table, str] | None:
-    """(table, key it was measured under), or None when there is no readable one."""
-    if not cache.exists():
+def read_keyed_table(path: Path) -> tuple[pa.Table, str] | None:
+    """(table, the key it was written with) of an Arrow file kept beside an asset (the member
+    measurement, the typed diagnostics), or None when there is no readable one."""
+    if not path.exists():
         return None
     try:
-        with pa.memory_map(str(cache)) as source:
+        with pa.memory_map(str(path)) as source:
             table = pa.ipc.open_file(source).read_all()
     except (OSError, pa.ArrowException):
         return None
     key = (table.schema.metadata or {}).get(b"key", b"").decode()
     return table.replace_schema_metadata(None), key
+
+
+def write_keyed_table(path: Path, table: pa.Table, key: str) -> None:
+    """Keep `table` as an Arrow file with `key` (what it was computed from) in its metadata."""
+    with atomic_path(path) as temp:
+        schema = table.schema.with_metadata({"key": key})
+        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as out:
+            out.write_table(table.replace_schema_metadata(schema.metadata))
 
 
 def cohesion_cap(max_members: int | None) -> int:
