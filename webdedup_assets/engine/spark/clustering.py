@@ -176,31 +176,28 @@ def clusters(run: StageRun) -> StageOutput:
     edges = pairs.select(F.col("left_doc_id").alias("u"), F.col("right_doc_id").alias("v"))
     n_edges = edges.count()
     checkpoints, reliable = shared_checkpoints(spark, store.root)
-    try:
+    try:  # the folder made for the checkpoints goes once nothing reads them, whatever happens
         stars, rounds = components(edges, max(2, 2 * n_edges), reliable=reliable)
-    except BaseException:
+        labelled = (
+            ids.join(stars.select(F.col("u").alias("doc_id"), F.col("v").alias("root")), "doc_id", "left")
+            .withColumn("cluster_id", F.concat(F.lit("cluster-"), F.coalesce("root", "doc_id")))
+            .withColumn("cluster_size", F.count(F.lit(1)).over(Window.partitionBy("cluster_id")))
+            .select("doc_id", "cluster_id", "cluster_size")
+            .orderBy("doc_id")
+            .persist()
+        )
+        rows = write_asset(labelled, store, "clusters", CLUSTER_SCHEMA, run.parameters)
+        stars.unpersist()
+        totals = labelled.agg(
+            F.countDistinct("cluster_id").alias("clusters"),
+            F.countDistinct(F.when(F.col("cluster_size") > 1, F.col("cluster_id"))).alias("dup"),
+            F.count(F.when(F.col("cluster_size") == 1, 1)).alias("singletons"),
+            F.coalesce(F.max("cluster_size"), F.lit(0)).alias("largest"),
+        ).first()
+        labelled.unpersist()
+    finally:
         if checkpoints is not None:
             shutil.rmtree(checkpoints, ignore_errors=True)
-        raise
-    labelled = (
-        ids.join(stars.select(F.col("u").alias("doc_id"), F.col("v").alias("root")), "doc_id", "left")
-        .withColumn("cluster_id", F.concat(F.lit("cluster-"), F.coalesce("root", "doc_id")))
-        .withColumn("cluster_size", F.count(F.lit(1)).over(Window.partitionBy("cluster_id")))
-        .select("doc_id", "cluster_id", "cluster_size")
-        .orderBy("doc_id")
-        .persist()
-    )
-    rows = write_asset(labelled, store, "clusters", CLUSTER_SCHEMA, run.parameters)
-    stars.unpersist()
-    totals = labelled.agg(
-        F.countDistinct("cluster_id").alias("clusters"),
-        F.countDistinct(F.when(F.col("cluster_size") > 1, F.col("cluster_id"))).alias("dup"),
-        F.count(F.when(F.col("cluster_size") == 1, 1)).alias("singletons"),
-        F.coalesce(F.max("cluster_size"), F.lit(0)).alias("largest"),
-    ).first()
-    labelled.unpersist()
-    if checkpoints is not None:
-        shutil.rmtree(checkpoints, ignore_errors=True)
     figures = {
         "clusters": int(totals["clusters"]),
         "duplicate_clusters": int(totals["dup"]),
