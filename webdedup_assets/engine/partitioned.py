@@ -117,7 +117,7 @@ def write_split(
             target = path_of(value)
             target.parent.mkdir(parents=True, exist_ok=True)
             writer = writers[value] = pq.ParquetWriter(
-                target, _with_params(schema, params), compression="zstd", use_dictionary=use_dictionary
+                target, _with_params(schema, params), **writer_options(schema, use_dictionary)
             )
         writer.write_table(pa.Table.from_batches(parts, schema=schema))  # one row group
 
