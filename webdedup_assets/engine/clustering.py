@@ -17,7 +17,17 @@ from .documents import stored_extra_columns
 from .parallel import ordered_map, prefetch, thread_count
 from .publish import report_path
 from .stage import DUCKDB, StageOutput, StageResult, StageRun
-from .storage import Store, connect, quote_ident, scalar, sql_string, write_batches, write_csv, write_table
+from .storage import (
+    Store,
+    connect,
+    quote_ident,
+    row_groups,
+    scalar,
+    sql_string,
+    write_batches,
+    write_csv,
+    write_table,
+)
 
 
 def stage_clusters(store: Store) -> StageResult:
@@ -207,8 +217,9 @@ def _verify_against_representative(con, store: Store, order_by: str) -> int:
 def _representative_rows(files: list[Path], winners: pa.Table, schema: pa.Schema):
     """The winners' full rows, read file by file in stored order (the output order is the
     documents' order: the same for every run of the same input, with no sort over bodies).
-    Files are read on all cores, results taken in file order and written in batches of about
-    64k rows (one row group per small crawl day would make the file slow to write and read)."""
+    Files are read on all cores, results taken in file order and put together into row groups
+    bounded in rows and bytes (one row group per small crawl day would make the file slow to
+    write and read; one per 64k long pages would hold gigabytes in every reader)."""
     names = winners.column("filename").to_numpy(zero_copy_only=False)
     row_numbers = winners.column("file_row_number").to_numpy()
     spans = []  # (file, row group, first winner, end of winners) of every row group holding winners
@@ -240,16 +251,7 @@ def _representative_rows(files: list[Path], winners: pa.Table, schema: pa.Schema
         ]
         return pa.Table.from_arrays(columns, schema=schema)
 
-    pending: list[pa.Table] = []
-    size = 0
-    for table in ordered_map(read, spans, thread_count()):
-        pending.append(table)
-        size += table.num_rows
-        if size >= 65_536:
-            yield from pa.concat_tables(pending).combine_chunks().to_batches()
-            pending, size = [], 0
-    if pending:
-        yield from pa.concat_tables(pending).combine_chunks().to_batches()
+    return row_groups(ordered_map(read, spans, thread_count()))
 
 
 def cluster_inspection(con, store: Store, extra: list[str], pairs: str | None = None, clusters: str | None = None):

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,6 +226,36 @@ def writer_options(
     return {"compression": compression, "use_dictionary": use_dictionary}
 
 
+ROW_GROUP_ROWS = 65_536
+ROW_GROUP_BYTES = 64 << 20  # of decoded rows: with long pages, rows alone would not bound a row group
+
+
+def row_groups(parts: Iterable[pa.Table | pa.RecordBatch]) -> Iterator[pa.Table]:
+    """Consecutive rows regrouped into tables of about ROW_GROUP_ROWS rows or ROW_GROUP_BYTES of
+    decoded data, whichever comes first, in order and zero-copy (small parts are put together as
+    chunks, large ones sliced), so that whoever writes, reads or rewrites the file holds a bounded
+    amount of text per row group whatever the pages' length. write_batches writes each table as
+    one row group."""
+    pending: list[pa.Table] = []
+    rows = size = 0
+    for part in parts:
+        table = part if isinstance(part, pa.Table) else pa.Table.from_batches([part])
+        offset = 0
+        while offset < table.num_rows:
+            left = table.slice(offset)
+            row_bytes = max(1, left.nbytes // left.num_rows)
+            room = max(1, min(ROW_GROUP_ROWS - rows, (ROW_GROUP_BYTES - size) // row_bytes))
+            piece = left.slice(0, room)
+            pending.append(piece)
+            rows, size, offset = rows + piece.num_rows, size + piece.nbytes, offset + piece.num_rows
+            if rows >= ROW_GROUP_ROWS or size >= ROW_GROUP_BYTES:
+                yield pa.concat_tables(pending)
+                pending, rows, size = [], 0, 0
+        part = table = left = piece = None  # not held while the next part is decoded
+    if pending:
+        yield pa.concat_tables(pending)
+
+
 def write_batches(
     target: Path,
     schema: pa.Schema,
@@ -253,6 +283,7 @@ def write_batches(
                     else:
                         writer.write_batch(batch)
                     rows += batch.num_rows
+                batch = None  # written: freed before the next one is produced, not after
     return rows
 
 

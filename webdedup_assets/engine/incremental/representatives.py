@@ -27,7 +27,7 @@ from ..parallel import prefetch
 from ..publish import report_path
 from ..rows import fetch_rows, listing
 from ..stage import DUCKDB
-from ..storage import quote_ident, sql_string, write_batches, write_csv
+from ..storage import quote_ident, row_groups, sql_string, write_batches, write_csv
 from .layout import duck_type, incremental_dir, save_table
 from .rebuild import ranked_sql
 
@@ -133,7 +133,11 @@ class RepresentativesStep:
         ).parameters
         if len(kept_keys) > 1 and np.any(np.diff(kept_keys) < 0):  # a documents file reordered its rows
             return self._sorted_rewrite(schema, new_reps, parameters)
-        batches = _merged(pq.ParquetFile(old_path), schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys)
+        # regrouped: the new rows all go in after the last old row, and one row group growing by
+        # a day's representatives on every add would hold the text of months in every reader
+        batches = row_groups(
+            _merged(pq.ParquetFile(old_path), schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys)
+        )
         # the next row group is decoded on a reader thread while this one is encoded (both
         # release the GIL): the rewrite costs about the larger of the two, not their sum
         return write_batches(old_path, schema, prefetch(batches, depth=1), parameters)
@@ -146,8 +150,8 @@ class RepresentativesStep:
               SELECT * FROM {store.scan_sql("deduped_documents")} o
                WHERE o.cluster_id NOT IN (SELECT cluster_id FROM touched_old)
               UNION ALL BY NAME SELECT * FROM new_reps_arrow) u
-              JOIN rep_keys r USING (doc_id) ORDER BY r.key""").arrow(batch_size=65_536)
-        rows = write_batches(store.path("deduped_documents"), schema, reader, parameters)
+              JOIN rep_keys r USING (doc_id) ORDER BY r.key""").arrow(batch_size=8_192)
+        rows = write_batches(store.path("deduped_documents"), schema, row_groups(reader), parameters)
         con.unregister("new_reps_arrow")
         return rows
 
@@ -197,6 +201,9 @@ def _merged(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: p
             taken = upto
         if pieces:
             yield pa.concat_tables(pieces)
+        # drop this row group before the next is decoded: the reader runs a row group ahead
+        # of the writer (prefetch), so every reference kept here is one more row group of text
+        rows = pieces = None
         start, first = stop, last
     if taken < len(new_keys):  # an old file without row groups (no representative yet)
         yield new.slice(taken)
