@@ -492,7 +492,9 @@ def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows,
     picks=st.lists(st.integers(0, 74), max_size=20),
 )
 def test_fetch_rows_reads_the_wanted_rows(tmp_path_factory, sizes, group, picks):
-    """engine.rows.fetch_rows over files of small row groups: exactly the wanted documents."""
+    """engine.rows.fetch_rows over files of small row groups, reading every file or only those
+    holding a wanted row: exactly the wanted documents; a column only the first file has comes
+    back NULL for the others' rows."""
     from webdedup_assets.engine import rows as layout
 
     folder = tmp_path_factory.mktemp("fetch")
@@ -500,14 +502,19 @@ def test_fetch_rows_reads_the_wanted_rows(tmp_path_factory, sizes, group, picks)
     for f, size in enumerate(sizes):
         names = [f"d{f}-{i:02d}" for i in range(size)]
         path = folder / f"part-{f}.parquet"
-        pq.write_table(pa.table({"doc_id": names, "body": [n + "!" for n in names]}), path, row_group_size=group)
+        columns = {"doc_id": names, "body": [n + "!" for n in names]}
+        if f == 0:
+            columns["lang"] = ["en"] * size
+        pq.write_table(pa.table(columns), path, row_group_size=group)
         files.append(path)
         ids += names
     wanted = sorted({ids[p] for p in picks if p < len(ids)})
     con = connect()
     con.register("wanted_arrow", pa.table({"doc_id": pa.array(wanted, pa.string())}))
     con.execute("CREATE TEMP TABLE wanted AS SELECT * FROM wanted_arrow")
-    got = layout.fetch_rows(con, files, "wanted", ["doc_id", "body"])
+    expected = [(w, w + "!", "en" if w.startswith("d0-") else None) for w in wanted]
+    for in_few_files in (False, True):
+        got = layout.fetch_rows(con, files, "wanted", ["doc_id", "body", "lang"], in_few_files=in_few_files)
+        found = sorted(zip(*(got.column(c).to_pylist() for c in ("doc_id", "body", "lang")))) if got else []
+        assert found == expected, in_few_files
     con.close()
-    found = sorted(zip(got.column("doc_id").to_pylist(), got.column("body").to_pylist())) if got else []
-    assert found == [(w, w + "!") for w in wanted]

@@ -80,7 +80,7 @@ class RepresentativesStep:
     def _new_representatives(self, files, doc_schema: pa.Schema, schema: pa.Schema) -> pa.Table:
         """The winners' full rows (every column of `schema`), read by row group."""
         con = self.con
-        winner_rows = fetch_rows(con, files, "winners", doc_schema.names)
+        winner_rows = fetch_rows(con, files, "winners", doc_schema.names, in_few_files=True)
         if winner_rows is None:
             winner_rows = doc_schema.empty_table()
         con.register("winner_rows_arrow", winner_rows)
