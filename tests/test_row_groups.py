@@ -101,3 +101,25 @@ def test_deduped_documents_row_groups_stay_bounded_through_run_and_add(tmp_path,
     assert len(added) >= 7
     kept = pq.read_table(out / "deduped_documents.parquet", columns=["doc_id"])["doc_id"].to_pylist()
     assert sorted(kept) == [f"a{i:03d}" for i in range(12, 40)] + [f"b{i:03d}" for i in range(30)]
+
+
+def test_publishing_parts_into_one_file_bounds_its_row_groups(tmp_path, monkeypatch):
+    """publish_concatenated (Spark writes deduped_documents as parts): one file, the parts' rows in
+    order, row groups bounded by bytes like the stages' own files."""
+    from webdedup_assets.engine.storage import Store, publish_concatenated, write_table
+
+    monkeypatch.setattr(storage, "ROW_GROUP_BYTES", 20_000)
+    store = Store(tmp_path / "storage")
+    store.asset_dir("deduped_documents").mkdir(parents=True)
+    expected = []
+    for part in range(3):
+        ids = [f"p{part}-{i:02d}" for i in range(12)]
+        expected += ids
+        table = pa.table({"doc_id": ids, "body": [i + " " + "x" * 2_000 for i in ids]})  # ~2 KB a page
+        write_table(store.asset_dir("deduped_documents") / f"part-{part:05d}.parquet", table, {"p": 1})
+    target = tmp_path / "deduped_documents.parquet"
+    assert publish_concatenated(store, "deduped_documents", target) == 36
+    assert pq.read_table(target, columns=["doc_id"])["doc_id"].to_pylist() == expected
+    groups = _groups(target)
+    # ~2,030 bytes a row in memory: 9 rows make 18.3 KB, the tenth reaches the bound
+    assert [rows for rows, _ in groups] == [10, 10, 10, 6]

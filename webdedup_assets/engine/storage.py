@@ -378,9 +378,10 @@ def publish_concatenated(store: Store, asset: str, target: Path, uncompressed: I
 
     def batches():
         for path in files:
-            yield from pq.ParquetFile(path).iter_batches(batch_size=65_536)
+            yield from pq.ParquetFile(path).iter_batches(batch_size=8_192)
 
-    return write_batches(target, schema, batches(), params, use_dictionary=False, uncompressed=uncompressed)
+    # regrouped like the stages' own files (Spark's parts of deduped_documents hold page text)
+    return write_batches(target, schema, row_groups(batches()), params, use_dictionary=False, uncompressed=uncompressed)
 
 
 def connect(store: Store | None = None) -> duckdb.DuckDBPyConnection:
