@@ -378,7 +378,9 @@ def publish_concatenated(store: Store, asset: str, target: Path, uncompressed: I
 
     def batches():
         for path in files:
-            yield from pq.ParquetFile(path).iter_batches(batch_size=8_192)
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=8_192):
+                # one schema before they are put together (a part may differ in nullability)
+                yield batch if batch.schema.equals(schema) else batch.cast(schema)
 
     # regrouped like the stages' own files (Spark's parts of deduped_documents hold page text)
     return write_batches(target, schema, row_groups(batches()), params, use_dictionary=False, uncompressed=uncompressed)
