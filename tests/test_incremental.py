@@ -414,6 +414,51 @@ def test_cli_add_day_by_day_equals_run(tmp_path, capsys):
     con.close()
 
 
+def test_an_update_measures_cluster_diagnostics_on_the_pages_it_verified(tmp_path, monkeypatch):
+    """The members the diagnostics measure after an update are read with the pages to verify (one
+    scan of the bodies, not two), the far end of a chain included though no new page comes near
+    it: no shingle set is loaded again, and the published diagnostics equal a full run's."""
+    from tests.test_cluster_diagnostics import chain_bodies
+    from webdedup_assets.cli import main
+    from webdedup_assets.engine import shingle_sets
+
+    chain = chain_bodies(5)  # c0 ... c5: one cluster by chaining; c5 shares little with c0
+    mirror = chain[0].split()
+    mirror[10] = "mirrored"  # a new page next to c0 only
+    fields = ["doc_id", "source", "domain", "crawled_at", "title", "body"]
+    days = {
+        "history.csv": [
+            [f"c{i}", "crawl", f"site{i}.example", f"2026-03-0{i + 1}", "t", b] for i, b in enumerate(chain)
+        ],
+        "day.csv": [["n0", "crawl", "mirror.example", "2026-03-20", "t", " ".join(mirror)]],
+    }
+    for name, rows in days.items():
+        with open(tmp_path / name, "w", newline="") as handle:
+            csv.writer(handle).writerows([fields, *rows])
+    with open(tmp_path / "all.csv", "w", newline="") as handle:
+        csv.writer(handle).writerows([fields, *days["history.csv"], *days["day.csv"]])
+    assert main(["run", str(tmp_path / "all.csv"), "--output", str(tmp_path / "full"), "--quiet"]) in (0, 1)
+    assert main(["add", str(tmp_path / "history.csv"), "--output", str(tmp_path / "inc")]) in (0, 1)
+    covered, loaded = [], []
+    covering, load = shingle_sets.ShingleSets.covering, shingle_sets.load_shingle_sets
+
+    def spy_covering(self, store, size, ids, unit="word"):
+        covered.append(sorted(set(ids.to_pylist())))
+        return covering(self, store, size, ids, unit)
+
+    def spy_load(*args, **kwargs):
+        loaded.append(args[2] if len(args) > 2 else kwargs.get("doc_ids"))
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(shingle_sets.ShingleSets, "covering", spy_covering)
+    monkeypatch.setattr(shingle_sets, "load_shingle_sets", spy_load)
+    assert main(["add", str(tmp_path / "day.csv"), "--output", str(tmp_path / "inc")]) in (0, 1)
+    assert covered == [["c0", "c1", "c2", "c3", "c4", "c5", "n0"]]  # the whole chain was measured ...
+    assert loaded == []  # ... on the sets verification computed
+    name = "cluster_diagnostics.csv"
+    assert (tmp_path / "inc" / name).read_text() == (tmp_path / "full" / name).read_text()
+
+
 def test_cli_add_refuses_other_fingerprint(tmp_path, capsys):
     from webdedup_assets.cli import main
 

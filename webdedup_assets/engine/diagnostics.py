@@ -16,7 +16,7 @@ cluster has an empty minimum and the flag `unchecked`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,9 @@ from .invariants import (
 from .preview import markdown_table
 from .publish import report_path
 from .storage import Store, atomic_path, connect
+
+if TYPE_CHECKING:
+    from .shingle_sets import ShingleSets
 
 COLUMNS = [
     "cluster_id",
@@ -57,6 +60,7 @@ def cluster_diagnostics(
     previous: pa.Table | None = None,
     changed_clusters: pa.Array | None = None,
     previous_key: str | None = None,
+    known_sets: ShingleSets | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """(table, figures): the rows described above, worst first (flagged, then lowest minimum
     Jaccard to the representative, then largest), and counts for the asset metadata.
@@ -64,7 +68,8 @@ def cluster_diagnostics(
     previous, changed_clusters and previous_key (an incremental update): the table as it was, the
     cluster ids, old and new, whose members, edges or representative changed, and the key it was
     measured under (invariants.measured_key); only those clusters' rows (and those of clusters
-    whose measured members moved with the cap) are computed again."""
+    whose measured members moved with the cap) are computed again. known_sets: shingle sets
+    already computed (an update's verified pages and their clusters), see member_jaccards."""
     threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
     max_members = cohesion_cap(max_members)
     incremental = previous is not None and changed_clusters is not None
@@ -73,6 +78,7 @@ def cluster_diagnostics(
         max_members,
         changed_clusters=changed_clusters if incremental else None,
         previous_key=previous_key,
+        known_sets=known_sets,
     )
     recompute = None
     if incremental:
@@ -254,6 +260,7 @@ def write_cluster_diagnostics(
     max_members: int | None = None,
     changed_clusters: pa.Array | None = None,
     previous_key: str | None = None,
+    known_sets: ShingleSets | None = None,
 ) -> dict[str, Any]:
     """Compute the diagnostics and keep them beside deduped_documents (published as REPORT);
     returns the figures. changed_clusters, previous_key: an incremental update (see
@@ -272,6 +279,7 @@ def write_cluster_diagnostics(
         previous=previous,
         changed_clusters=changed_clusters if previous is not None else None,
         previous_key=previous_key,
+        known_sets=known_sets,
     )
     write_keyed_table(kept, table, measured_key(store, max_members) or "")
     with atomic_path(report_path(store, REPORT)) as temp:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +17,9 @@ import pyarrow.compute as pc
 from ..fileio import atomic_path
 from .documents import stored_input
 from .storage import Store, connect, file_identity, scalar
+
+if TYPE_CHECKING:
+    from .shingle_sets import ShingleSets
 
 EXPECTATIONS_SUFFIX = ".expected.json"
 
@@ -207,6 +210,7 @@ def member_jaccards(
     min_size: int = 3,
     changed_clusters: pa.Array | None = None,
     previous_key: str | None = None,
+    known_sets: ShingleSets | None = None,
 ) -> pa.Table:
     """(doc_id, cluster_id, cluster_size, representative, jaccard): the exact shingle Jaccard of each
     member of a cluster of min_size or more documents to its representative (the representative
@@ -219,7 +223,8 @@ def member_jaccards(
     changed_clusters and previous_key (an incremental update): the cluster ids, old and new, whose
     members or representative changed, and measured_key(store) before the update; the kept
     measurement, if made under that key, supplies the rows of every other cluster and only the
-    rest is measured (the same table as a measurement from scratch)."""
+    rest is measured (the same table as a measurement from scratch). known_sets: shingle sets at
+    hand (engine.shingle_sets); only the documents they lack are read from the store."""
     max_members = cohesion_cap(max_members)
     key = measured_key(store, max_members, min_size)
     cache = store.asset_dir("deduped_documents") / MEMBER_CACHE
@@ -228,7 +233,7 @@ def member_jaccards(
         return kept[0]
     usable = changed_clusters is not None and kept is not None and previous_key is not None and kept[1] == previous_key
     previous = kept[0] if usable else None
-    table = _measure_member_jaccards(store, max_members, min_size, previous, changed_clusters)
+    table = _measure_member_jaccards(store, max_members, min_size, previous, changed_clusters, known_sets)
     if key is not None:
         write_keyed_table(cache, table, key)
     return table
@@ -281,6 +286,7 @@ def _measure_member_jaccards(
     min_size: int,
     previous: pa.Table | None = None,
     changed_clusters: pa.Array | None = None,
+    known_sets: ShingleSets | None = None,
 ) -> pa.Table:
     from ..core.fingerprint import shingling
     from .shingle_sets import load_shingle_sets  # the shingle sets scoring uses, recomputed for these documents
@@ -317,7 +323,10 @@ def _measure_member_jaccards(
         ids = pa.concat_arrays(
             [measured.column("doc_id").combine_chunks(), measured.column("representative").combine_chunks()]
         )
-        sets = load_shingle_sets(store, shingle_size, pc.unique(ids), unit)
+        if known_sets is not None:
+            sets = known_sets.covering(store, shingle_size, ids, unit)
+        else:
+            sets = load_shingle_sets(store, shingle_size, pc.unique(ids), unit)
         jaccard[todo] = sets.jaccard(
             sets.nodes(measured.column("doc_id")), sets.nodes(measured.column("representative"))
         )

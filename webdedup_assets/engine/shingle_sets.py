@@ -18,7 +18,8 @@ from .storage import Store, connect
 
 @dataclass
 class ShingleSets:
-    """Sorted unique shingle hashes of documents, addressable by doc_id (ids sorted)."""
+    """Sorted unique shingle hashes of documents, addressable by doc_id (each id once;
+    load_shingle_sets gives them in doc_id order, shingle_sets_of and covering in any)."""
 
     doc_ids: pa.Array
     flat: np.ndarray
@@ -31,11 +32,33 @@ class ShingleSets:
             raise WebdedupError("internal: a document without a computed shingle set")
         return found.to_numpy(zero_copy_only=False).astype(np.int64)
 
+    def covering(self, store: Store, shingle_size: int, doc_ids: pa.Array, unit: str = "word") -> ShingleSets:
+        """These sets with those of `doc_ids` they lack loaded from the store (none: no scan)."""
+        wanted = pc.unique(doc_ids.cast(pa.string()))
+        missing = wanted.filter(pc.invert(pc.is_in(wanted, value_set=self.doc_ids)))
+        if not len(missing):
+            return self
+        more = load_shingle_sets(store, shingle_size, missing, unit)
+        shift = len(self.flat)
+        return ShingleSets(
+            pa.concat_arrays([self.doc_ids, more.doc_ids]),
+            np.concatenate([self.flat, more.flat]),
+            np.concatenate([self.starts, more.starts + shift]),
+            np.concatenate([self.ends, more.ends + shift]),
+        )
+
     def jaccard(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         out = np.zeros(len(left), dtype=np.float64)
         if len(left):
             jaccard_blocks(self.flat, self.starts, self.ends, self.flat, self.starts, self.ends, left, right, out)
         return out
+
+
+def shingle_sets_of(doc_ids: pa.Array, bodies: pa.Array, shingle_size: int, unit: str = "word") -> ShingleSets:
+    """The sets of documents whose bodies are at hand (the kernel scoring uses)."""
+    flat, offsets = shingle_sets(bodies, shingle_size, unit)
+    offsets = np.asarray(offsets, np.int64)
+    return ShingleSets(doc_ids.cast(pa.string()), flat, offsets[:-1], offsets[1:])
 
 
 def load_shingle_sets(

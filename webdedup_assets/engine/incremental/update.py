@@ -119,7 +119,9 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
             .to_arrow_table()["cluster_id"]
             .combine_chunks()
         )
-        figures = write_cluster_diagnostics(store, changed_clusters=changed, previous_key=measured_before)
+        figures = write_cluster_diagnostics(
+            store, changed_clusters=changed, previous_key=measured_before, known_sets=self.shingle_sets
+        )
         stats = store.stats("deduped_documents")[0]
         store.write_stats("deduped_documents", None, {**stats, **figures})
         self._mark("diagnostics")

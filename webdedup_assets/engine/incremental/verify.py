@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ...core.fingerprint import shingle_sets, shingling
+from ...core.fingerprint import shingling
 from ...core.minhash import estimate_jaccard
-from ...core.sets import jaccard_blocks
 from ...errors import WebdedupError
 from ...params import ScoringParams
 from ..rows import fetch_rows
 from ..scoring import SCORED_SCHEMA, reasons
+from ..shingle_sets import shingle_sets_of
 from ..storage import scalar
 
 
@@ -26,16 +26,26 @@ class VerifyStep:
             "SELECT left_doc_id, right_doc_id FROM rescore ORDER BY left_doc_id, right_doc_id"
         ).to_arrow_table()
         self.report.pairs_scored = pairs.num_rows
-        docs = fetch_rows(con, store.data_files("documents"), "need", ["doc_id", "body"])
+        # The bodies are spread over every documents file, so each read of some of them is a scan
+        # of all the text: read here, with the pages to verify, those the cluster diagnostics will
+        # measure after the update too (every member of the stored clusters that hold one of
+        # them), and keep their shingle sets for it (self.shingle_sets).
+        con.execute(f"""CREATE TEMP TABLE need_sets AS
+            SELECT doc_id FROM need
+            UNION
+            SELECT c.doc_id FROM {store.scan_sql("clusters")} c
+             WHERE c.cluster_id IN (
+                   SELECT cluster_id FROM {store.scan_sql("clusters")} SEMI JOIN need USING (doc_id))""")
+        docs = fetch_rows(con, store.data_files("documents"), "need_sets", ["doc_id", "body"])
         prints = fetch_rows(con, store.data_files("fingerprinted"), "need", ["doc_id", "signature"])
+        self.shingle_sets = None
+        if docs is not None:
+            self.shingle_sets = shingle_sets_of(
+                docs.column("doc_id").combine_chunks(), docs.column("body").combine_chunks(), shingle_size, unit
+            )
         if pairs.num_rows:
-            ids = docs.column("doc_id").combine_chunks()
-            flat, offsets = shingle_sets(docs.column("body").combine_chunks(), shingle_size, unit)
-            starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
-            left = pa.compute.index_in(pairs["left_doc_id"], value_set=ids).to_numpy().astype(np.int64)
-            right = pa.compute.index_in(pairs["right_doc_id"], value_set=ids).to_numpy().astype(np.int64)
-            exact = np.zeros(pairs.num_rows, dtype=np.float64)
-            jaccard_blocks(flat, starts, ends, flat, starts, ends, left, right, exact)
+            sets = self.shingle_sets
+            exact = sets.jaccard(sets.nodes(pairs["left_doc_id"]), sets.nodes(pairs["right_doc_id"]))
             sig_ids = prints.column("doc_id").combine_chunks()
             signatures = prints.column("signature").combine_chunks().flatten().to_numpy().reshape(-1, num_perm)
             sl = pa.compute.index_in(pairs["left_doc_id"], value_set=sig_ids).to_numpy().astype(np.int64)
