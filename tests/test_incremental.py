@@ -414,13 +414,27 @@ def test_cli_add_day_by_day_equals_run(tmp_path, capsys):
     con.close()
 
 
-def test_an_update_measures_cluster_diagnostics_on_the_pages_it_verified(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "cap, read_with_verification",
+    [
+        (None, ["c0", "c1", "c2", "c3", "c4", "c5", "n0"]),
+        (1, ["c0", "c1", "c2", "n0"]),  # the pages to verify, and one member: what the cap lets be measured
+    ],
+)
+def test_an_update_measures_cluster_diagnostics_on_the_pages_it_verified(
+    tmp_path, monkeypatch, cap, read_with_verification
+):
     """The members the diagnostics measure after an update are read with the pages to verify (one
     scan of the bodies, not two), the far end of a chain included though no new page comes near
-    it: no shingle set is loaded again, and the published diagnostics equal a full run's."""
+    it, and no more members than the diagnostics' cap: no shingle set is loaded again, and the
+    published diagnostics equal a full run's."""
     from tests.test_cluster_diagnostics import chain_bodies
     from webdedup_assets.cli import main
-    from webdedup_assets.engine import shingle_sets
+    from webdedup_assets.engine import invariants, shingle_sets
+    from webdedup_assets.engine.incremental import verify
+
+    if cap is not None:
+        monkeypatch.setattr(invariants, "COHESION_MAX_MEMBERS", cap)
 
     chain = chain_bodies(5)  # c0 ... c5: one cluster by chaining; c5 shares little with c0
     mirror = chain[0].split()
@@ -450,10 +464,20 @@ def test_an_update_measures_cluster_diagnostics_on_the_pages_it_verified(tmp_pat
         loaded.append(args[2] if len(args) > 2 else kwargs.get("doc_ids"))
         return load(*args, **kwargs)
 
+    built = []
+    sets_of = verify.shingle_sets_of
+
+    def spy_sets_of(doc_ids, *args):
+        built.append(sorted(doc_ids.to_pylist()))
+        return sets_of(doc_ids, *args)
+
     monkeypatch.setattr(shingle_sets.ShingleSets, "covering", spy_covering)
     monkeypatch.setattr(shingle_sets, "load_shingle_sets", spy_load)
+    monkeypatch.setattr(verify, "shingle_sets_of", spy_sets_of)
     assert main(["add", str(tmp_path / "day.csv"), "--output", str(tmp_path / "inc")]) in (0, 1)
-    assert covered == [["c0", "c1", "c2", "c3", "c4", "c5", "n0"]]  # the whole chain was measured ...
+    assert built == [read_with_verification]
+    measured = read_with_verification if cap is None else ["c0", "n0"]  # the member and its representative
+    assert covered == [measured]  # the members measured ...
     assert loaded == []  # ... on the sets verification computed
     name = "cluster_diagnostics.csv"
     assert (tmp_path / "inc" / name).read_text() == (tmp_path / "full" / name).read_text()

@@ -9,6 +9,7 @@ from ...core.fingerprint import shingling
 from ...core.minhash import estimate_jaccard
 from ...errors import WebdedupError
 from ...params import ScoringParams
+from ..invariants import cohesion_cap
 from ..rows import fetch_rows
 from ..scoring import SCORED_SCHEMA, reasons
 from ..shingle_sets import shingle_sets_of
@@ -28,14 +29,18 @@ class VerifyStep:
         self.report.pairs_scored = pairs.num_rows
         # The bodies are spread over every documents file, so each read of some of them is a scan
         # of all the text: read here, with the pages to verify, those the cluster diagnostics will
-        # measure after the update too (every member of the stored clusters that hold one of
-        # them), and keep their shingle sets for it (self.shingle_sets).
+        # measure after the update too (the members of the stored clusters that hold one of them,
+        # largest clusters first and no more than the diagnostics measure in a run, so that a
+        # giant cluster does not bring all its pages), and keep their shingle sets for it
+        # (self.shingle_sets; what they lack is read then).
+        clusters = store.scan_sql("clusters")
         con.execute(f"""CREATE TEMP TABLE need_sets AS
             SELECT doc_id FROM need
             UNION
-            SELECT c.doc_id FROM {store.scan_sql("clusters")} c
-             WHERE c.cluster_id IN (
-                   SELECT cluster_id FROM {store.scan_sql("clusters")} SEMI JOIN need USING (doc_id))""")
+            SELECT doc_id FROM (
+              SELECT c.doc_id FROM {clusters} c
+               WHERE c.cluster_id IN (SELECT cluster_id FROM {clusters} SEMI JOIN need USING (doc_id))
+               ORDER BY c.cluster_size DESC, c.cluster_id, c.doc_id LIMIT {cohesion_cap(None)})""")
         docs = fetch_rows(con, store.data_files("documents"), "need_sets", ["doc_id", "body"])
         prints = fetch_rows(con, store.data_files("fingerprinted"), "need", ["doc_id", "signature"])
         self.shingle_sets = None
