@@ -47,10 +47,12 @@ class ShingleSets:
             np.concatenate([self.ends, more.ends + shift]),
         )
 
-    def jaccard(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    def jaccard(self, left: np.ndarray, right: np.ndarray, other: ShingleSets | None = None) -> np.ndarray:
+        """Exact Jaccard of the pairs (left[i], right[i]) of nodes; `right` nodes of `other` if given."""
+        other = self if other is None else other
         out = np.zeros(len(left), dtype=np.float64)
         if len(left):
-            jaccard_blocks(self.flat, self.starts, self.ends, self.flat, self.starts, self.ends, left, right, out)
+            jaccard_blocks(self.flat, self.starts, self.ends, other.flat, other.starts, other.ends, left, right, out)
         return out
 
 

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...core.fingerprint import shingle_sets, shingling
-from ...core.sets import jaccard_blocks
+from ...core.fingerprint import shingling
 from ...errors import WebdedupError
 from ...params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
 from ..rows import fetch_rows, listing
 from ..serial import from_stored
+from ..shingle_sets import ShingleSets, shingle_sets_of
 from ..state import months_of
 from ..storage import Store, connect, scalar, sql_string, write_batches
 from .layout import load_state, snapshot_dir
@@ -78,19 +78,14 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
         con.execute("CREATE TEMP TABLE need_new AS SELECT DISTINCT new_id AS doc_id FROM pairs")
         exact = np.zeros(pairs.num_rows, np.float64)
         if pairs.num_rows:
-            sets = {}
-            for name, source, ids in (("old", store, "need"), ("new", new, "need_new")):
+
+            def sets_of(source: Store, ids: str) -> ShingleSets:
                 rows = fetch_rows(con, source.data_files("documents"), ids, ["doc_id", "body"])
-                flat, offsets = shingle_sets(rows.column("body").combine_chunks(), shingle_size, unit)
-                sets[name] = (
-                    rows.column("doc_id").combine_chunks(),
-                    flat,
-                    offsets[:-1].astype(np.int64),
-                    offsets[1:].astype(np.int64),
-                )
-            left = pa.compute.index_in(pairs["new_id"], value_set=sets["new"][0]).to_numpy().astype(np.int64)
-            right = pa.compute.index_in(pairs["old_id"], value_set=sets["old"][0]).to_numpy().astype(np.int64)
-            jaccard_blocks(*sets["new"][1:], *sets["old"][1:], left, right, exact)
+                doc_ids, bodies = rows.column("doc_id").combine_chunks(), rows.column("body").combine_chunks()
+                return shingle_sets_of(doc_ids, bodies, shingle_size, unit)
+
+            old_sets, new_sets = sets_of(store, "need"), sets_of(new, "need_new")
+            exact = new_sets.jaccard(new_sets.nodes(pairs["new_id"]), old_sets.nodes(pairs["old_id"]), other=old_sets)
         con.register(
             "scored_arrow",
             pa.table({"new_id": pairs["new_id"], "old_id": pairs["old_id"], "exact_jaccard": pa.array(exact)}),
