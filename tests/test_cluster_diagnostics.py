@@ -118,3 +118,21 @@ def test_deduped_documents_materialization_shows_the_diagnostics(tmp_path):
     worst = metadata["worst_clusters"].value.splitlines()
     assert worst[0].startswith("| cluster_id |") and "cluster-chain-0" in worst[2] and "low_cohesion" in worst[2]
     assert metadata["cluster_diagnostics"].value.endswith("cluster_diagnostics.csv")
+
+
+def test_the_measurement_made_while_writing_equals_one_from_the_stored_files(chain_run):
+    """The stage measures member Jaccards on the representatives it is about to write, on a
+    second thread; what it keeps must be what a measurement from the written files gives, under
+    the key of those files (so the clusters_cohesive check reuses it)."""
+    from webdedup_assets.engine import invariants
+    from webdedup_assets.engine.diagnostics import TABLE, measured_key, read_keyed_table
+
+    store = Store(chain_run / "_storage")
+    kept, key = read_keyed_table(store.asset_dir("deduped_documents") / invariants.MEMBER_CACHE)
+    assert key == measured_key(store)
+    fresh = invariants._measure_member_jaccards(store, invariants.cohesion_cap(None), 3)
+    assert kept.num_rows == 16 and kept.to_pylist() == fresh.to_pylist()  # 4 chain members, 12 of the fixture
+    table, key = read_keyed_table(store.asset_dir("deduped_documents") / TABLE)
+    assert key == measured_key(store)
+    recomputed, _ = cluster_diagnostics(store, measured=fresh)
+    assert table.to_pylist() == recomputed.to_pylist()

@@ -12,7 +12,7 @@ from ..core.components import component_labels
 from ..core.ranking import policy_order_by
 from ..errors import WebdedupError
 from ..params import RepresentativeParams
-from .diagnostics import write_cluster_diagnostics
+from .diagnostics import measured_alongside
 from .documents import stored_extra_columns
 from .parallel import ordered_map, prefetch, thread_count
 from .publish import report_path
@@ -131,11 +131,17 @@ def deduped_documents(run: StageRun) -> StageOutput:
     schema = pa.schema(
         [*doc_schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
     )
-    # the winners' rows are read and put together on a background thread while this one encodes
-    # the previous batch (both release the GIL): the stage costs about the larger of the two
-    representatives = prefetch(_representative_rows(files, winners, schema), depth=1)
-    rows = write_batches(store.path("deduped_documents"), schema, representatives, run.parameters)
-    documents = scalar(con, "SELECT count(*) FROM ranked")
+    chosen = con.sql("SELECT doc_id, cluster_id FROM ranked WHERE rank = 1").to_arrow_table()
+    # the cluster diagnostics (bounded: see engine.diagnostics) are measured while the file is
+    # written; the winners' rows are read and put together on a background thread while this one
+    # encodes the previous batch (all release the GIL most of the time)
+    with measured_alongside(store, chosen) as diagnostics:
+        representatives = prefetch(_representative_rows(files, winners, schema), depth=1)
+        rows = write_batches(store.path("deduped_documents"), schema, representatives, run.parameters)
+        documents = scalar(con, "SELECT count(*) FROM ranked")
+        con.execute("SET preserve_insertion_order = true")
+        write_csv(report_path(store, "cluster_inspection.csv"), cluster_inspection(con, store, extra))
+        con.close()
     figures = {
         "documents": documents,
         "removed": documents - rows,
@@ -143,10 +149,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
     }
     if run.params.verify_against_representative:
         figures["members_split_off"] = split_off
-    con.execute("SET preserve_insertion_order = true")
-    write_csv(report_path(store, "cluster_inspection.csv"), cluster_inspection(con, store, extra))
-    con.close()
-    figures.update(write_cluster_diagnostics(store))  # bounded: see engine.diagnostics
+    figures.update(diagnostics)
     return StageOutput(rows, figures)
 
 

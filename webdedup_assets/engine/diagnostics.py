@@ -16,6 +16,9 @@ cluster has an empty minimum and the flag `unchecked`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +29,7 @@ import pyarrow.csv as pacsv
 from .invariants import (
     GIANT_CLUSTER_SIZE,
     cohesion_cap,
+    keep_member_jaccards,
     measured_key,
     member_jaccards,
     read_keyed_table,
@@ -61,6 +65,8 @@ def cluster_diagnostics(
     changed_clusters: pa.Array | None = None,
     previous_key: str | None = None,
     known_sets: ShingleSets | None = None,
+    representatives: pa.Table | None = None,
+    measured: pa.Table | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """(table, figures): the rows described above, worst first (flagged, then lowest minimum
     Jaccard to the representative, then largest), and counts for the asset metadata.
@@ -69,17 +75,22 @@ def cluster_diagnostics(
     cluster ids, old and new, whose members, edges or representative changed, and the key it was
     measured under (invariants.measured_key); only those clusters' rows (and those of clusters
     whose measured members moved with the cap) are computed again. known_sets: shingle sets
-    already computed (an update's verified pages and their clusters), see member_jaccards."""
+    already computed (an update's verified pages and their clusters), see member_jaccards.
+    representatives (doc_id, cluster_id) and measured: the representatives deduped_documents is
+    about to hold and member_jaccards(..., representatives=) of them (a full build measuring while
+    it writes the file, see measured_alongside)."""
     threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
     max_members = cohesion_cap(max_members)
     incremental = previous is not None and changed_clusters is not None
-    measured = member_jaccards(
-        store,
-        max_members,
-        changed_clusters=changed_clusters if incremental else None,
-        previous_key=previous_key,
-        known_sets=known_sets,
-    )
+    if measured is None:
+        measured = member_jaccards(
+            store,
+            max_members,
+            changed_clusters=changed_clusters if incremental else None,
+            previous_key=previous_key,
+            known_sets=known_sets,
+            representatives=representatives,
+        )
     recompute = None
     if incremental:
         # clusters whose count of measured members changed (the cap moved over them) too
@@ -94,24 +105,30 @@ def cluster_diagnostics(
             pa.concat_arrays([changed_clusters.cast(pa.string()), moved["cluster_id"].combine_chunks()])
         )
         measured = measured.filter(pc.is_in(measured["cluster_id"], value_set=recompute))
-    base = _base_rows(store, recompute)
+    base = _base_rows(store, recompute, representatives)
     table = _table(_rows(base, measured, threshold, giant_size), previous, recompute)
     return table, _figures(table, max_members, giant_size)
 
 
-def _base_rows(store: Store, clusters: pa.Array | None) -> pa.Table:
+def _base_rows(store: Store, clusters: pa.Array | None, representatives: pa.Table | None = None) -> pa.Table:
     """Per multi-document cluster (all, or those in `clusters`): size, representative, domains,
-    edges, the minimum edge Jaccard and that edge's other end."""
+    edges, the minimum edge Jaccard and that edge's other end. representatives (doc_id,
+    cluster_id): instead of those stored in deduped_documents."""
     con = connect(store)
     try:
         only = ""
         if clusters is not None:
             con.register("only_arrow", pa.table({"cluster_id": clusters}))
             only = "AND cluster_id IN (SELECT cluster_id FROM only_arrow)"
+        if representatives is not None:
+            con.register("representatives_arrow", representatives.select(["doc_id", "cluster_id"]))
+            reps = "representatives_arrow"
+        else:
+            reps = store.scan_sql("deduped_documents")
         return con.sql(f"""
             WITH cl AS (SELECT doc_id, cluster_id, cluster_size FROM {store.scan_sql("clusters")}
                          WHERE cluster_size > 1 {only}),
-            reps AS (SELECT doc_id, cluster_id FROM {store.scan_sql("deduped_documents")} WHERE true {only}),
+            reps AS (SELECT doc_id, cluster_id FROM {reps} WHERE true {only}),
             multi AS (
                 SELECT c.cluster_id, any_value(c.cluster_size) AS size, count(DISTINCT d.domain) AS domains
                   FROM cl c JOIN (SELECT doc_id, domain FROM {store.scan_sql("documents")}) d USING (doc_id)
@@ -281,10 +298,39 @@ def write_cluster_diagnostics(
         previous_key=previous_key,
         known_sets=known_sets,
     )
-    write_keyed_table(kept, table, measured_key(store, max_members) or "")
+    _keep(store, table, max_members)
+    return figures
+
+
+def _keep(store: Store, table: pa.Table, max_members: int) -> None:
+    write_keyed_table(store.asset_dir("deduped_documents") / TABLE, table, measured_key(store, max_members) or "")
     with atomic_path(report_path(store, REPORT)) as temp:
         pacsv.write_csv(table, temp)
-    return figures
+
+
+@contextmanager
+def measured_alongside(store: Store, representatives: pa.Table) -> Iterator[dict[str, Any]]:
+    """The diagnostics of a full build, measured on a background thread while the body writes
+    deduped_documents with these representatives (doc_id, cluster_id): the measurement reads
+    bodies and hashes shingles on one core while the other encodes the file. Once the body is
+    done (the file is written), the measurement and the diagnostics are kept under the key of the
+    new files, as write_cluster_diagnostics keeps them, and the yielded dict receives the figures.
+    If the body fails, nothing is kept."""
+    max_members = cohesion_cap(None)
+
+    def measure() -> tuple[pa.Table, pa.Table, dict[str, Any]]:
+        measured = member_jaccards(store, max_members, representatives=representatives)
+        table, figures = cluster_diagnostics(store, max_members, representatives=representatives, measured=measured)
+        return measured, table, figures
+
+    figures: dict[str, Any] = {}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="webdedup-diagnostics") as pool:
+        pending = pool.submit(measure)
+        yield figures
+        measured, table, found = pending.result()
+    keep_member_jaccards(store, measured, max_members)
+    _keep(store, table, max_members)
+    figures.update(found)
 
 
 def diagnostics_preview(store: Store, limit: int = 10) -> str:

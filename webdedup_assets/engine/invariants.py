@@ -211,6 +211,7 @@ def member_jaccards(
     changed_clusters: pa.Array | None = None,
     previous_key: str | None = None,
     known_sets: ShingleSets | None = None,
+    representatives: pa.Table | None = None,
 ) -> pa.Table:
     """(doc_id, cluster_id, cluster_size, representative, jaccard): the exact shingle Jaccard of each
     member of a cluster of min_size or more documents to its representative (the representative
@@ -224,8 +225,14 @@ def member_jaccards(
     members or representative changed, and measured_key(store) before the update; the kept
     measurement, if made under that key, supplies the rows of every other cluster and only the
     rest is measured (the same table as a measurement from scratch). known_sets: shingle sets at
-    hand (engine.shingle_sets); only the documents they lack are read from the store."""
+    hand (engine.shingle_sets); only the documents they lack are read from the store.
+
+    representatives (doc_id, cluster_id): those the deduped_documents stage is about to write (it
+    measures while it writes them); measured afresh and not kept: keep_member_jaccards keeps the
+    table once the file it belongs to is written."""
     max_members = cohesion_cap(max_members)
+    if representatives is not None:
+        return _measure_member_jaccards(store, max_members, min_size, representatives=representatives)
     key = measured_key(store, max_members, min_size)
     cache = store.asset_dir("deduped_documents") / MEMBER_CACHE
     kept = read_keyed_table(cache)
@@ -240,6 +247,14 @@ def member_jaccards(
 
 
 MEMBER_CACHE = "member_jaccards.arrow"  # not *.parquet: never read as part of the asset
+
+
+def keep_member_jaccards(store: Store, table: pa.Table, max_members: int | None = None, min_size: int = 3) -> None:
+    """Keep a measurement made on representatives given before deduped_documents was written
+    (member_jaccards(..., representatives=)), under the key of the files as they are now."""
+    key = measured_key(store, cohesion_cap(max_members), min_size)
+    if key is not None:
+        write_keyed_table(store.asset_dir("deduped_documents") / MEMBER_CACHE, table, key)
 
 
 def read_keyed_table(path: Path) -> tuple[pa.Table, str] | None:
@@ -287,6 +302,7 @@ def _measure_member_jaccards(
     previous: pa.Table | None = None,
     changed_clusters: pa.Array | None = None,
     known_sets: ShingleSets | None = None,
+    representatives: pa.Table | None = None,
 ) -> pa.Table:
     from ..core.fingerprint import shingling
     from .shingle_sets import load_shingle_sets  # the shingle sets scoring uses, recomputed for these documents
@@ -294,11 +310,16 @@ def _measure_member_jaccards(
     shingle_size, unit = shingling(store.params("fingerprinted")["fingerprint"])
     con = connect(store)
     try:
+        if representatives is not None:
+            con.register("representatives_arrow", representatives.select(["doc_id", "cluster_id"]))
+            reps = "representatives_arrow"
+        else:
+            reps = f"(SELECT doc_id, cluster_id FROM {store.scan_sql('deduped_documents')})"
         members = con.sql(f"""
             WITH ranked AS (
                 SELECT c.doc_id, c.cluster_id, c.cluster_size, r.doc_id AS representative
                   FROM {store.scan_sql("clusters")} c
-                  JOIN (SELECT doc_id, cluster_id FROM {store.scan_sql("deduped_documents")}) r USING (cluster_id)
+                  JOIN {reps} r USING (cluster_id)
                  WHERE c.cluster_size >= {int(min_size)} AND c.doc_id <> r.doc_id)
             SELECT doc_id, cluster_id, cluster_size, representative FROM ranked
              ORDER BY cluster_size DESC, cluster_id, doc_id LIMIT {int(max_members)}""").to_arrow_table()
