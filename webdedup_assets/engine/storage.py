@@ -366,15 +366,27 @@ def _link_or_copy(source: Path, target: Path) -> None:
             shutil.copyfile(source, temp)
 
 
+CONCATENATED_MIN_GROUP_ROWS = 1_000  # fewer rows per row group on average: regrouped instead
+
+
 def publish_concatenated(store: Store, asset: str, target: Path, uncompressed: Iterable[str] = ()) -> int:
     """Publish every file of an asset (e.g. one per crawl day) as one Parquet output, rows in
-    stored order: a link of the only file, else the files' batches streamed into one."""
+    stored order: a link of the only file; else their column chunks copied into one file
+    (engine.parquet_concat: no page decoded or encoded); else, when they cannot be put together
+    that way (their Parquet schemas differ, e.g. in nullability, or their row groups are tiny),
+    the files' batches streamed into one."""
+    from . import parquet_concat
+
     files = [f for f in store.require(asset) if f != store.schema_path(asset)] or [store.schema_path(asset)]
     if len(files) == 1:
         _link_or_copy(files[0], target)
         return pq.ParquetFile(target).metadata.num_rows
     params = store.params(asset)
     schema = pq.read_schema(files[0]).remove_metadata()
+    concat = parquet_concat.plan(files, CONCATENATED_MIN_GROUP_ROWS)
+    if concat is not None:
+        with atomic_path(target) as temp:
+            return parquet_concat.write(concat, temp, _with_params(schema, params))
 
     def batches():
         for path in files:
