@@ -129,3 +129,13 @@ def test_a_day_partitioned_asset_is_published_by_concatenation(tmp_path, monkeyp
     assert publish_concatenated(store, "fingerprinted", target) == 60
     assert pq.read_table(target).replace_schema_metadata(None).equals(pa.concat_tables(days))
     assert pq.ParquetFile(target).metadata.num_row_groups == 1
+
+
+def test_every_truncation_of_a_footer_is_a_thrift_error():
+    sink = pa.BufferOutputStream()
+    pq.write_table(_part(0, 3), sink)
+    data = sink.getvalue().to_pybytes()
+    raw = data[-8 - struct.unpack("<I", data[-8:-4])[0] : -8]
+    for cut in range(len(raw)):
+        with pytest.raises(parquet_concat.ThriftError):
+            parquet_concat.decode_footer(raw[:cut])

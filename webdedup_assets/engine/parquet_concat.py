@@ -203,7 +203,10 @@ def _write_struct(out: bytearray, fields: list) -> None:
 
 def decode_footer(data: bytes) -> list:
     """FileMetaData bytes -> fields (field id, type, value), structures nested the same way."""
-    fields, end = _read_struct(memoryview(data), 0)
+    try:
+        fields, end = _read_struct(memoryview(data), 0)
+    except (IndexError, struct.error) as err:  # a length or header running past the end
+        raise ThriftError(f"footer ends too early ({err})") from None
     if end != len(data):
         raise ThriftError(f"footer has {len(data) - end} bytes after its FileMetaData")
     return fields
