@@ -254,3 +254,20 @@ def test_execute_leaves_no_dagster_state_storage_behind(tmp_path):
     assert _current_storage.get() is None
     gc.collect()
     assert build_defs(["2026-03"]).get_repository_def() is not None
+
+
+def test_the_command_ends_quickly_with_its_outputs_complete_and_its_status(tmp_path):
+    """`python -m webdedup_assets.cli` ends through cli.entry (no module teardown): the outputs are
+    whole, stdout is all there, and the exit status is main()'s, also for a failed check."""
+    command = [sys.executable, "-m", "webdedup_assets.cli", "run", str(FIXTURE), "--quiet", "--json"]
+    proc = subprocess.run([*command, "--output", str(tmp_path / "ok")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    counts = json.loads(proc.stdout)
+    assert counts["candidate_pairs"] == 18 and counts["representatives"] == 12
+    manifest = json.loads((tmp_path / "ok" / "manifest.json").read_text())
+    assert manifest["counts"]["representatives"] == 12
+    assert pq.read_metadata(tmp_path / "ok" / "deduped_documents.parquet").num_rows == 12
+    strict = [*command, "--output", str(tmp_path / "strict"), "--threshold", "0.95"]
+    proc = subprocess.run(strict, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "check failed: duplicate_pairs:duplicate_pairs_match_expected_counts" in proc.stderr
