@@ -289,7 +289,7 @@ def _moved(group: list, by: int, ordinal: int | None) -> list:
     return _replace(moved, RG_ORDINAL, I16, ordinal) if _has(group, (RG_ORDINAL,)) else moved
 
 
-def _key_values(schema: pa.Schema) -> tuple[int, tuple]:
+def _key_values(schema: pa.Schema) -> tuple[int, list]:
     """The key-value metadata pyarrow writes for `schema` (its own ARROW:schema included): taken
     from the footer of an empty file written with it, so the output reads back as that schema."""
     sink = io.BytesIO()
