@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import logging
-import os
 import sys
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +16,7 @@ from . import params
 from .core.minhash import candidate_probability
 from .errors import WebdedupError
 from .evaluate_cli import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
+from .exiting import end_process
 from .explain_cli import add_explain_parsers, cmd_explain, cmd_inspect
 from .incremental_cli import add_incremental_parsers, cmd_add, cmd_check
 from .progress import installed
@@ -473,28 +471,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `webdedup` command (and `python -m webdedup_assets.cli`): main(), then the process ends
-    without tearing its modules down one by one. Once main() has returned, every file it wrote is
-    closed; what is left is the interpreter freeing dagster's, numba's and pyarrow's module graphs
-    and every object they hold, about 1 s at the end of each command (1.2 s of a 12 s `webdedup
-    run` at 100k pages) that no one waits for usefully. The exit handlers still run (logging is
-    flushed, temporary folders removed, a Spark gateway stopped) and the exit status is main()'s.
-    Only when no other thread is running: otherwise the normal exit joins them."""
-    code = main()
-    _flush()
-    if threading.active_count() == 1:
-        atexit._run_exitfuncs()  # what a normal exit runs first: logging.shutdown, weakref finalizers
-        _flush()
-        os._exit(code)
-    sys.exit(code)
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (BrokenPipeError, ValueError):  # the reader went away (`| head`), or it was closed
-            pass
+    """The `webdedup` command and `python -m webdedup_assets.cli`: main(), then the process ends
+    with its status (exiting.end_process: no module teardown)."""
+    end_process(main())
 
 
 if __name__ == "__main__":

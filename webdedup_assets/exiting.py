@@ -1,0 +1,32 @@
+"""The end of a `webdedup` command's process (cli.entry)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from typing import NoReturn
+
+
+def end_process(code: int) -> NoReturn:
+    """End the process with status `code` once the command has returned, without the interpreter
+    tearing down dagster's, numba's and pyarrow's module graphs one object at a time: about 1 s at
+    the end of each command (1.2 s of a 12 s `webdedup run` at 100k pages) that no one waits for
+    usefully. Every file the command wrote is closed by then; the exit handlers still run (logging
+    is flushed, temporary folders removed, a Spark gateway stopped). Only when no other thread is
+    running: otherwise the normal exit joins them."""
+    _flush()
+    if threading.active_count() == 1:
+        atexit._run_exitfuncs()  # what a normal exit runs first: logging.shutdown, weakref finalizers
+        _flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # the reader went away (`| head`), or it was closed
+            pass
