@@ -33,6 +33,7 @@ from .invariants import (
     measured_key,
     member_jaccards,
     read_keyed_table,
+    representatives_relation,
     write_keyed_table,
 )
 from .preview import markdown_table
@@ -120,11 +121,7 @@ def _base_rows(store: Store, clusters: pa.Array | None, representatives: pa.Tabl
         if clusters is not None:
             con.register("only_arrow", pa.table({"cluster_id": clusters}))
             only = "AND cluster_id IN (SELECT cluster_id FROM only_arrow)"
-        if representatives is not None:
-            con.register("representatives_arrow", representatives.select(["doc_id", "cluster_id"]))
-            reps = "representatives_arrow"
-        else:
-            reps = store.scan_sql("deduped_documents")
+        reps = representatives_relation(con, store, representatives)
         return con.sql(f"""
             WITH cl AS (SELECT doc_id, cluster_id, cluster_size FROM {store.scan_sql("clusters")}
                          WHERE cluster_size > 1 {only}),

@@ -249,6 +249,15 @@ def member_jaccards(
 MEMBER_CACHE = "member_jaccards.arrow"  # not *.parquet: never read as part of the asset
 
 
+def representatives_relation(con, store: Store, representatives: pa.Table | None) -> str:
+    """SQL for the (doc_id, cluster_id) of each cluster's representative on `con`: those given
+    (registered on con; the deduped_documents stage before it writes them), else those stored."""
+    if representatives is None:
+        return f"(SELECT doc_id, cluster_id FROM {store.scan_sql('deduped_documents')})"
+    con.register("representatives_arrow", representatives.select(["doc_id", "cluster_id"]))
+    return "representatives_arrow"
+
+
 def keep_member_jaccards(store: Store, table: pa.Table, max_members: int | None = None, min_size: int = 3) -> None:
     """Keep a measurement made on representatives given before deduped_documents was written
     (member_jaccards(..., representatives=)), under the key of the files as they are now."""
@@ -310,11 +319,7 @@ def _measure_member_jaccards(
     shingle_size, unit = shingling(store.params("fingerprinted")["fingerprint"])
     con = connect(store)
     try:
-        if representatives is not None:
-            con.register("representatives_arrow", representatives.select(["doc_id", "cluster_id"]))
-            reps = "representatives_arrow"
-        else:
-            reps = f"(SELECT doc_id, cluster_id FROM {store.scan_sql('deduped_documents')})"
+        reps = representatives_relation(con, store, representatives)
         members = con.sql(f"""
             WITH ranked AS (
                 SELECT c.doc_id, c.cluster_id, c.cluster_size, r.doc_id AS representative

@@ -300,7 +300,7 @@ def _key_values(schema: pa.Schema) -> tuple[int, list]:
 
 @dataclass(frozen=True)
 class Plan:
-    """Files that can be concatenated: their footers, data ends and the merged row groups' count."""
+    """Files that can be concatenated: their footers, their row groups and their rows in all."""
 
     footers: list  # (path, FileMetaData fields, where its footer starts)
     row_groups: list  # per file, its row groups
