@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from webdedup_assets.engine import incremental
 from webdedup_assets.engine.documents import stage_documents
 from webdedup_assets.engine.fingerprint import stage_band_memberships, stage_fingerprinted
+from webdedup_assets.engine.incremental import bodies
 from webdedup_assets.engine.stage import DUCKDB
 from webdedup_assets.engine.state import months_of
 from webdedup_assets.engine.storage import Store, connect
@@ -333,6 +334,9 @@ def test_a_day_joins_two_clusters(tmp_path):
     after = dict(con.sql(f"SELECT doc_id, cluster_id FROM {store.scan_sql('clusters')}").fetchall())
     assert set(after.values()) == {"cluster-b-left"}
     con.close()
+    # every documents file has its body index (what the update verified with)
+    indexes = sorted(p.name.split(".")[0] for p in bodies.bodies_dir(store).glob("*.index.parquet"))
+    assert indexes == [f.stem.split(".")[0] for f in store.data_files("documents")]
     assert_same(store, corpus, tmp_path, POLICIES["fail"])
 
 

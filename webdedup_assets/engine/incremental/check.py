@@ -14,11 +14,12 @@ import pyarrow as pa
 from ...core.fingerprint import shingling
 from ...errors import WebdedupError
 from ...params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
-from ..rows import fetch_rows, listing
+from ..rows import listing
 from ..serial import from_stored
 from ..shingle_sets import ShingleSets, shingle_sets_of
 from ..state import months_of
 from ..storage import Store, connect, scalar, sql_string, write_batches
+from .bodies import bodies_of
 from .layout import load_state, snapshot_dir
 
 CHECK_SCHEMA = pa.schema(
@@ -80,7 +81,7 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
         if pairs.num_rows:
 
             def sets_of(source: Store, ids: str) -> ShingleSets:
-                rows = fetch_rows(con, source.data_files("documents"), ids, ["doc_id", "body"])
+                rows = bodies_of(con, source, ids)
                 doc_ids, bodies = rows.column("doc_id").combine_chunks(), rows.column("body").combine_chunks()
                 return shingle_sets_of(doc_ids, bodies, shingle_size, unit)
 

@@ -14,6 +14,7 @@ from ..invariants import measured_key
 from ..stage import DUCKDB, STAGES, StageRun, check_uniform
 from ..state import check_consistent, held_days
 from ..storage import Store, connect, write_batches
+from . import bodies
 from .changes import changed_documents, daily_changes
 from .components import ComponentsStep
 from .layout import UpdateReport, load_state
@@ -52,6 +53,7 @@ def update(
     )
     if reason is not None:
         full_rebuild(store, candidates, scoring, representative)
+        bodies.sync(store)  # for the next update (engine.incremental.bodies)
         return UpdateReport(
             "full",
             reason,
@@ -66,6 +68,9 @@ def update(
     if not changes.any:
         report.seconds["total"] = round(time.perf_counter() - started, 4)
         return report
+    indexing = time.perf_counter()
+    bodies.sync(store)  # the changed files' bodies, for verification
+    report.seconds["body_index"] = round(time.perf_counter() - indexing, 4)
     _Updater(store, state, changes, candidates, scoring, representative, report).run()
     report.seconds["total"] = round(time.perf_counter() - started, 4)
     return report

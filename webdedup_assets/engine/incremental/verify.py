@@ -14,6 +14,7 @@ from ..rows import fetch_rows
 from ..scoring import SCORED_SCHEMA, reasons
 from ..shingle_sets import shingle_sets_of
 from ..storage import scalar
+from .bodies import bodies_of
 
 
 class VerifyStep:
@@ -27,9 +28,9 @@ class VerifyStep:
             "SELECT left_doc_id, right_doc_id FROM rescore ORDER BY left_doc_id, right_doc_id"
         ).to_arrow_table()
         self.report.pairs_scored = pairs.num_rows
-        # The bodies are spread over every documents file, so each read of some of them is a scan
-        # of all the text: read here, with the pages to verify, those the cluster diagnostics will
-        # measure after the update too (the members of the stored clusters that hold one of them,
+        # The bodies are spread over every documents file (a scan where a file has no body index:
+        # engine.incremental.bodies), so read here, with the pages to verify, those the cluster
+        # diagnostics will measure after the update too (the members of the stored clusters that hold one of them,
         # largest clusters first and no more than the diagnostics measure in a run, so that a
         # giant cluster does not bring all its pages), and keep their shingle sets for it
         # (self.shingle_sets; what they lack is read then).
@@ -41,7 +42,7 @@ class VerifyStep:
               SELECT c.doc_id FROM {clusters} c
                WHERE c.cluster_id IN (SELECT cluster_id FROM {clusters} SEMI JOIN need USING (doc_id))
                ORDER BY c.cluster_size DESC, c.cluster_id, c.doc_id LIMIT {cohesion_cap(None)})""")
-        docs = fetch_rows(con, store.data_files("documents"), "need_sets", ["doc_id", "body"])
+        docs = bodies_of(con, store, "need_sets")
         prints = fetch_rows(con, store.data_files("fingerprinted"), "need", ["doc_id", "signature"])
         self.shingle_sets = None
         if docs is not None:
