@@ -133,6 +133,7 @@ REPORTS = {
 def snapshot(store: Store) -> dict:
     """Every global asset's rows (in key order, and in stored order), parameters, figures and reports."""
     con = connect()
+    con.execute("SET preserve_insertion_order = true")  # stored order across row groups too
     out = {}
     for asset, order in ORDER.items():
         out[asset] = con.sql(f"SELECT * FROM {store.scan_sql(asset)} ORDER BY {order}").fetchall()
@@ -540,21 +541,28 @@ def test_cli_check_changes_nothing(tmp_path, capsys):
     new_keys=st.lists(st.integers(0, 200), max_size=12, unique=True),
 )
 def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows, group, keep, new_keys):
-    """deduped_documents' splice (representatives._merged): kept rows of an old file written in
-    row groups of `group` rows, new rows put in at their keys; the result is the merge by key."""
-    from webdedup_assets.engine.incremental.representatives import _merged
+    """deduped_documents' splice (representatives._parts, then parquet_splice.rewrite): kept rows
+    of an old file written in row groups of `group` rows, new rows put in at their keys; the
+    rewritten file holds the merge by key, in order."""
+    from webdedup_assets.engine import parquet_splice
+    from webdedup_assets.engine.incremental.representatives import _parts
 
-    path = tmp_path_factory.mktemp("splice") / "old.parquet"
+    folder = tmp_path_factory.mktemp("splice")
+    path, target = folder / "old.parquet", folder / "new.parquet"
     keys = [k * 7 for k in range(rows)]  # the old rows' keys, ascending
-    pq.write_table(pa.table({"key": keys, "body": [f"old-{k}" for k in keys]}), path, row_group_size=group)
+    schema = pa.schema([("key", pa.int64()), ("body", pa.string())])
+    options = parquet_splice.layout(schema, "body")
+    old = pa.table({"key": keys, "body": [f"old-{k}" for k in keys]}, schema=schema)
+    pq.write_table(old, path, row_group_size=group, **options)
     kept_rows = np.array([i for i in range(rows) if keep[i]], np.int64)
     kept_keys = np.array([keys[i] for i in kept_rows], np.int64)
     new_keys = np.array(sorted(k * 7 + 3 for k in new_keys), np.int64)  # never equal to an old key
-    schema = pa.schema([("key", pa.int64()), ("body", pa.string())])
     new = pa.table({"key": new_keys, "body": [f"new-{k}" for k in new_keys]}, schema=schema)
-    parts = list(_merged(pq.ParquetFile(path), schema, kept_rows, kept_keys, new, new_keys))
-    out = pa.concat_tables([schema.empty_table(), *parts])
+    parts = _parts(pq.ParquetFile(path), schema, kept_rows, kept_keys, new, new_keys)
+    written, _ = parquet_splice.rewrite(path, target, schema, "body", parts, options)
+    out = pq.read_table(target)
     expected = sorted([(int(k), f"old-{k}") for k in kept_keys] + [(int(k), f"new-{k}") for k in new_keys])
+    assert written == len(expected)
     assert list(zip(out["key"].to_pylist(), out["body"].to_pylist())) == expected
 
 

@@ -12,6 +12,7 @@ from ..core.components import component_labels
 from ..core.ranking import policy_order_by
 from ..errors import WebdedupError
 from ..params import RepresentativeParams
+from . import parquet_splice
 from .diagnostics import measured_alongside
 from .documents import stored_extra_columns
 from .parallel import ordered_map, prefetch, thread_count
@@ -137,7 +138,9 @@ def deduped_documents(run: StageRun) -> StageOutput:
     # encodes the previous batch (all release the GIL most of the time)
     with measured_alongside(store, chosen) as diagnostics:
         representatives = prefetch(_representative_rows(files, winners, schema), depth=1)
-        rows = write_batches(store.path("deduped_documents"), schema, representatives, run.parameters)
+        # the body in small PLAIN pages: an incremental update copies the pages it keeps
+        options = parquet_splice.layout(schema, "body")
+        rows = write_batches(store.path("deduped_documents"), schema, representatives, run.parameters, options=options)
         documents = scalar(con, "SELECT count(*) FROM ranked")
         con.execute("SET preserve_insertion_order = true")
         write_csv(report_path(store, "cluster_inspection.csv"), cluster_inspection(con, store, extra))

@@ -263,6 +263,7 @@ def write_batches(
     params: dict[str, Any],
     use_dictionary: bool | list[str] = True,
     uncompressed: Iterable[str] = (),
+    options: dict[str, Any] | None = None,
 ) -> int:
     """Stream record batches (or tables: one row group each, e.g. zero-copy slices put
     together) into one Parquet file atomically; returns the row count.
@@ -270,11 +271,13 @@ def write_batches(
     use_dictionary: False or the columns worth dictionary-encoding (pyarrow tries every column
     by default, which costs CPU and size on unique or random values such as signatures).
     uncompressed: columns stored without zstd (random values such as signatures do not
-    compress; trying costs a second per million documents)."""
+    compress; trying costs a second per million documents).
+    options: pyarrow writer options instead of those (e.g. engine.parquet_splice.layout)."""
     schema = _with_params(schema, params)
     rows = 0
+    options = options if options is not None else writer_options(schema, use_dictionary, uncompressed)
     with atomic_path(target) as temp:
-        with pq.ParquetWriter(temp, schema, **writer_options(schema, use_dictionary, uncompressed)) as writer:
+        with pq.ParquetWriter(temp, schema, **options) as writer:
             for batch in batches:
                 if batch.num_rows:
                     batch = batch.cast(schema) if batch.schema != schema else batch

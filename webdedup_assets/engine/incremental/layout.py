@@ -45,6 +45,7 @@ class UpdateReport:
     pairs_scored: int = 0
     clusters_touched: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
+    deduped_rewrite: dict[str, int] = field(default_factory=dict)  # pages copied / encoded again
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

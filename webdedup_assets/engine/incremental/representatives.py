@@ -21,13 +21,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...core.ranking import policy_order_by
+from ...fileio import atomic_path
+from .. import parquet_splice
 from ..clustering import cluster_inspection
 from ..documents import stored_extra_columns
 from ..parallel import prefetch
 from ..publish import report_path
 from ..rows import fetch_rows, listing
 from ..stage import DUCKDB
-from ..storage import quote_ident, row_groups, sql_string, write_batches, write_csv
+from ..storage import _with_params, quote_ident, row_groups, sql_string, write_batches, write_csv
 from .layout import duck_type, incremental_dir, save_table
 from .rebuild import ranked_sql
 
@@ -93,7 +95,7 @@ class RepresentativesStep:
         table = con.sql(f"""SELECT {select}, k.cluster_id, k.cluster_size, k.token_count
               FROM winner_rows_arrow w JOIN winners k ON k.doc_id = w.doc_id""").to_arrow_table()
         con.unregister("winner_rows_arrow")
-        return _conform(table, schema)
+        return parquet_splice.conform(table, schema)
 
     def _rewrite_deduped(self, files, schema: pa.Schema, new_reps: pa.Table) -> int:
         """deduped_documents without the touched clusters' rows, with `new_reps`, in the full
@@ -133,14 +135,15 @@ class RepresentativesStep:
         ).parameters
         if len(kept_keys) > 1 and np.any(np.diff(kept_keys) < 0):  # a documents file reordered its rows
             return self._sorted_rewrite(schema, new_reps, parameters)
-        # regrouped: the new rows all go in after the last old row, and one row group growing by
-        # a day's representatives on every add would hold the text of months in every reader
-        batches = row_groups(
-            _merged(pq.ParquetFile(old_path), schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys)
-        )
-        # the next row group is decoded on a reader thread while this one is encoded (both
-        # release the GIL): the rewrite costs about the larger of the two, not their sum
-        return write_batches(old_path, schema, prefetch(batches, depth=1), parameters)
+        options = parquet_splice.layout(schema, "body")
+        parts = _parts(pq.ParquetFile(old_path), schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys)
+        with atomic_path(old_path) as temp:
+            # the next part's rows are decoded on a reader thread while this one is written
+            rows, figures = parquet_splice.rewrite(
+                old_path, temp, _with_params(schema, parameters), "body", prefetch(parts, depth=1), options
+            )
+        self.report.deduped_rewrite = figures.as_dict()
+        return rows
 
     def _sorted_rewrite(self, schema: pa.Schema, new_reps: pa.Table, parameters) -> int:
         con, store = self.con, self.store
@@ -156,54 +159,46 @@ class RepresentativesStep:
         return rows
 
 
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`table` with exactly `schema`'s columns and types (a column it lacks: nulls)."""
-    return pa.Table.from_arrays(
-        [
-            table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
-            for f in schema
-        ],
-        schema=schema,
-    )
-
-
-def _merged(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa.Table, new_keys):
-    """Tables (one per row group of the old file) of the old file's kept rows (row numbers
-    `kept_rows`, keys ascending) with the rows of `new` (keys `new_keys`, ascending) spliced in at
-    their keys. Kept rows are zero-copy slices of runs of consecutive rows (bodies are not copied
-    before the writer encodes them); one old row group in memory at a time."""
-    # new row i goes before the kept row at index `at[i]` (the end: after the last one)
+def _parts(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa.Table, new_keys):
+    """The rewritten file's row groups, in the full stage's stored order: the old file's kept rows
+    (row numbers `kept_rows`, keys ascending) with the rows of `new` (keys `new_keys`, ascending)
+    spliced in at their keys. An old row group that only loses rows is a parquet_splice.Keep (its
+    kept pages are copied); one that new rows go into is decoded and becomes an Encode with them;
+    the new rows after every kept row (a day added after the others) form new row groups, bounded
+    like the stage's (storage.row_groups)."""
+    # new row i goes before the kept row at index `at[i]` (len(kept_rows): after the last one)
     at = np.searchsorted(kept_keys, new_keys, side="left")
-    taken = 0  # new rows emitted so far
+    inside = int(np.searchsorted(at, len(kept_rows), side="left"))  # new rows before some kept row
+    taken = 0  # new rows placed so far
     start = 0  # first row of the current row group
     first = 0  # index in kept_rows of the group's first kept row
-    groups = old.metadata.num_row_groups
-    for group in range(groups):
+    for group in range(old.metadata.num_row_groups):
         stop = start + old.metadata.row_group(group).num_rows
         last = first + int(np.searchsorted(kept_rows[first:], stop, side="left"))
-        upto = len(new_keys) if group == groups - 1 else int(np.searchsorted(at, last, side="left"))
-        pieces: list[pa.Table] = []
-        if last > first:
-            rows = _conform(old.read_row_group(group), schema)
-            local = kept_rows[first:last] - start
-            # a piece ends where the kept rows skip a row or where new rows go in
-            cuts = set((np.flatnonzero(np.diff(local) != 1) + 1).tolist())
-            cuts.update(int(a) - first for a in at[taken:upto] if first < a < last)
-            bounds = [0, *sorted(cuts), last - first]
-            for lo, hi in zip(bounds, bounds[1:]):
-                here = int(np.searchsorted(at, first + lo, side="right"))
-                if here > taken:  # new rows whose place is before kept row `first + lo`
-                    pieces.append(new.slice(taken, here - taken))
-                    taken = here
-                pieces.append(rows.slice(int(local[lo]), hi - lo))
-        if upto > taken:
-            pieces.append(new.slice(taken, upto - taken))
-            taken = upto
-        if pieces:
-            yield pa.concat_tables(pieces)
-        # drop this row group before the next is decoded: the reader runs a row group ahead
-        # of the writer (prefetch), so every reference kept here is one more row group of text
-        rows = pieces = None
+        upto = min(inside, int(np.searchsorted(at, last, side="left")))
+        if upto == taken:
+            yield parquet_splice.Keep(group, kept_rows[first:last] - start)
+        else:
+            pieces: list[pa.Table] = []
+            if last > first:
+                rows = parquet_splice.conform(old.read_row_group(group), schema)
+                local = kept_rows[first:last] - start
+                # a piece ends where the kept rows skip a row or where new rows go in
+                cuts = set((np.flatnonzero(np.diff(local) != 1) + 1).tolist())
+                cuts.update(int(a) - first for a in at[taken:upto] if first < a < last)
+                bounds = [0, *sorted(cuts), last - first]
+                for lo, hi in zip(bounds, bounds[1:]):
+                    here = int(np.searchsorted(at[:upto], first + lo, side="right"))
+                    if here > taken:  # new rows whose place is before kept row `first + lo`
+                        pieces.append(new.slice(taken, here - taken))
+                        taken = here
+                    pieces.append(rows.slice(int(local[lo]), hi - lo))
+            if upto > taken:
+                pieces.append(new.slice(taken, upto - taken))
+                taken = upto
+            for table in row_groups(pieces):  # bounded like the stage's, new rows included
+                yield parquet_splice.Encode(table)
+            rows = pieces = table = None  # not held while the next group is decoded
         start, first = stop, last
-    if taken < len(new_keys):  # an old file without row groups (no representative yet)
-        yield new.slice(taken)
+    for table in row_groups([new.slice(taken)]):
+        yield parquet_splice.Encode(table)

@@ -1,0 +1,420 @@
+"""A Parquet file rewritten without some of its rows, copying the pages of its wide column that
+keep all their rows.
+
+An incremental update replaces a few thousand representatives of deduped_documents (700k rows
+and 2.35 GB of text at 1M pages), spread over every row group. Re-encoding the file costs
+~10 CPU s of zstd on text that did not change. Here the narrow columns of each row group are
+re-encoded (they are small) and the wide column (the body) is rebuilt page by page: a page whose
+rows are all kept is copied as it is, a page that lost rows is decoded and encoded again with
+the rows it keeps, a page that lost all of them is left out. That is proportional to the pages
+touched when the wide column is written in small pages, in PLAIN encoding, without dictionary or
+statistics (`layout`: ~16 rows per page of web text, 5-7 % more CPU and size when written).
+
+Only PLAIN pages of a flat BYTE_ARRAY column (Data Page V1, zstd or uncompressed) are spliced;
+any other row group (a file written with another layout, e.g. before this one) is re-encoded
+whole, so the output is always the rows asked for. Page headers and footers are read and written
+with the Thrift compact codec of engine.parquet_concat.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .parallel import ordered_map, thread_count
+from .parquet_concat import (
+    FMD_NUM_ROWS,
+    FMD_ROW_GROUPS,
+    I16,
+    I32,
+    I64,
+    LIST,
+    MAGIC,
+    STRUCT,
+    ThriftError,
+    _get,
+    _read_struct,
+    _replace,
+    _shift,
+    _write_struct,
+    decode_footer,
+    read_footer,
+)
+
+PAGE_BYTES = 32 << 10  # the wide column's pages: a few documents each
+WRITE_BATCH_ROWS = 8  # pyarrow closes a page only between batches of this many rows
+UNCOMPRESSED, ZSTD = 0, 6  # CompressionCodec
+DATA_PAGE, PLAIN, RLE, BYTE_ARRAY = 0, 0, 3, 6
+# ColumnMetaData / ColumnChunk / PageHeader field ids (parquet.thrift)
+CMD_TYPE, CMD_CODEC, CMD_NUM_VALUES, CMD_UNCOMPRESSED, CMD_COMPRESSED = 1, 4, 5, 6, 7
+CMD_DATA_PAGE, CMD_INDEX_PAGE, CMD_DICT_PAGE = 9, 10, 11
+CMD_KEPT = (1, 2, 3, 4, 8)  # type, encodings, path, codec, key-value metadata: carried over
+CC_FILE_OFFSET, CC_META = 2, 3
+RG_COLUMNS = 1
+
+
+def layout(schema: pa.Schema, wide: str) -> dict[str, Any]:
+    """pyarrow writer options of a file whose `wide` column can be spliced (see the module docstring)."""
+    narrow = [name for name in schema.names if name != wide]
+    return {
+        "compression": "zstd",
+        "use_dictionary": narrow,
+        "write_statistics": narrow,
+        "data_page_size": PAGE_BYTES,
+        "write_batch_size": WRITE_BATCH_ROWS,
+    }
+
+
+@dataclass
+class Keep:
+    """Old row group `group`, only its rows `rows` (row numbers within the group, ascending)."""
+
+    group: int
+    rows: np.ndarray
+
+
+@dataclass
+class Encode:
+    """A row group of new rows (written by pyarrow)."""
+
+    table: pa.Table
+
+
+@dataclass
+class SpliceFigures:
+    """What a rewrite copied and encoded again (pages of the wide column, row groups)."""
+
+    pages_copied: int = 0
+    pages_encoded: int = 0
+    groups_spliced: int = 0
+    groups_encoded: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with exactly `schema`'s columns and types (a column it lacks: nulls)."""
+    return pa.Table.from_arrays(
+        [
+            table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+            for f in schema
+        ],
+        schema=schema,
+    )
+
+
+def rewrite(
+    source: Path,
+    target: Path,
+    schema: pa.Schema,
+    wide: str,
+    parts: Iterable[Keep | Encode],
+    options: dict,
+    threads: int | None = None,
+) -> tuple[int, SpliceFigures]:
+    """Write `target` (the caller makes it atomic): one row group per part, in order, with
+    `schema` (its metadata becomes the file's) and writer `options` (`layout`). Keep parts of a
+    file of another schema or layout are re-encoded. Row groups are prepared (pages planned and
+    encoded) on `threads` threads and written in order. Returns the rows written and what was
+    copied."""
+    plain = schema.remove_metadata()
+    old = pq.ParquetFile(source)
+    same_schema = old.schema_arrow.remove_metadata().equals(plain)
+    old_groups = _get(read_footer(source)[0], FMD_ROW_GROUPS)[1] if same_schema else None
+    wide_index = schema.names.index(wide)
+    narrow_schema = pa.schema([f for f in plain if f.name != wide])
+    # the narrow columns as pyarrow writes them by default: small pages are for the wide one only
+    narrow_options = {k: v for k, v in options.items() if k not in ("data_page_size", "write_batch_size")}
+    local = threading.local()  # a reader per thread: pyarrow's ParquetFile is not shared across threads
+    figures = SpliceFigures()
+
+    def reader() -> pq.ParquetFile:
+        if not hasattr(local, "file"):
+            local.file = pq.ParquetFile(source)
+        return local.file
+
+    def prepare(part: Keep | Encode) -> _Prepared | None:
+        if isinstance(part, Keep) and not len(part.rows):
+            return None
+        if isinstance(part, Keep) and old_groups is not None:
+            spliced = _prepare_splice(reader(), fd, old_groups, part, wide_index, narrow_schema, narrow_options)
+            if spliced is not None:
+                return spliced
+        table = part.table if isinstance(part, Encode) else reader().read_row_group(part.group).take(part.rows)
+        return _Prepared(*_in_memory(conform(table, plain), options), table.num_rows)
+
+    footer = _empty_footer(schema, options)
+    groups, rows = [], 0
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        with open(target, "wb") as out:
+            out.write(MAGIC)
+            for prepared in ordered_map(prepare, parts, thread_count(threads)):
+                if prepared is None:
+                    continue
+                groups.append(_row_group(prepared.write(out, wide_index, figures), prepared.rows, len(groups)))
+                rows += prepared.rows
+            footer = _replace(footer, FMD_NUM_ROWS, I64, rows)
+            footer = _replace(footer, FMD_ROW_GROUPS, LIST, (STRUCT, groups))
+            encoded_footer = bytearray()
+            _write_struct(encoded_footer, footer)
+            out.write(encoded_footer)
+            out.write(struct.pack("<I", len(encoded_footer)))
+            out.write(MAGIC)
+    finally:
+        os.close(fd)
+    if pq.ParquetFile(target).metadata.num_rows != rows:  # read back through pyarrow's own parser
+        raise OSError(f"{target}: the rewritten file does not read back as {rows} rows")
+    return rows, figures
+
+
+@dataclass
+class _Prepared:
+    """A row group ready to be written: column chunks encoded in memory (all of them, or the narrow
+    ones with the wide column's old chunk and its page plan)."""
+
+    data: bytes
+    chunks: list
+    rows: int
+    wide_chunk: memoryview | None = None
+    plan: list | None = None
+    wide_meta: list | None = None
+
+    def write(self, out, wide_index: int, figures: SpliceFigures) -> list:
+        moved = _copy_chunks(self.data, self.chunks, out)
+        if self.plan is None:
+            figures.groups_encoded += 1
+            return moved
+        figures.groups_spliced += 1
+        start, uncompressed = out.tell(), 0
+        for piece in self.plan:
+            if isinstance(piece, _Run):
+                out.write(self.wide_chunk[piece.start : piece.end])
+                uncompressed += piece.uncompressed
+                figures.pages_copied += piece.pages
+            else:
+                out.write(piece.header)
+                out.write(piece.payload)
+                uncompressed += len(piece.header) + piece.raw_size
+                figures.pages_encoded += 1
+        meta = [(f, t, v) for f, t, v in self.wide_meta if f in CMD_KEPT]
+        meta += [(CMD_NUM_VALUES, I64, self.rows), (CMD_UNCOMPRESSED, I64, uncompressed)]
+        meta += [(CMD_COMPRESSED, I64, out.tell() - start), (CMD_DATA_PAGE, I64, start)]
+        moved.insert(wide_index, [(CC_FILE_OFFSET, I64, start), (CC_META, STRUCT, sorted(meta))])
+        return moved
+
+
+def _prepare_splice(
+    old: pq.ParquetFile, fd: int, old_groups: list, part: Keep, wide_index: int, narrow_schema, narrow_options
+) -> _Prepared | None:
+    """One old row group's kept rows: the narrow columns encoded again, the wide column's page
+    plan; None when its wide chunk cannot be spliced."""
+    wide_meta = _get(_get(old_groups[part.group], RG_COLUMNS)[1][wide_index], CC_META)
+    leaf = old.schema.column(wide_index)
+    codec = _get(wide_meta, CMD_CODEC)
+    if (
+        leaf.max_repetition_level
+        or leaf.max_definition_level > 1
+        or _get(wide_meta, CMD_TYPE) != BYTE_ARRAY
+        or _get(wide_meta, CMD_DICT_PAGE)
+        or codec not in (ZSTD, UNCOMPRESSED)
+    ):
+        return None
+    chunk = memoryview(os.pread(fd, _get(wide_meta, CMD_COMPRESSED), _get(wide_meta, CMD_DATA_PAGE)))
+    group_rows = old.metadata.row_group(part.group).num_rows
+    plan = _page_plan(chunk, part.rows, group_rows, leaf.max_definition_level, codec)
+    if plan is None:
+        return None
+    narrow = old.read_row_group(part.group, columns=narrow_schema.names).take(part.rows)
+    data, chunks = _in_memory(conform(narrow, narrow_schema), narrow_options)
+    return _Prepared(data, chunks, len(part.rows), chunk, plan, wide_meta)
+
+
+def _empty_footer(schema: pa.Schema, options: dict) -> list:
+    """The FileMetaData pyarrow writes for `schema` with no rows: schema, key-value metadata
+    (ARROW:schema and the parameters), created_by, column orders."""
+    sink = io.BytesIO()
+    pq.ParquetWriter(sink, schema, **options).close()
+    return _footer_of(sink.getvalue())
+
+
+def _footer_of(data: bytes) -> list:
+    length = struct.unpack("<I", data[-8:-4])[0]
+    return decode_footer(data[-8 - length : -8])
+
+
+def _in_memory(table: pa.Table, options: dict) -> tuple[bytes, list]:
+    """`table` as a one-row-group Parquet file in memory: its bytes and its column chunks."""
+    sink = io.BytesIO()
+    with pq.ParquetWriter(sink, table.schema, **options) as writer:
+        writer.write_table(table, row_group_size=max(1, table.num_rows))
+    data = sink.getvalue()
+    (group,) = _get(_footer_of(data), FMD_ROW_GROUPS)[1]
+    return data, _get(group, RG_COLUMNS)[1]
+
+
+def _copy_chunks(data: bytes, chunks: list, out) -> list:
+    """Column chunks of an in-memory file appended to `out`, their offsets moved to match."""
+    moved = []
+    for chunk in chunks:
+        meta = _get(chunk, CC_META)
+        first = _get(meta, CMD_DICT_PAGE) or _get(meta, CMD_DATA_PAGE)
+        size = _get(meta, CMD_COMPRESSED)
+        by = out.tell() - first
+        out.write(data[first : first + size])
+        meta = _shift(meta, (CMD_DATA_PAGE, CMD_INDEX_PAGE, CMD_DICT_PAGE), by)
+        moved.append([(f, t, meta if f == CC_META else (v + by if f == CC_FILE_OFFSET else v)) for f, t, v in chunk])
+    return moved
+
+
+@dataclass
+class _Run:
+    """Consecutive pages copied as they are."""
+
+    start: int  # in the old chunk
+    end: int
+    uncompressed: int  # headers included, as ColumnMetaData counts
+    pages: int
+
+
+@dataclass
+class _Page:
+    """A page encoded again with the rows it keeps."""
+
+    header: bytes
+    payload: bytes
+    raw_size: int
+
+
+def _page_plan(chunk: memoryview, rows: np.ndarray, group_rows: int, max_def: int, codec: int) -> list | None:
+    """The wide chunk's pages as they will be written: runs of pages copied (_Run) and pages
+    encoded again (_Page; a page that keeps no row is left out); None when a page is not a PLAIN
+    Data Page V1 or the pages do not hold the group's rows."""
+    plan: list = []
+    pos = first_row = 0
+    run: _Run | None = None  # the copy run being extended
+    while pos < len(chunk):
+        try:
+            header, body = _read_struct(chunk, pos)
+        except (ThriftError, IndexError, struct.error):
+            return None
+        page_type, raw_size, size = _get(header, 1), _get(header, 2), _get(header, 3)
+        data_header = _get(header, 5)
+        if page_type != DATA_PAGE or data_header is None or _get(data_header, 2) != PLAIN:
+            return None
+        if max_def and _get(data_header, 3) != RLE:
+            return None
+        count = _get(data_header, 1)
+        end = body + size
+        lo, hi = (int(i) for i in np.searchsorted(rows, [first_row, first_row + count]))
+        if hi - lo == count:
+            if run is not None and run.end == pos:
+                run.end, run.uncompressed, run.pages = end, run.uncompressed + (body - pos) + raw_size, run.pages + 1
+            else:
+                run = _Run(pos, end, (body - pos) + raw_size, 1)
+                plan.append(run)
+        else:
+            run = None
+            if hi > lo:
+                values = _decode_page(chunk[body:end], raw_size, count, max_def, codec)
+                plan.append(_encode_page([values[i] for i in (rows[lo:hi] - first_row).tolist()], max_def, codec))
+        pos, first_row = end, first_row + count
+    return plan if first_row == group_rows else None
+
+
+def _decode_page(payload: memoryview, raw_size: int, count: int, max_def: int, codec: int) -> list[bytes | None]:
+    raw = pa.decompress(payload, raw_size, codec="zstd", asbytes=True) if codec == ZSTD else bytes(payload)
+    pos = 0
+    if max_def:
+        (length,) = struct.unpack_from("<I", raw, 0)
+        defined = _rle_bits(raw, 4, 4 + length, count)
+        pos = 4 + length
+    else:
+        defined = [1] * count
+    values: list[bytes | None] = []
+    for is_defined in defined:
+        if is_defined:
+            (size,) = struct.unpack_from("<I", raw, pos)
+            values.append(raw[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+        else:
+            values.append(None)
+    return values
+
+
+def _rle_bits(raw: bytes, pos: int, end: int, count: int) -> list[int]:
+    """Levels of bit width 1 in the RLE / bit-packed hybrid encoding."""
+    levels: list[int] = []
+    while len(levels) < count and pos < end:
+        header, shift = 0, 0
+        while True:
+            byte = raw[pos]
+            pos += 1
+            header |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        if header & 1:  # bit-packed: groups of 8 values, one byte each
+            for byte in raw[pos : pos + (header >> 1)]:
+                levels.extend((byte >> bit) & 1 for bit in range(8))
+            pos += header >> 1
+        else:
+            levels.extend([raw[pos]] * (header >> 1))
+            pos += 1
+    return levels[:count]
+
+
+def _encode_page(values: list[bytes | None], max_def: int, codec: int) -> _Page:
+    body = bytearray()
+    if max_def:
+        levels = bytearray()
+        i = 0
+        while i < len(values):  # RLE runs of the definition level
+            defined = values[i] is not None
+            j = i
+            while j < len(values) and (values[j] is not None) == defined:
+                j += 1
+            _varint(levels, (j - i) << 1)
+            levels.append(1 if defined else 0)
+            i = j
+        body += struct.pack("<I", len(levels)) + levels
+    for value in values:
+        if value is not None:
+            body += struct.pack("<I", len(value))
+            body += value
+    payload = pa.compress(body, codec="zstd", asbytes=True) if codec == ZSTD else bytes(body)
+    data_header = [(1, I32, len(values)), (2, I32, PLAIN), (3, I32, RLE), (4, I32, RLE)]
+    header = bytearray()
+    _write_struct(header, [(1, I32, DATA_PAGE), (2, I32, len(body)), (3, I32, len(payload)), (5, STRUCT, data_header)])
+    return _Page(bytes(header), payload, len(body))
+
+
+def _varint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _row_group(chunks: list, rows: int, ordinal: int) -> list:
+    metas = [_get(chunk, CC_META) for chunk in chunks]
+    first = min(_get(m, CMD_DICT_PAGE) or _get(m, CMD_DATA_PAGE) for m in metas)
+    group = [
+        (1, LIST, (STRUCT, chunks)),
+        (2, I64, sum(_get(m, CMD_UNCOMPRESSED) for m in metas)),
+        (3, I64, rows),
+        (5, I64, first),
+        (6, I64, sum(_get(m, CMD_COMPRESSED) for m in metas)),
+    ]
+    return group + [(7, I16, ordinal)] if ordinal <= 32_767 else group
