@@ -17,6 +17,8 @@ representatives (deduped_documents)):
   bucket) and the crawl days held.
 - `collision_top.parquet`: the largest buckets with their members (collision_buckets.csv),
   `cluster_inspection.parquet`: one row per multi-member cluster (cluster_inspection.csv).
+- `bodies/`: the body index, every documents file's bodies as LZ4 blocks addressable by doc_id,
+  what verification reads (bodies.py).
 
 An update (see `update`):
 1. finds the changed documents: files of documents whose identity differs from the snapshot
@@ -33,15 +35,16 @@ An update (see `update`):
    whose edges changed, and the added ones): cluster id = 'cluster-' + smallest doc_id;
 5. re-ranks the members of touched clusters only (same ORDER BY as deduped_documents),
    splices their representatives' rows into deduped_documents at their place in the full
-   stage's stored order (one streamed pass over that file, no sort), and recomputes
-   cluster_inspection for the touched clusters only (representatives.py).
+   stage's stored order (one pass over that file, no sort, copying the body pages that keep all
+   their rows: engine.parquet_splice), and recomputes cluster_inspection for the touched
+   clusters only (representatives.py).
 
 The result equals a full recompute row for row and in stored order (tests/test_incremental.py).
 
 Modules: layout (paths, the report, helpers), changes (1), links (2), verify (3), components
 (4), representatives (5), rebuild (the full rebuild, the state it records, when one is needed),
-update (`update`, the steps in order), check (`check_input`: stage new data in a scratch
-storage with the corpus' parameters, then `check_against`).
+update (`update`, the steps in order), bodies (the body index), check (`check_input`: stage new
+data in a scratch storage with the corpus' parameters, then `check_against`).
 """
 
 from .assets import bring_up_to_date

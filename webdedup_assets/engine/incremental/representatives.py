@@ -6,12 +6,14 @@ table), the winners' full rows are read by row group, and cluster_inspection is 
 the touched clusters' pairs and members only (the kept Parquet copy supplies the other rows).
 
 deduped_documents is one Parquet file (published as it is), so replacing some of its rows
-rewrites it: the rewrite streams the old file row group by row group, drops the rows of the
+rewrites it: the rewrite goes through the old file row group by row group, drops the rows of the
 touched clusters and splices the new representatives in at their place in the full stage's
 stored order (the order of the documents files, then the row in the file), with no sort over
 wide rows. That order is kept as long as the documents files keep the relative order of the
 documents they still hold (always so when a day is added or removed); otherwise the rows are
-sorted by that key in DuckDB (the same result, at the cost of a sort).
+sorted by that key in DuckDB (the same result, at the cost of a sort). A row group that only
+loses rows keeps the body pages that lose none as they are (engine.parquet_splice); the new rows
+after the last old one form new row groups.
 """
 
 from __future__ import annotations
