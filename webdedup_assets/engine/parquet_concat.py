@@ -244,6 +244,12 @@ def _shift(fields: list, ids, by: int) -> list:
     return [(f, t, v + by if f in ids and t == I64 and v > 0 else v) for f, t, v in fields]
 
 
+def footer_of(data: bytes) -> list:
+    """FileMetaData fields of a whole Parquet file held in memory."""
+    length = struct.unpack("<I", data[-8:-4])[0]
+    return decode_footer(data[-8 - length : -8])
+
+
 def read_footer(path: Path) -> tuple[list, int]:
     """(FileMetaData fields, byte offset where the footer starts) of a Parquet file."""
     size = os.path.getsize(path)
@@ -277,12 +283,14 @@ def _movable_row_groups(fields: list) -> list | None:
     return groups
 
 
+def moved_chunk(chunk: list, by: int) -> list:
+    """A ColumnChunk whose bytes moved by `by` in the file: its offsets moved with them."""
+    chunk = _shift(chunk, (CC_FILE_OFFSET,), by)
+    return [(f, t, _shift(v, CMD_PAGE_OFFSETS, by) if f == CC_META else v) for f, t, v in chunk]
+
+
 def _moved(group: list, by: int, ordinal: int | None) -> list:
-    chunks = []
-    for chunk in _get(group, RG_COLUMNS)[1]:
-        chunk = _shift(chunk, (CC_FILE_OFFSET,), by)
-        chunk = [(f, t, _shift(v, CMD_PAGE_OFFSETS, by) if f == CC_META else v) for f, t, v in chunk]
-        chunks.append(chunk)
+    chunks = [moved_chunk(chunk, by) for chunk in _get(group, RG_COLUMNS)[1]]
     moved = _replace(_shift(group, (RG_FILE_OFFSET,), by), RG_COLUMNS, LIST, (STRUCT, chunks))
     if ordinal is None:
         return [(f, t, v) for f, t, v in moved if f != RG_ORDINAL]
@@ -294,8 +302,7 @@ def _key_values(schema: pa.Schema) -> tuple[int, list]:
     from the footer of an empty file written with it, so the output reads back as that schema."""
     sink = io.BytesIO()
     pq.ParquetWriter(sink, schema).close()
-    fields = decode_footer(sink.getvalue()[-8 - struct.unpack("<I", sink.getvalue()[-8:-4])[0] : -8])
-    return _get(fields, FMD_KEY_VALUE) or (STRUCT, [])
+    return _get(footer_of(sink.getvalue()), FMD_KEY_VALUE) or (STRUCT, [])
 
 
 @dataclass(frozen=True)

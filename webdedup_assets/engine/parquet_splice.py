@@ -33,6 +33,8 @@ import pyarrow.parquet as pq
 
 from .parallel import ordered_map, thread_count
 from .parquet_concat import (
+    CC_FILE_OFFSET,
+    CC_META,
     FMD_NUM_ROWS,
     FMD_ROW_GROUPS,
     I16,
@@ -40,35 +42,36 @@ from .parquet_concat import (
     I64,
     LIST,
     MAGIC,
+    RG_COLUMNS,
     STRUCT,
     ThriftError,
     _get,
     _read_struct,
+    _read_varint,
     _replace,
-    _shift,
     _write_struct,
-    decode_footer,
+    _write_varint,
+    footer_of,
+    moved_chunk,
     read_footer,
 )
+from .storage import writer_options
 
 PAGE_BYTES = 32 << 10  # the wide column's pages: a few documents each
 WRITE_BATCH_ROWS = 8  # pyarrow closes a page only between batches of this many rows
 UNCOMPRESSED, ZSTD = 0, 6  # CompressionCodec
 DATA_PAGE, PLAIN, RLE, BYTE_ARRAY = 0, 0, 3, 6
-# ColumnMetaData / ColumnChunk / PageHeader field ids (parquet.thrift)
+# ColumnMetaData field ids (parquet.thrift; the others are in engine.parquet_concat)
 CMD_TYPE, CMD_CODEC, CMD_NUM_VALUES, CMD_UNCOMPRESSED, CMD_COMPRESSED = 1, 4, 5, 6, 7
-CMD_DATA_PAGE, CMD_INDEX_PAGE, CMD_DICT_PAGE = 9, 10, 11
+CMD_DATA_PAGE, CMD_DICT_PAGE = 9, 11
 CMD_KEPT = (1, 2, 3, 4, 8)  # type, encodings, path, codec, key-value metadata: carried over
-CC_FILE_OFFSET, CC_META = 2, 3
-RG_COLUMNS = 1
 
 
 def layout(schema: pa.Schema, wide: str) -> dict[str, Any]:
     """pyarrow writer options of a file whose `wide` column can be spliced (see the module docstring)."""
     narrow = [name for name in schema.names if name != wide]
     return {
-        "compression": "zstd",
-        "use_dictionary": narrow,
+        **writer_options(schema, use_dictionary=narrow),
         "write_statistics": narrow,
         "data_page_size": PAGE_BYTES,
         "write_batch_size": WRITE_BATCH_ROWS,
@@ -246,12 +249,7 @@ def _empty_footer(schema: pa.Schema, options: dict) -> list:
     (ARROW:schema and the parameters), created_by, column orders."""
     sink = io.BytesIO()
     pq.ParquetWriter(sink, schema, **options).close()
-    return _footer_of(sink.getvalue())
-
-
-def _footer_of(data: bytes) -> list:
-    length = struct.unpack("<I", data[-8:-4])[0]
-    return decode_footer(data[-8 - length : -8])
+    return footer_of(sink.getvalue())
 
 
 def _in_memory(table: pa.Table, options: dict) -> tuple[bytes, list]:
@@ -260,7 +258,7 @@ def _in_memory(table: pa.Table, options: dict) -> tuple[bytes, list]:
     with pq.ParquetWriter(sink, table.schema, **options) as writer:
         writer.write_table(table, row_group_size=max(1, table.num_rows))
     data = sink.getvalue()
-    (group,) = _get(_footer_of(data), FMD_ROW_GROUPS)[1]
+    (group,) = _get(footer_of(data), FMD_ROW_GROUPS)[1]
     return data, _get(group, RG_COLUMNS)[1]
 
 
@@ -270,11 +268,9 @@ def _copy_chunks(data: bytes, chunks: list, out) -> list:
     for chunk in chunks:
         meta = _get(chunk, CC_META)
         first = _get(meta, CMD_DICT_PAGE) or _get(meta, CMD_DATA_PAGE)
-        size = _get(meta, CMD_COMPRESSED)
         by = out.tell() - first
-        out.write(data[first : first + size])
-        meta = _shift(meta, (CMD_DATA_PAGE, CMD_INDEX_PAGE, CMD_DICT_PAGE), by)
-        moved.append([(f, t, meta if f == CC_META else (v + by if f == CC_FILE_OFFSET else v)) for f, t, v in chunk])
+        out.write(data[first : first + _get(meta, CMD_COMPRESSED)])
+        moved.append(moved_chunk(chunk, by))
     return moved
 
 
@@ -356,15 +352,9 @@ def _decode_page(payload: memoryview, raw_size: int, count: int, max_def: int, c
 def _rle_bits(raw: bytes, pos: int, end: int, count: int) -> list[int]:
     """Levels of bit width 1 in the RLE / bit-packed hybrid encoding."""
     levels: list[int] = []
+    view = memoryview(raw)
     while len(levels) < count and pos < end:
-        header, shift = 0, 0
-        while True:
-            byte = raw[pos]
-            pos += 1
-            header |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        header, pos = _read_varint(view, pos)
         if header & 1:  # bit-packed: groups of 8 values, one byte each
             for byte in raw[pos : pos + (header >> 1)]:
                 levels.extend((byte >> bit) & 1 for bit in range(8))
@@ -385,7 +375,7 @@ def _encode_page(values: list[bytes | None], max_def: int, codec: int) -> _Page:
             j = i
             while j < len(values) and (values[j] is not None) == defined:
                 j += 1
-            _varint(levels, (j - i) << 1)
+            _write_varint(levels, (j - i) << 1)
             levels.append(1 if defined else 0)
             i = j
         body += struct.pack("<I", len(levels)) + levels
@@ -398,13 +388,6 @@ def _encode_page(values: list[bytes | None], max_def: int, codec: int) -> _Page:
     header = bytearray()
     _write_struct(header, [(1, I32, DATA_PAGE), (2, I32, len(body)), (3, I32, len(payload)), (5, STRUCT, data_header)])
     return _Page(bytes(header), payload, len(body))
-
-
-def _varint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
 
 
 def _row_group(chunks: list, rows: int, ordinal: int) -> list:

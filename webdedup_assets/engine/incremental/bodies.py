@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from ..parallel import thread_count
 from ..rows import fetch_rows, listing
-from ..storage import Store
+from ..storage import Store, file_identity
 from .layout import incremental_dir
 
 CODEC = "lz4_raw"
@@ -56,8 +56,8 @@ def bodies_dir(store: Store) -> Path:
 
 
 def index_stem(documents_file: Path) -> str:
-    stat = documents_file.stat()
-    return f"{documents_file.stem}.{stat.st_ino}-{stat.st_size}-{stat.st_mtime_ns}"
+    identity = file_identity(documents_file)
+    return f"{documents_file.stem}.{identity['inode']}-{identity['bytes']}-{identity['mtime_ns']}"
 
 
 def _index_path(directory: Path, stem: str) -> Path:
