@@ -20,7 +20,7 @@ from ..shingle_sets import ShingleSets, shingle_sets_of
 from ..state import months_of
 from ..storage import Store, connect, scalar, sql_string, write_batches
 from .bodies import bodies_of
-from .layout import load_state, snapshot_dir
+from .layout import bucket_rows, load_state, snapshot_dir
 
 CHECK_SCHEMA = pa.schema(
     [
@@ -63,8 +63,7 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
         con.execute(
             f"CREATE TEMP TABLE probe AS SELECT doc_id, band_index, band_hash FROM {new.scan_sql('band_memberships')}"
         )
-        con.execute(f"""CREATE TEMP TABLE hits AS SELECT m.doc_id, m.band_index, m.band_hash FROM {index} m
-            SEMI JOIN probe p ON p.band_index = m.band_index AND p.band_hash = m.band_hash""")
+        con.execute(f"CREATE TEMP TABLE hits AS {bucket_rows(index, 'probe')}")
         hot = candidates.hot_bucket_size if candidates.bucket_policy == "star" else None
         con.execute("""CREATE TEMP TABLE bucket AS SELECT band_index, band_hash, count(*) AS size,
             min(doc_id) AS hub FROM hits GROUP BY ALL""")

@@ -14,6 +14,7 @@ from ..rows import fetch_rows, listing
 from ..storage import scalar, sql_string, write_csv
 from .layout import (
     COLLISION_TOP,
+    bucket_rows,
     create_collision_top,
     incremental_dir,
     save_table,
@@ -45,12 +46,7 @@ class LinksStep:
             SELECT DISTINCT band_index, band_hash FROM (SELECT band_index, band_hash FROM add_rows
                                                        UNION ALL SELECT band_index, band_hash FROM rem_rows)""")
         self.report.touched_buckets = scalar(con, "SELECT count(*) FROM touched")
-        index = (
-            f"SELECT m.doc_id, m.band_index, m.band_hash FROM read_parquet({listing(snap_bands)}) m "
-            "SEMI JOIN touched t ON t.band_index = m.band_index AND t.band_hash = m.band_hash"
-            if snap_bands
-            else empty
-        )
+        index = bucket_rows(f"read_parquet({listing(snap_bands)})", "touched") if snap_bands else empty
         con.execute(f"CREATE TEMP TABLE old_m AS {index}")
         con.execute("""CREATE TEMP TABLE new_m AS
             SELECT doc_id, band_index, band_hash, false AS is_new FROM old_m o
