@@ -14,6 +14,7 @@ too, encryption, column chunks in other files) are refused with None: the caller
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import struct
@@ -344,6 +345,31 @@ def plan(files: list[Path], min_rows_per_group: int = 0) -> Plan | None:
     return Plan(footers, groups_per_file, rows)
 
 
+def write_all(out, data) -> None:
+    """All of `data` written to the unbuffered file `out` (os.write may write part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[out.write(view) :]
+
+
+def copy_range(out, source_fd: int, offset: int, count: int) -> None:
+    """`count` bytes of the file `source_fd` from `offset` appended to the unbuffered file `out`,
+    copied by the kernel (sendfile): no user-space buffer, which on this VM costs more than the copy
+    itself (fresh memory; BENCHMARKS.md, session 14). Falls back to read and write where
+    sendfile cannot copy between files."""
+    while count:
+        try:
+            copied = os.sendfile(out.fileno(), source_fd, offset, min(count, 1 << 30))
+        except (AttributeError, OSError) as error:
+            if isinstance(error, OSError) and error.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            copied = len(data := os.pread(source_fd, min(count, 1 << 24), offset))
+            write_all(out, data)
+        if not copied:
+            raise OSError(f"the source of a copy ended {count} bytes early (file changed while it was read?)")
+        offset, count = offset + copied, count - copied
+
+
 def write(concat: Plan, target: Path, schema: pa.Schema) -> int:
     """Write the planned files (in order) as the one Parquet file `target` with `schema` (its
     metadata becomes the file's key-value metadata) by copying their column chunks; returns the
@@ -363,19 +389,13 @@ def write(concat: Plan, target: Path, schema: pa.Schema) -> int:
     footer = _replace(footer, FMD_KEY_VALUE, LIST, _key_values(schema))
     encoded = encode_footer(footer)
     with open(target, "wb", buffering=0) as out:  # unbuffered: sendfile writes to the same descriptor
-        out.write(MAGIC)
+        write_all(out, MAGIC)
         for path, _, data_end in concat.footers:
             with open(path, "rb") as source:
-                source.seek(len(MAGIC))
-                remaining = data_end - len(MAGIC)
-                while remaining:
-                    copied = os.sendfile(out.fileno(), source.fileno(), None, min(remaining, 1 << 30))
-                    if not copied:
-                        raise OSError(f"{path} ended while it was copied into {target}")
-                    remaining -= copied
-        out.write(encoded)
-        out.write(struct.pack("<I", len(encoded)))
-        out.write(MAGIC)
+                copy_range(out, source.fileno(), len(MAGIC), data_end - len(MAGIC))
+        write_all(out, encoded)
+        write_all(out, struct.pack("<I", len(encoded)))
+        write_all(out, MAGIC)
     if pq.ParquetFile(target).metadata.num_rows != concat.rows:  # read back through pyarrow's own parser
         raise OSError(f"{target}: the concatenated file does not read back as {concat.rows} rows")
     return concat.rows

@@ -22,6 +22,7 @@ import io
 import os
 import struct
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +52,11 @@ from .parquet_concat import (
     _replace,
     _write_struct,
     _write_varint,
+    copy_range,
     footer_of,
     moved_chunk,
     read_footer,
+    write_all,
 )
 from .storage import writer_options
 
@@ -161,20 +164,20 @@ def rewrite(
     groups, rows = [], 0
     fd = os.open(source, os.O_RDONLY)
     try:
-        with open(target, "wb") as out:
-            out.write(MAGIC)
+        with open(target, "wb", buffering=0) as out:  # unbuffered: copy_range writes to its descriptor
+            write_all(out, MAGIC)
             for prepared in ordered_map(prepare, parts, thread_count(threads)):
                 if prepared is None:
                     continue
-                groups.append(_row_group(prepared.write(out, wide_index, figures), prepared.rows, len(groups)))
+                groups.append(_row_group(prepared.write(out, fd, wide_index, figures), prepared.rows, len(groups)))
                 rows += prepared.rows
             footer = _replace(footer, FMD_NUM_ROWS, I64, rows)
             footer = _replace(footer, FMD_ROW_GROUPS, LIST, (STRUCT, groups))
             encoded_footer = bytearray()
             _write_struct(encoded_footer, footer)
-            out.write(encoded_footer)
-            out.write(struct.pack("<I", len(encoded_footer)))
-            out.write(MAGIC)
+            write_all(out, encoded_footer)
+            write_all(out, struct.pack("<I", len(encoded_footer)))
+            write_all(out, MAGIC)
     finally:
         os.close(fd)
     if pq.ParquetFile(target).metadata.num_rows != rows:  # read back through pyarrow's own parser
@@ -185,16 +188,15 @@ def rewrite(
 @dataclass
 class _Prepared:
     """A row group ready to be written: column chunks encoded in memory (all of them, or the narrow
-    ones with the wide column's old chunk and its page plan)."""
+    ones with the wide column's page plan over the old file)."""
 
     data: bytes
     chunks: list
     rows: int
-    wide_chunk: memoryview | None = None
     plan: list | None = None
     wide_meta: list | None = None
 
-    def write(self, out, wide_index: int, figures: SpliceFigures) -> list:
+    def write(self, out, source_fd: int, wide_index: int, figures: SpliceFigures) -> list:
         moved = _copy_chunks(self.data, self.chunks, out)
         if self.plan is None:
             figures.groups_encoded += 1
@@ -203,12 +205,12 @@ class _Prepared:
         start, uncompressed = out.tell(), 0
         for piece in self.plan:
             if isinstance(piece, _Run):
-                out.write(self.wide_chunk[piece.start : piece.end])
+                copy_range(out, source_fd, piece.start, piece.end - piece.start)
                 uncompressed += piece.uncompressed
                 figures.pages_copied += piece.pages
             else:
-                out.write(piece.header)
-                out.write(piece.payload)
+                write_all(out, piece.header)
+                write_all(out, piece.payload)
                 uncompressed += len(piece.header) + piece.raw_size
                 figures.pages_encoded += 1
         meta = [(f, t, v) for f, t, v in self.wide_meta if f in CMD_KEPT]
@@ -234,14 +236,14 @@ def _prepare_splice(
         or codec not in (ZSTD, UNCOMPRESSED)
     ):
         return None
-    chunk = memoryview(os.pread(fd, _get(wide_meta, CMD_COMPRESSED), _get(wide_meta, CMD_DATA_PAGE)))
+    chunk = (_get(wide_meta, CMD_DATA_PAGE), _get(wide_meta, CMD_COMPRESSED))
     group_rows = old.metadata.row_group(part.group).num_rows
-    plan = _page_plan(chunk, part.rows, group_rows, leaf.max_definition_level, codec)
+    plan = _page_plan(fd, chunk, part.rows, group_rows, leaf.max_definition_level, codec)
     if plan is None:
         return None
     narrow = old.read_row_group(part.group, columns=narrow_schema.names).take(part.rows)
     data, chunks = _in_memory(conform(narrow, narrow_schema), narrow_options)
-    return _Prepared(data, chunks, len(part.rows), chunk, plan, wide_meta)
+    return _Prepared(data, chunks, len(part.rows), plan, wide_meta)
 
 
 def _empty_footer(schema: pa.Schema, options: dict) -> list:
@@ -269,7 +271,7 @@ def _copy_chunks(data: bytes, chunks: list, out) -> list:
         meta = _get(chunk, CC_META)
         first = _get(meta, CMD_DICT_PAGE) or _get(meta, CMD_DATA_PAGE)
         by = out.tell() - first
-        out.write(data[first : first + _get(meta, CMD_COMPRESSED)])
+        write_all(out, memoryview(data)[first : first + _get(meta, CMD_COMPRESSED)])
         moved.append(moved_chunk(chunk, by))
     return moved
 
@@ -278,7 +280,7 @@ def _copy_chunks(data: bytes, chunks: list, out) -> list:
 class _Run:
     """Consecutive pages copied as they are."""
 
-    start: int  # in the old chunk
+    start: int  # offsets in the old file
     end: int
     uncompressed: int  # headers included, as ColumnMetaData counts
     pages: int
@@ -293,18 +295,21 @@ class _Page:
     raw_size: int
 
 
-def _page_plan(chunk: memoryview, rows: np.ndarray, group_rows: int, max_def: int, codec: int) -> list | None:
-    """The wide chunk's pages as they will be written: runs of pages copied (_Run) and pages
-    encoded again (_Page; a page that keeps no row is left out); None when a page is not a PLAIN
-    Data Page V1 or the pages do not hold the group's rows."""
+def _page_plan(fd: int, chunk: tuple[int, int], rows: np.ndarray, group_rows: int, max_def: int, codec: int):
+    """The wide chunk's pages (`chunk`: offset and size in the file `fd`) as they will be written:
+    runs of pages copied (_Run) and pages encoded again (_Page; a page that keeps no row is left
+    out); None when a page is not a PLAIN Data Page V1 or the pages do not hold the group's rows.
+    Only the page headers and the touched pages are read: the runs are copied file to file."""
     plan: list = []
-    pos = first_row = 0
+    pos, chunk_end = chunk[0], chunk[0] + chunk[1]
+    first_row = 0
+    kept = rows.tolist()  # bisect on a list: a numpy call per page costs more than the page's work
     run: _Run | None = None  # the copy run being extended
-    while pos < len(chunk):
-        try:
-            header, body = _read_struct(chunk, pos)
-        except (ThriftError, IndexError, struct.error):
+    while pos < chunk_end:
+        parsed = _page_header(fd, pos, chunk_end)
+        if parsed is None:
             return None
+        header, body = parsed
         page_type, raw_size, size = _get(header, 1), _get(header, 2), _get(header, 3)
         data_header = _get(header, 5)
         if page_type != DATA_PAGE or data_header is None or _get(data_header, 2) != PLAIN:
@@ -313,7 +318,9 @@ def _page_plan(chunk: memoryview, rows: np.ndarray, group_rows: int, max_def: in
             return None
         count = _get(data_header, 1)
         end = body + size
-        lo, hi = (int(i) for i in np.searchsorted(rows, [first_row, first_row + count]))
+        if end > chunk_end:
+            return None
+        lo, hi = bisect_left(kept, first_row), bisect_left(kept, first_row + count)
         if hi - lo == count:
             if run is not None and run.end == pos:
                 run.end, run.uncompressed, run.pages = end, run.uncompressed + (body - pos) + raw_size, run.pages + 1
@@ -323,10 +330,25 @@ def _page_plan(chunk: memoryview, rows: np.ndarray, group_rows: int, max_def: in
         else:
             run = None
             if hi > lo:
-                values = _decode_page(chunk[body:end], raw_size, count, max_def, codec)
-                plan.append(_encode_page([values[i] for i in (rows[lo:hi] - first_row).tolist()], max_def, codec))
+                values = _decode_page(os.pread(fd, size, body), raw_size, count, max_def, codec)
+                plan.append(_encode_page([values[i - first_row] for i in kept[lo:hi]], max_def, codec))
         pos, first_row = end, first_row + count
     return plan if first_row == group_rows else None
+
+
+def _page_header(fd: int, pos: int, chunk_end: int) -> tuple[list, int] | None:
+    """The page header at `pos` and where its page's data begins; None when it does not parse.
+    Read in a small window first (a header without statistics takes ~20 bytes), larger if needed."""
+    window = 256
+    while True:
+        head = os.pread(fd, min(window, chunk_end - pos), pos)
+        try:
+            header, length = _read_struct(memoryview(head), 0)
+            return header, pos + length
+        except (ThriftError, IndexError, struct.error):
+            if len(head) < window or window >= 1 << 24:  # the whole rest of the chunk did not parse
+                return None
+            window *= 16
 
 
 def _decode_page(payload: memoryview, raw_size: int, count: int, max_def: int, codec: int) -> list[bytes | None]:
