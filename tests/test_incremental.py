@@ -533,17 +533,19 @@ def test_cli_check_changes_nothing(tmp_path, capsys):
     assert all(r["matched_cluster_id"] for r in rows if r["is_duplicate"])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rows=st.integers(0, 30),
     group=st.integers(1, 7),
     keep=st.lists(st.booleans(), min_size=30, max_size=30),
     new_keys=st.lists(st.integers(0, 200), max_size=12, unique=True),
+    reordered=st.lists(st.tuples(st.integers(0, 29), st.integers(2, 12), st.randoms()), max_size=2),
 )
-def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows, group, keep, new_keys):
+def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows, group, keep, new_keys, reordered):
     """deduped_documents' splice (representatives._parts, then parquet_splice.rewrite): kept rows
-    of an old file written in row groups of `group` rows, new rows put in at their keys; the
-    rewritten file holds the merge by key, in order."""
+    of an old file written in row groups of `group` rows, new rows put in at their keys, and the
+    keys of some runs of old rows shuffled among themselves (a documents file written again with
+    its rows in another order); the rewritten file holds the merge by key, in order."""
     from webdedup_assets.engine import parquet_splice
     from webdedup_assets.engine.incremental.representatives import _parts
 
@@ -554,6 +556,10 @@ def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows,
     options = parquet_splice.layout(schema, "body")
     old = pa.table({"key": keys, "body": [f"old-{k}" for k in keys]}, schema=schema)
     pq.write_table(old, path, row_group_size=group, **options)
+    for begin, length, shuffle in reordered:  # the rows' keys now: a run of them shuffled
+        run = keys[begin : begin + length]
+        shuffle.shuffle(run)
+        keys[begin : begin + length] = run
     kept_rows = np.array([i for i in range(rows) if keep[i]], np.int64)
     kept_keys = np.array([keys[i] for i in kept_rows], np.int64)
     new_keys = np.array(sorted(k * 7 + 3 for k in new_keys), np.int64)  # never equal to an old key
@@ -561,9 +567,12 @@ def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows,
     parts = _parts(pq.ParquetFile(path), schema, kept_rows, kept_keys, new, new_keys)
     written, _ = parquet_splice.rewrite(path, target, schema, "body", parts, options)
     out = pq.read_table(target)
-    expected = sorted([(int(k), f"old-{k}") for k in kept_keys] + [(int(k), f"new-{k}") for k in new_keys])
+    # an old row's body names the key it was written with; its place follows its key now
+    expected = sorted(
+        [(keys[i], f"old-{i * 7}") for i in kept_rows.tolist()] + [(int(k), f"new-{k}") for k in new_keys]
+    )
     assert written == len(expected)
-    assert list(zip(out["key"].to_pylist(), out["body"].to_pylist())) == expected
+    assert list(zip(out["body"].to_pylist())) == [(body,) for _, body in expected]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

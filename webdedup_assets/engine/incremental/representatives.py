@@ -9,11 +9,13 @@ deduped_documents is one Parquet file (published as it is), so replacing some of
 rewrites it: the rewrite goes through the old file row group by row group, drops the rows of the
 touched clusters and splices the new representatives in at their place in the full stage's
 stored order (the order of the documents files, then the row in the file), with no sort over
-wide rows. That order is kept as long as the documents files keep the relative order of the
-documents they still hold (always so when a day is added or removed); otherwise the rows are
-sorted by that key in DuckDB (the same result, at the cost of a sort). A row group that only
-loses rows keeps the body pages that lose none as they are (engine.parquet_splice); the new rows
-after the last old one form new row groups.
+wide rows. The old rows keep their relative order as long as the documents files keep the order
+of the documents they still hold (always so when a day is added or removed); the rows of a
+documents file written again in another order (a day given again from a file sorted otherwise)
+are reordered among themselves in memory, their row groups encoded again; when that is more than
+MOVED_BYTES of rows, the whole file is sorted by that key in DuckDB (the same result, at the cost
+of a sort). A row group that only loses rows keeps the body pages that lose none as they are
+(engine.parquet_splice); the new rows after the last old one form new row groups.
 """
 
 from __future__ import annotations
@@ -135,10 +137,11 @@ class RepresentativesStep:
             self.representative,
             order_by=policy_order_by(self.representative.representative_policy),
         ).parameters
-        if len(kept_keys) > 1 and np.any(np.diff(kept_keys) < 0):  # a documents file reordered its rows
+        old = pq.ParquetFile(old_path)
+        if moved_bytes(old, kept_rows, kept_keys) > MOVED_BYTES:  # documents files reordered much of their rows
             return self._sorted_rewrite(schema, new_reps, parameters)
         options = parquet_splice.layout(schema, "body")
-        parts = _parts(pq.ParquetFile(old_path), schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys)
+        parts = _parts(old, schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys)
         with atomic_path(old_path) as temp:
             # the next part's rows are decoded on a reader thread while this one is written
             rows, figures = parquet_splice.rewrite(
@@ -161,22 +164,81 @@ class RepresentativesStep:
         return rows
 
 
+MOVED_BYTES = 512 << 20  # decoded bytes of old row groups reordered in memory; more: a sorted rewrite
+TAKE_ROWS = 4_096  # rows of a reordered region copied at a time
+
+
+def _moved_groups(old: pq.ParquetFile, kept_rows: np.ndarray, kept_keys: np.ndarray):
+    """The kept rows' final order (indices into kept_rows, by key), whether the rows before each
+    index close a block (closed[k]: kept[0..k] only change places among themselves) and the old row
+    groups holding a row that moves (none when the keys ascend). Rows move within closed blocks (a
+    documents file rewritten with its rows in another order moves only that file's rows), so the
+    groups outside them are spliced as before."""
+    order = np.argsort(kept_keys, kind="stable")
+    count = len(order)
+    closed = np.maximum.accumulate(order) == np.arange(count)
+    if closed.all():
+        return order, closed, set()
+    ends = np.flatnonzero(closed)
+    sizes = np.diff(np.concatenate(([-1], ends)))
+    moved = np.flatnonzero(np.repeat(sizes > 1, sizes))  # rows of blocks of more than one row
+    bounds = np.cumsum([old.metadata.row_group(g).num_rows for g in range(old.metadata.num_row_groups)])
+    return order, closed, set(np.searchsorted(bounds, kept_rows[moved], side="right").tolist())
+
+
+def moved_bytes(old: pq.ParquetFile, kept_rows: np.ndarray, kept_keys: np.ndarray) -> int:
+    """Decoded bytes of the old row groups whose rows _parts reorders in memory."""
+    return sum(old.metadata.row_group(g).total_byte_size for g in _moved_groups(old, kept_rows, kept_keys)[2])
+
+
 def _parts(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa.Table, new_keys):
     """The rewritten file's row groups, in the full stage's stored order: the old file's kept rows
-    (row numbers `kept_rows`, keys ascending) with the rows of `new` (keys `new_keys`, ascending)
-    spliced in at their keys. An old row group that only loses rows is a parquet_splice.Keep (its
-    kept pages are copied); one that new rows go into is decoded and becomes an Encode with them;
-    the new rows after every kept row (a day added after the others) form new row groups, bounded
-    like the stage's (storage.row_groups)."""
-    # new row i goes before the kept row at index `at[i]` (len(kept_rows): after the last one)
-    at = np.searchsorted(kept_keys, new_keys, side="left")
+    (row numbers `kept_rows`, ascending; their keys `kept_keys`) with the rows of `new` (keys
+    `new_keys`, ascending) spliced in at their keys. An old row group that only loses rows is a
+    parquet_splice.Keep (its kept pages are copied); one that new rows go into is decoded and
+    becomes an Encode with them; consecutive old row groups whose rows change places among
+    themselves (a documents file reordered: keys not ascending) are decoded together, reordered
+    and encoded again (bounded by the caller: moved_bytes); the new rows after every kept row (a
+    day added after the others) form new row groups, bounded like the stage's (storage.row_groups)."""
+    order, closed, moved = _moved_groups(old, kept_rows, kept_keys)
+    # new row i goes before the kept row at sorted index `at[i]` (len(kept_rows): after the last one)
+    at = np.searchsorted(kept_keys[order], new_keys, side="left")
     inside = int(np.searchsorted(at, len(kept_rows), side="left"))  # new rows before some kept row
     taken = 0  # new rows placed so far
     start = 0  # first row of the current row group
     first = 0  # index in kept_rows of the group's first kept row
-    for group in range(old.metadata.num_row_groups):
+    region: list[pa.Table] | None = None  # kept rows of the moved groups being read, in old order
+    region_first = 0  # index in kept_rows of the region's first row
+    groups = old.metadata.num_row_groups
+    for group in range(groups):
         stop = start + old.metadata.row_group(group).num_rows
         last = first + int(np.searchsorted(kept_rows[first:], stop, side="left"))
+        if group in moved or region is not None:
+            if region is None:
+                region, region_first, region_kept = [], first, []
+            if last > first:
+                region_kept.append(kept_rows[first:last] - start + sum(t.num_rows for t in region))
+                region.append(parquet_splice.conform(old.read_row_group(group), schema))
+            start, first = stop, last
+            if last == 0 or not closed[last - 1]:
+                continue  # the block goes on into the next group
+            # the region's rows (closed blocks of the order) in final order, new rows among them,
+            # taken from the decoded groups a few thousand at a time (one copy, bounded)
+            upto = min(inside, int(np.searchsorted(at, last, side="left")))
+            final = np.concatenate(region_kept)[order[region_first:last] - region_first]
+            places = at[taken:upto] - region_first  # new row i goes before old row places[i]
+            index = np.empty(len(final) + len(places), np.int64)
+            index[np.arange(len(final)) + np.searchsorted(places, np.arange(len(final)), side="right")] = final
+            decoded = sum(t.num_rows for t in region)
+            index[places + np.arange(len(places))] = decoded + np.arange(len(places))
+            source = pa.concat_tables([*region, new.slice(taken, upto - taken)])
+            taken = upto
+            region = region_kept = None
+            pieces = (source.take(index[lo : lo + TAKE_ROWS]) for lo in range(0, len(index), TAKE_ROWS))
+            for table in row_groups(pieces):
+                yield parquet_splice.Encode(table)
+            source = pieces = table = None  # not held while the next group is decoded
+            continue
         upto = min(inside, int(np.searchsorted(at, last, side="left")))
         if upto == taken:
             yield parquet_splice.Keep(group, kept_rows[first:last] - start)
