@@ -213,7 +213,19 @@ def op_merge(corpus: Corpus, rng: random.Random) -> list[str]:
     return [first, second, family, shift]
 
 
-OPS = {"add": op_add, "replace": op_replace, "delete": op_delete, "merge": op_merge}
+def op_reorder(corpus: Corpus, rng: random.Random) -> list[str]:
+    """A held day again with the same documents in another order (deduped_documents follows the
+    documents files' row order, so the update moves that day's representatives)."""
+    if not corpus.days:
+        return op_add(corpus, rng)
+    day = rng.choice(sorted(corpus.days))
+    rows = list(corpus.days[day])
+    rng.shuffle(rows)
+    corpus.days[day] = rows
+    return [day]
+
+
+OPS = {"add": op_add, "replace": op_replace, "delete": op_delete, "merge": op_merge, "reorder": op_reorder}
 
 
 def apply(store: Store, corpus: Corpus, name: str, rng: random.Random, candidates: CandidateParams) -> None:

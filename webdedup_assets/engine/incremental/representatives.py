@@ -53,13 +53,12 @@ class RepresentativesStep:
             "SELECT doc_id, cluster_id, cluster_size, token_count FROM ranked WHERE rank = 1"
         )
         files = store.data_files("documents")
-        doc_schema = con.sql(f"SELECT * FROM {store.scan_sql('documents')} LIMIT 0").arrow().schema
-        schema = pa.schema(
-            [*doc_schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
-        )
+        doc_schema, schema = self._deduped_schema()
         new_reps = self._new_representatives(files, doc_schema, schema)
         self._mark("representatives")
         rows = self._rewrite_deduped(files, schema, new_reps)
+        if rows is None:  # no row to change (touched clusters without a row there)
+            rows = pq.ParquetFile(store.path("deduped_documents")).metadata.num_rows
         documents = self.documents
         figures = {
             "documents": documents,
@@ -83,6 +82,24 @@ class RepresentativesStep:
         write_csv(report_path(store, "cluster_inspection.csv"), con.sql("SELECT * FROM inspection ORDER BY cluster_id"))
         self._mark("cluster_inspection")
 
+    def _deduped_schema(self) -> tuple[pa.Schema, pa.Schema]:
+        """The documents' schema and deduped_documents' (the documents' columns, then the cluster's)."""
+        doc_schema = self.con.sql(f"SELECT * FROM {self.store.scan_sql('documents')} LIMIT 0").arrow().schema
+        return doc_schema, pa.schema(
+            [*doc_schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
+        )
+
+    def _reorder_deduped(self) -> bool:
+        """Documents files written again with the same rows (no document added, removed or changed):
+        deduped_documents is put in their row order, its rows otherwise unchanged. Returns whether
+        its order changed."""
+        self.con.execute("CREATE TEMP TABLE touched_old (cluster_id VARCHAR)")
+        for asset in ("candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters"):
+            self.upstream.setdefault(asset, self.store.params(asset))  # as stored: unchanged
+        _, schema = self._deduped_schema()
+        rows = self._rewrite_deduped(self.store.data_files("documents"), schema, schema.empty_table())
+        return rows is not None
+
     def _new_representatives(self, files, doc_schema: pa.Schema, schema: pa.Schema) -> pa.Table:
         """The winners' full rows (every column of `schema`), read by row group."""
         con = self.con
@@ -101,9 +118,10 @@ class RepresentativesStep:
         con.unregister("winner_rows_arrow")
         return parquet_splice.conform(table, schema)
 
-    def _rewrite_deduped(self, files, schema: pa.Schema, new_reps: pa.Table) -> int:
+    def _rewrite_deduped(self, files, schema: pa.Schema, new_reps: pa.Table) -> int | None:
         """deduped_documents without the touched clusters' rows, with `new_reps`, in the full
-        stage's stored order (see the module docstring). Returns the rows written."""
+        stage's stored order (see the module docstring). Returns the rows written (None: nothing
+        changes, the file is left as it is)."""
         con, store = self.con, self.store
         old_path = store.path("deduped_documents")
         con.register("file_index", pa.table({"filename": [str(f) for f in files], "idx": np.arange(len(files))}))
@@ -138,6 +156,9 @@ class RepresentativesStep:
             order_by=policy_order_by(self.representative.representative_policy),
         ).parameters
         old = pq.ParquetFile(old_path)
+        unchanged = not len(new_rows) and len(kept_rows) == old.metadata.num_rows
+        if unchanged and (len(kept_keys) < 2 or not np.any(np.diff(kept_keys) < 0)):
+            return None
         if moved_bytes(old, kept_rows, kept_keys) > MOVED_BYTES:  # documents files reordered much of their rows
             return self._sorted_rewrite(schema, new_reps, parameters)
         options = parquet_splice.layout(schema, "body")

@@ -103,12 +103,15 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         added, removed = changed_documents(con, store, self.changes)
         self.report.documents_added, self.report.documents_removed = added, removed
         self._mark("changes")
+        measured_before = measured_key(store)  # what the kept diagnostics were made on
         if not added and not removed:  # files rewritten with the same content
             self.report.mode = "unchanged"
+            if self._reorder_deduped():  # their rows in another order, which deduped_documents follows
+                self.report.mode = "incremental"
+                self._keep_diagnostics(pa.array([], pa.string()), measured_before)
             commit(store, self.candidates, self.scoring, self.representative, self.figures)
             return
         self.report.mode = "incremental"
-        measured_before = measured_key(store)  # what the kept diagnostics were made on
         _require_unique_doc_ids(store)
         self._links()
         self._mark("candidates")
@@ -124,13 +127,16 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
             .to_arrow_table()["cluster_id"]
             .combine_chunks()
         )
-        figures = write_cluster_diagnostics(
-            store, changed_clusters=changed, previous_key=measured_before, known_sets=self.shingle_sets
-        )
-        stats = store.stats("deduped_documents")[0]
-        store.write_stats("deduped_documents", None, {**stats, **figures})
+        self._keep_diagnostics(changed, measured_before, self.shingle_sets)
         self._mark("diagnostics")
         commit(store, self.candidates, self.scoring, self.representative, self.figures)
+
+    def _keep_diagnostics(self, changed: pa.Array, measured_before, known_sets=None) -> None:
+        figures = write_cluster_diagnostics(
+            self.store, changed_clusters=changed, previous_key=measured_before, known_sets=known_sets
+        )
+        stats = self.store.stats("deduped_documents")[0]
+        self.store.write_stats("deduped_documents", None, {**stats, **figures})
 
     # -- candidates ------------------------------------------------------------------------
 
