@@ -89,3 +89,25 @@ def test_a_replaced_file_is_scanned_until_indexed_again(tmp_path):
     assert bodies.sync(store) == 0
     assert len(list(bodies.bodies_dir(store).iterdir())) == 2
     assert _read(store, wanted, via_index=True) == dict(corpus["2026-01"][:20])
+
+
+def test_a_damaged_index_is_scanned_around_with_a_warning(tmp_path, caplog):
+    """A .blocks file cut short (or an index damaged by hand): the bodies come from the documents
+    files, equal to the stored ones, and a warning names the folder and the remedy."""
+    store = Store(tmp_path)
+    corpus = _corpus(5)
+    for month, rows in corpus.items():
+        _write(store, month, rows)
+    bodies.sync(store)
+    stored = {doc_id: body for rows in corpus.values() for doc_id, body in rows}
+    wanted = sorted(stored)[::7]
+    (blocks,) = [p for p in bodies.bodies_dir(store).glob("*.blocks") if p.name.startswith("part-2026-02")]
+    with blocks.open("r+b") as handle:
+        handle.truncate(blocks.stat().st_size // 2)
+    with caplog.at_level("WARNING", logger="webdedup"):
+        got = _read(store, wanted, via_index=True)
+    assert got == {d: stored[d] for d in wanted}
+    (record,) = [r for r in caplog.records if r.name == "webdedup"]
+    message = record.getMessage()
+    assert "could not be read" in message and str(bodies.bodies_dir(store)) in message
+    assert "scanned instead" in message and "webdedup add" in message

@@ -23,10 +23,12 @@ never writes) use the index of each file that has a current one and scan the oth
 
 from __future__ import annotations
 
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,6 +38,7 @@ from ..rows import fetch_rows, listing
 from ..storage import Store, file_identity
 from .layout import incremental_dir
 
+LOG = logging.getLogger("webdedup")
 CODEC = "lz4_raw"
 BLOCK_BYTES = 16_384  # a block closes once it holds this much text (the last document whole)
 BATCH_ROWS = 8_192
@@ -162,7 +165,18 @@ def bodies_of(con, store: Store, ids: str) -> pa.Table | None:
             others.append(f)
     parts = []
     if indexed:
-        found = _read_indexed(con, directory, list(indexed), ids)
+        try:
+            found = _read_indexed(con, directory, list(indexed), ids)
+        except (OSError, pa.ArrowException, duckdb.Error) as error:
+            # a damaged index (a file cut short or changed by hand): the documents files hold the same text
+            LOG.warning(
+                "webdedup: warning: the body index in %s could not be read (%s); the documents files are "
+                "scanned instead (the same result, slower). Remove that folder: the next `webdedup add` "
+                "builds it again.",
+                directory,
+                str(error).splitlines()[0] if str(error) else type(error).__name__,
+            )
+            found, others = None, files
         if found is not None:
             parts.append(found)
     if others:
