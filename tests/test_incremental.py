@@ -367,6 +367,23 @@ def test_changed_fingerprint_parameters_are_refused(tmp_path):
     assert report.mode == "full" and report.reason == "full_rebuild requested"
 
 
+def test_a_doc_id_held_on_another_day_is_refused_by_the_update(tmp_path):
+    """Each crawl month's documents are validated alone, so a day of another month holding a doc_id
+    the corpus holds already reaches the update, which names it (and leaves the global assets)."""
+    corpus = Corpus(tmp_path)
+    store = Store(tmp_path / "storage")
+    corpus.days[DAYS[0]] = [corpus.row(DAYS[0], 0, 0, "same-id"), corpus.row(DAYS[0], 0, 4)]
+    daily(store, corpus, [DAYS[0]])
+    incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE)
+    before = (store.asset_dir("clusters") / "data.parquet").read_bytes()
+    later = Corpus(tmp_path)  # an input of the later month only (the same id within one input is refused)
+    later.days[DAYS[2]] = [later.row(DAYS[2], 1, 0, "same-id"), later.row(DAYS[2], 1, 8, "other-id")]
+    daily(store, later, [DAYS[2]])
+    with pytest.raises(WebdedupError, match=r"doc_id must be unique across crawl days; repeated: 'same-id' x2"):
+        incremental.update(store, POLICIES["fail"], SCORING, REPRESENTATIVE)
+    assert (store.asset_dir("clusters") / "data.parquet").read_bytes() == before
+
+
 def test_changed_threshold_rebuilds_and_says_so(tmp_path):
     corpus = Corpus(tmp_path)
     store = Store(tmp_path / "storage")

@@ -161,12 +161,15 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     return StageOutput(rows, {k: v for k, v in stats.items() if k != "rows"})
 
 
-def _require_unique_doc_ids(store: Store) -> None:
-    """Each day is validated alone, so a doc_id repeated on two days is caught here."""
-    con = connect()
-    dupes = con.execute(f"""SELECT doc_id, count(*) FROM {store.scan_sql("documents")}
+def _require_unique_doc_ids(store: Store, con=None, documents: str | None = None) -> None:
+    """Each day is validated alone, so a doc_id repeated on two days is caught here. `documents`:
+    a table of `con` holding every stored document's doc_id (default: the documents files)."""
+    own = con is None
+    con = connect() if own else con
+    dupes = con.execute(f"""SELECT doc_id, count(*) FROM {documents or store.scan_sql("documents")}
         GROUP BY doc_id HAVING count(*) > 1 ORDER BY doc_id LIMIT 5""").fetchall()
-    con.close()
+    if own:
+        con.close()
     if dupes:
         listed = "; ".join(f"{d!r} x{n}" for d, n in dupes)
         raise WebdedupError(f"doc_id must be unique across crawl days; repeated: {listed} (each on several days)")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...errors import WebdedupError
 from ..candidates import pair_slot_budget
 from ..publish import report_path
-from ..rows import fetch_rows, listing
+from ..rows import listing
 from ..storage import scalar, sql_string, write_csv
 from .layout import (
     COLLISION_TOP,
@@ -116,15 +115,8 @@ class LinksStep:
                                          OR right_doc_id IN (SELECT doc_id FROM added))""")
         con.execute("""CREATE TEMP TABLE need AS SELECT DISTINCT doc_id FROM
             (SELECT left_doc_id AS doc_id FROM rescore UNION ALL SELECT right_doc_id FROM rescore)""")
-        need_domains = fetch_rows(con, store.data_files("documents"), "need", ["doc_id", "domain"])
-        con.register(
-            "need_domains_arrow",
-            need_domains
-            if need_domains is not None
-            else pa.table({"doc_id": pa.array([], pa.string()), "domain": pa.array([], pa.string())}),
-        )
-        con.execute("CREATE TEMP TABLE need_domains AS SELECT doc_id, domain FROM need_domains_arrow")
-        con.unregister("need_domains_arrow")
+        con.execute("""CREATE TEMP TABLE need_domains AS
+            SELECT doc_id, domain FROM docs WHERE doc_id IN (SELECT doc_id FROM need)""")
         con.execute("""CREATE TEMP TABLE new_cand AS
             SELECT k.left_doc_id, k.right_doc_id, CAST(k.shared_bands AS INTEGER) AS shared_bands,
                    COALESCE(l.domain, c.left_domain) AS left_domain, COALESCE(r.domain, c.right_domain) AS right_domain,

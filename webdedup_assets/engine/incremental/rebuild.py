@@ -77,10 +77,17 @@ def bucket_totals(con, bm: str, candidates: CandidateParams) -> tuple[int, int, 
           FROM (SELECT count(*) AS size FROM {bm} GROUP BY band_index, band_hash HAVING count(*) > 1)""").fetchall()[0]
 
 
-def ranked_sql(store: Store, policy: RepresentativeParams, members: str | None, clusters: str | None = None) -> str:
+def ranked_sql(
+    store: Store,
+    policy: RepresentativeParams,
+    members: str | None,
+    clusters: str | None = None,
+    documents: str | None = None,
+) -> str:
     """The `ranked` table of deduped_documents (narrow columns, rank per cluster), for the
     clusters of the doc_ids in the temp table `members` only when given (their clusters from the
-    table `clusters`, default the stored clusters asset)."""
+    table `clusters`, default the stored clusters asset; the documents' narrow columns from the
+    table `documents`, default the documents files)."""
     order_by = policy_order_by(policy.representative_policy)
     extra = stored_extra_columns(store)
     provenance = [c for c in extra if c.startswith("warc_") or c == "capture_url"]
@@ -90,7 +97,7 @@ def ranked_sql(store: Store, policy: RepresentativeParams, members: str | None, 
     return f"""CREATE TEMP TABLE ranked AS
         SELECT d.*, c.cluster_id, c.cluster_size, f.token_count,
                row_number() OVER (PARTITION BY c.cluster_id ORDER BY {order_by}) AS rank
-          FROM (SELECT {narrow} FROM {store.scan_sql("documents")} d {scope}) d
+          FROM (SELECT {narrow} FROM {documents or store.scan_sql("documents")} d {scope}) d
           JOIN {clusters or store.scan_sql("clusters")} c USING (doc_id)
           JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")} f {tokens_scope}) f
             USING (doc_id)"""

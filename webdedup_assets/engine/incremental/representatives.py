@@ -31,7 +31,7 @@ from ..clustering import cluster_inspection
 from ..documents import stored_extra_columns
 from ..parallel import prefetch
 from ..publish import report_path
-from ..rows import fetch_rows, listing
+from ..rows import fetch_rows
 from ..stage import DUCKDB
 from ..storage import _with_params, quote_ident, row_groups, sql_string, write_batches, write_csv
 from .layout import duck_type, incremental_dir, save_table
@@ -47,12 +47,12 @@ class RepresentativesStep:
         con, store = self.con, self.store
         con.execute("CREATE TEMP TABLE members AS SELECT doc_id FROM regrouped")
         con.execute("DROP TABLE IF EXISTS ranked")
-        con.execute(ranked_sql(store, self.representative, "members", clusters="regrouped"))
+        con.execute(ranked_sql(store, self.representative, "members", clusters="regrouped", documents="docs"))
         con.execute(
             "CREATE TEMP TABLE winners AS "
             "SELECT doc_id, cluster_id, cluster_size, token_count FROM ranked WHERE rank = 1"
         )
-        files = store.data_files("documents")
+        files = self.files  # as in the table `docs` (engine.incremental.update)
         doc_schema, schema = self._deduped_schema()
         new_reps = self._new_representatives(files, doc_schema, schema)
         self._mark("representatives")
@@ -97,13 +97,21 @@ class RepresentativesStep:
         for asset in ("candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters"):
             self.upstream.setdefault(asset, self.store.params(asset))  # as stored: unchanged
         _, schema = self._deduped_schema()
-        rows = self._rewrite_deduped(self.store.data_files("documents"), schema, schema.empty_table())
+        rows = self._rewrite_deduped(self.files, schema, schema.empty_table())
         return rows is not None
 
     def _new_representatives(self, files, doc_schema: pa.Schema, schema: pa.Schema) -> pa.Table:
         """The winners' full rows (every column of `schema`), read by row group."""
         con = self.con
-        winner_rows = fetch_rows(con, files, "winners", doc_schema.names, in_few_files=True)
+        # read from the files holding them only: with the default policy (newest) the new
+        # representatives sit mostly in the day just added
+        holding = {
+            i
+            for (i,) in con.execute(
+                "SELECT DISTINCT file_idx FROM docs WHERE doc_id IN (SELECT doc_id FROM winners)"
+            ).fetchall()
+        }
+        winner_rows = fetch_rows(con, [f for i, f in enumerate(files) if i in holding], "winners", doc_schema.names)
         if winner_rows is None:
             winner_rows = doc_schema.empty_table()
         con.register("winner_rows_arrow", winner_rows)
@@ -124,22 +132,15 @@ class RepresentativesStep:
         changes, the file is left as it is)."""
         con, store = self.con, self.store
         old_path = store.path("deduped_documents")
-        con.register("file_index", pa.table({"filename": [str(f) for f in files], "idx": np.arange(len(files))}))
         con.register("new_rep_ids", pa.table({"doc_id": new_reps["doc_id"], "rownum": np.arange(new_reps.num_rows)}))
         # the old rows kept (row number in the old file) and every final representative's key
         con.execute(f"""CREATE TEMP TABLE kept AS
             SELECT o.doc_id, o.file_row_number AS old_row FROM
               read_parquet({sql_string(str(old_path))}, file_row_number = true) o
              WHERE o.cluster_id NOT IN (SELECT cluster_id FROM touched_old)""")
-        if not files:  # every day deleted: no representative left
-            con.execute("CREATE TEMP TABLE rep_keys (doc_id VARCHAR, key BIGINT)")
-        else:
-            con.execute(f"""CREATE TEMP TABLE rep_keys AS
-                SELECT d.doc_id, (f.idx << {ROW_SHIFT}) | d.file_row_number AS key FROM
-                  (SELECT doc_id, filename, file_row_number FROM
-                     read_parquet({listing(files)}, union_by_name = true, filename = true, file_row_number = true)) d
-                  JOIN file_index f USING (filename)
-                 WHERE d.doc_id IN (SELECT doc_id FROM kept) OR d.doc_id IN (SELECT doc_id FROM new_rep_ids)""")
+        con.execute(f"""CREATE TEMP TABLE rep_keys AS
+            SELECT doc_id, (file_idx << {ROW_SHIFT}) | file_row AS key FROM docs
+             WHERE doc_id IN (SELECT doc_id FROM kept) OR doc_id IN (SELECT doc_id FROM new_rep_ids)""")
         kept = con.execute(
             "SELECT k.old_row, r.key FROM kept k JOIN rep_keys r USING (doc_id) ORDER BY k.old_row"
         ).fetchnumpy()
@@ -147,7 +148,6 @@ class RepresentativesStep:
             "SELECT n.rownum, r.key FROM new_rep_ids n JOIN rep_keys r USING (doc_id) ORDER BY r.key"
         ).fetchnumpy()
         con.unregister("new_rep_ids")
-        con.unregister("file_index")
         kept_rows, kept_keys = (np.asarray(v, np.int64) for v in kept.values())
         new_rows, new_keys = (np.asarray(v, np.int64) for v in new.values())
         parameters = self._stage_run(

@@ -10,10 +10,12 @@ import pyarrow as pa
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
 from ..candidates import _require_unique_doc_ids
 from ..diagnostics import write_cluster_diagnostics
+from ..documents import stored_extra_columns
 from ..invariants import measured_key
+from ..rows import listing
 from ..stage import DUCKDB, STAGES, StageRun, check_uniform
 from ..state import check_consistent, held_days
-from ..storage import Store, connect, write_batches
+from ..storage import Store, connect, quote_ident, write_batches
 from . import bodies
 from .changes import changed_documents, daily_changes
 from .components import ComponentsStep
@@ -100,6 +102,7 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
 
     def _run(self) -> None:
         con, store = self.con, self.store
+        self._documents_table()
         added, removed = changed_documents(con, store, self.changes)
         self.report.documents_added, self.report.documents_removed = added, removed
         self._mark("changes")
@@ -112,7 +115,7 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
             commit(store, self.candidates, self.scoring, self.representative, self.figures)
             return
         self.report.mode = "incremental"
-        _require_unique_doc_ids(store)
+        _require_unique_doc_ids(store, con, "docs")
         self._links()
         self._mark("candidates")
         self._score()
@@ -137,6 +140,29 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         )
         stats = self.store.stats("deduped_documents")[0]
         self.store.write_stats("deduped_documents", None, {**stats, **figures})
+
+    def _documents_table(self) -> None:
+        """Temp table `docs`: every stored document's narrow columns (those ranking reads), its
+        documents file (index in self.files) and row there. The update looks documents up five
+        times (uniqueness, domains to rescore, ranking, the representatives' keys and files); each
+        scan of the documents files cost 0.2-0.45 s at 1M pages (daily exports of small row
+        groups), one scan into memory costs about that once (BENCHMARKS.md, session 14)."""
+        con, store = self.con, self.store
+        self.files = store.data_files("documents")
+        provenance = [c for c in stored_extra_columns(store) if c.startswith("warc_") or c == "capture_url"]
+        narrow = ", ".join(f"d.{quote_ident(c)}" for c in ["doc_id", "domain", "crawled_at", *provenance])
+        if not self.files:
+            con.execute("""CREATE TEMP TABLE docs
+                (doc_id VARCHAR, domain VARCHAR, crawled_at DATE, file_idx BIGINT, file_row BIGINT)""")
+            return
+        con.register(
+            "file_index", pa.table({"filename": [str(f) for f in self.files], "file_idx": range(len(self.files))})
+        )
+        con.execute(f"""CREATE TEMP TABLE docs AS
+            SELECT {narrow}, f.file_idx, d.file_row_number AS file_row
+              FROM read_parquet({listing(self.files)}, union_by_name = true, filename = true, file_row_number = true) d
+              JOIN file_index f USING (filename)""")
+        con.unregister("file_index")
 
     # -- candidates ------------------------------------------------------------------------
 
