@@ -89,10 +89,13 @@ def _build(store: Store, staging: Path) -> None:
 
 
 def domain_summary_sql(store: Store) -> str:
-    """Per domain: documents, representatives kept, removed, duplicate pairs it takes part in."""
+    """Per domain: documents, representatives kept, removed, duplicate pairs it takes part in.
+    Counted per domain on each side (deduped_documents' rows carry their document's domain), not
+    by joining the documents with the representatives on doc_id: 0.38-0.82 s -> ~0.2 s at 1M pages."""
     return f"""
-        WITH docs AS (SELECT doc_id, domain FROM {store.scan_sql("documents")}),
-        kept AS (SELECT doc_id FROM {store.scan_sql("deduped_documents")}),
+        WITH docs AS (SELECT domain, count(*) AS documents FROM {store.scan_sql("documents")} GROUP BY domain),
+        reps AS (SELECT domain, count(*) AS representatives FROM {store.scan_sql("deduped_documents")}
+                  GROUP BY domain),
         pairs AS (
             SELECT left_domain AS domain, cross_domain FROM {store.scan_sql("duplicate_pairs")}
             UNION ALL
@@ -101,13 +104,15 @@ def domain_summary_sql(store: Store) -> str:
             SELECT domain, count(*) AS duplicate_pair_ends,
                    count(*) FILTER (cross_domain) AS cross_domain_pair_ends
               FROM pairs GROUP BY domain)
-        SELECT d.domain, count(*) AS documents,
-               count(k.doc_id) AS representatives,
-               count(*) - count(k.doc_id) AS removed,
-               COALESCE(any_value(p.duplicate_pair_ends), 0) AS duplicate_pair_ends,
-               COALESCE(any_value(p.cross_domain_pair_ends), 0) AS cross_domain_pair_ends
-          FROM docs d LEFT JOIN kept k USING (doc_id) LEFT JOIN pair_counts p USING (domain)
-         GROUP BY d.domain ORDER BY documents DESC, d.domain"""
+        SELECT d.domain, d.documents,
+               COALESCE(r.representatives, 0) AS representatives,
+               d.documents - COALESCE(r.representatives, 0) AS removed,
+               COALESCE(p.duplicate_pair_ends, 0) AS duplicate_pair_ends,
+               COALESCE(p.cross_domain_pair_ends, 0) AS cross_domain_pair_ends
+          FROM docs d
+          LEFT JOIN reps r ON r.domain IS NOT DISTINCT FROM d.domain
+          LEFT JOIN pair_counts p ON p.domain = d.domain
+         ORDER BY documents DESC, d.domain"""
 
 
 def publish(store: Store, output_dir: Path, manifest: dict[str, Any]) -> dict[str, int]:
