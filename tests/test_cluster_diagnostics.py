@@ -136,3 +136,35 @@ def test_the_measurement_made_while_writing_equals_one_from_the_stored_files(cha
     assert key == measured_key(store)
     recomputed, _ = cluster_diagnostics(store, measured=fresh)
     assert table.to_pylist() == recomputed.to_pylist()
+
+
+def test_the_weakest_edge_member_is_chosen_the_same_way_on_every_run(tmp_path):
+    """Two edges of a cluster tie at its minimum Jaccard: edge_member is the other end of the first
+    by doc_ids, whatever order the files list them in (DuckDB's arg_min alone kept whichever row its
+    threads met first: on the 1M benchmark's storage one run in five picked another member)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from webdedup_assets.engine.diagnostics import _base_rows
+
+    store = Store(tmp_path)
+
+    def put(asset: str, columns: dict) -> None:
+        path = store.path(asset)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(columns), path)
+
+    members = ["rep", "m-z", "m-a", "m-q"]  # listed with the later member of the tie first
+    put("documents", {"doc_id": members, "domain": ["x.example"] * 4})
+    put("clusters", {"doc_id": members, "cluster_id": ["cluster-rep"] * 4, "cluster_size": [4] * 4})
+    put("deduped_documents", {"doc_id": ["rep"], "cluster_id": ["cluster-rep"]})
+    put(
+        "duplicate_pairs",
+        {  # the pairs file too
+            "left_doc_id": ["m-z", "m-a", "m-q"],
+            "right_doc_id": ["rep", "rep", "rep"],
+            "exact_jaccard": [0.75, 0.75, 0.9],
+        },
+    )
+    (row,) = _base_rows(store, None).to_pylist()
+    assert (row["edges"], row["min_edge_jaccard"], row["edge_member"]) == (3, 0.75, "m-a")

@@ -113,8 +113,9 @@ def cluster_diagnostics(
 
 def _base_rows(store: Store, clusters: pa.Array | None, representatives: pa.Table | None = None) -> pa.Table:
     """Per multi-document cluster (all, or those in `clusters`): size, representative, domains,
-    edges, the minimum edge Jaccard and that edge's other end. representatives (doc_id,
-    cluster_id): instead of those stored in deduped_documents."""
+    edges, the minimum edge Jaccard and that edge's other end (of the edges tied at the minimum,
+    the first by doc_ids: the same file on every run). representatives (doc_id, cluster_id):
+    instead of those stored in deduped_documents."""
     con = connect(store)
     try:
         only = ""
@@ -133,7 +134,7 @@ def _base_rows(store: Store, clusters: pa.Array | None, representatives: pa.Tabl
             edges AS (
                 SELECT c.cluster_id, count(*) AS edges, min(p.exact_jaccard) AS min_edge_jaccard,
                        arg_min(CASE WHEN p.left_doc_id = r.doc_id THEN p.right_doc_id ELSE p.left_doc_id END,
-                               p.exact_jaccard) AS edge_member
+                               (p.exact_jaccard, p.left_doc_id, p.right_doc_id)) AS edge_member
                   FROM {store.scan_sql("duplicate_pairs")} p
                   JOIN cl c ON c.doc_id = p.left_doc_id
                   JOIN reps r USING (cluster_id)
