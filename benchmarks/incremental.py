@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"add: {report['documents_added']:,} pages, mode {report['mode']}, {report['pairs_scored']:,} pairs scored, "
         f"{report['clusters_touched']:,} clusters touched: {seconds:.2f} s in all (update "
-        f"{report['seconds']['total']:.2f} s: {report['seconds']}), peak RSS {rss:.0f} MiB"
+        f"{report['seconds']['total']:.2f} s: {report['seconds']}), peak RSS {rss:.0f} MiB; "
+        f"steps {report['step_seconds']}"
     )
     storage = work / "_storage"
     daily_assets = ("documents", "fingerprinted", "band_memberships")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -431,7 +432,14 @@ def test_cli_add_day_by_day_equals_run(tmp_path, capsys):
     assert main(["add", str(early), "--output", str(tmp_path / "inc")]) == 0
     assert "full rebuild (no incremental state" in capsys.readouterr().out
     assert main(["add", str(late), "--output", str(tmp_path / "inc")]) == 0
-    assert ": incremental" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert ": incremental" in out
+    steps = re.search(
+        r"seconds: documents ([\d.]+), fingerprinted ([\d.]+), band_memberships ([\d.]+), "
+        r"update ([\d.]+), publish ([\d.]+)",
+        out,
+    )
+    assert steps and all(float(s) >= 0 for s in steps.groups()), out
     con = connect()
     for name, order in (("clusters.csv", "doc_id"), ("duplicate_pairs.csv", "left_doc_id, right_doc_id")):
         expected = con.sql(f"SELECT * FROM read_csv('{tmp_path / 'full' / name}') ORDER BY {order}").fetchall()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -137,18 +138,34 @@ def cmd_add(args: argparse.Namespace) -> int:
             if not days:
                 raise WebdedupError(f"{args.input}: no crawl day found in the input (is crawled_at a date?)")
             months = months_of(days)  # the held days of these months that INPUT lacks are kept
-            stage_documents(store, args.input, args.input_format, months=months, extend=True)
-            stage_fingerprinted(store, fingerprint, months)
-            stage_band_memberships(store, banding, months)
-            report = incremental.update(store, candidates, scoring, representative, full_rebuild_flag=args.full_rebuild)
-            manifest = stage_manifest(store, output_dir)
+            steps: dict[str, float] = {}  # seconds of each step, for the report
+
+            def timed(name: str, step, *positional, **named):
+                started = time.perf_counter()
+                result = step(*positional, **named)
+                steps[name] = round(time.perf_counter() - started, 3)
+                return result
+
+            timed("documents", stage_documents, store, args.input, args.input_format, months=months, extend=True)
+            timed("fingerprinted", stage_fingerprinted, store, fingerprint, months)
+            timed("band_memberships", stage_band_memberships, store, banding, months)
+            report = timed(
+                "update",
+                incremental.update,
+                store,
+                candidates,
+                scoring,
+                representative,
+                full_rebuild_flag=args.full_rebuild,
+            )
+            manifest = timed("publish", stage_manifest, store, output_dir)
     except params.ParamError as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
     except WebdedupError as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    summary = {"input_days": days, **report.as_dict(), "counts": manifest["counts"]}
+    summary = {"input_days": days, **report.as_dict(), "step_seconds": steps, "counts": manifest["counts"]}
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
@@ -159,6 +176,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             f"buckets touched {report.touched_buckets}; pairs scored {report.pairs_scored}; "
             f"clusters touched {report.clusters_touched}; {report.seconds.get('total', 0):.2f} s"
         )
+        print("  seconds: " + ", ".join(f"{name} {seconds:.2f}" for name, seconds in steps.items()))
         for key in ("documents", "duplicate_pairs", "clusters", "representatives"):
             print(f"  {key:<28}{manifest['counts'][key]}")
     return EXIT_OK
