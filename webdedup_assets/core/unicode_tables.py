@@ -76,7 +76,7 @@ def _cache_file() -> Path:
     return Path(__file__).resolve().parent / "__pycache__" / name
 
 
-NAMES = ("kind", "offsets", "codepoints", "separator", "growth", "casing", "marks")
+NAMES = ("kind", "offsets", "codepoints", "separator", "growth", "casing", "marks", "classes", "words", "sizes")
 
 
 @lru_cache(maxsize=1)
@@ -90,6 +90,8 @@ def _all_tables() -> dict[str, np.ndarray]:
         pass
     arrays = dict(zip(NAMES, (*_build_tables(), _build_marks())))
     arrays["growth"] = np.asarray(arrays["growth"], dtype=np.int64)
+    token = _token_arrays(arrays["kind"], arrays["offsets"], arrays["codepoints"], arrays["separator"])
+    arrays.update(zip(("classes", "words", "sizes"), token))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
@@ -221,11 +223,16 @@ def token_tables() -> tuple[np.ndarray, ...]:
     sizes uint8[0x110000]): classes are the kinds with CLASS_CJK and CLASS_PLAIN_MAP split off; for
     a word character (CLASS_WORD, CLASS_PLAIN_MAP) words[c] holds the UTF-8 bytes it adds to the
     word (c itself, or M(c)) little-endian and sizes[c] their count, 0 for every other class, so
-    the kernel appends them without looking at the class. Derived from tables() in well under a
-    second."""
+    the kernel appends them without looking at the class. Derived from the kinds when the tables
+    are built (0.17 s) and kept with them."""
+    t = _all_tables()
+    return t["classes"], t["offsets"], t["codepoints"], t["separator"], t["casing"], t["words"], t["sizes"]
+
+
+def _token_arrays(kind: np.ndarray, offsets: np.ndarray, codepoints: np.ndarray, separator: np.ndarray):
+    """(classes, words, sizes) of token_tables, from the kinds and mappings."""
     from .normalize import CJK_RANGES, is_cjk
 
-    kind, offsets, codepoints, separator, _, casing = tables()
     classes = kind.copy()
     cjk = np.zeros(kind.shape[0], dtype=np.bool_)
     for low, high in CJK_RANGES:
@@ -259,4 +266,4 @@ def token_tables() -> tuple[np.ndarray, ...]:
             classes[codepoint] = CLASS_PLAIN_MAP
             words[codepoint] = int.from_bytes(encoded, "little")
             sizes[codepoint] = len(encoded)
-    return classes, offsets, codepoints, separator, casing, words, sizes
+    return classes, words, sizes
