@@ -112,8 +112,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
     extra = stored_extra_columns(store)
     # Rank on narrow columns only (no bodies in the window sort); each document is located by
     # its file and row number, so the winners' full rows are then read straight from the files.
-    provenance = [c for c in extra if c.startswith("warc_") or c == "capture_url"]
-    narrow = ", ".join(quote_ident(c) for c in ["doc_id", "domain", "crawled_at", *provenance])
+    narrow = ", ".join(quote_ident(c) for c in ranking_columns(extra))
     files = store.require("documents")
     listing = ", ".join(sql_string(str(f)) for f in files)
     located = f"read_parquet([{listing}], union_by_name = true, filename = true, file_row_number = true)"
@@ -260,12 +259,23 @@ def _representative_rows(files: list[Path], winners: pa.Table, schema: pa.Schema
     return row_groups(ordered_map(read, spans, thread_count()))
 
 
+def provenance_columns(extra: list[str]) -> list[str]:
+    """The extra columns of the documents that say where a page was captured (WARC record,
+    capture URL): ranking and cluster_inspection carry them."""
+    return [c for c in extra if c.startswith("warc_") or c == "capture_url"]
+
+
+def ranking_columns(extra: list[str]) -> list[str]:
+    """The documents' narrow columns the representatives are ranked with (engine.incremental
+    reads the same ones)."""
+    return ["doc_id", "domain", "crawled_at", *provenance_columns(extra)]
+
+
 def cluster_inspection(con, store: Store, extra: list[str], pairs: str | None = None, clusters: str | None = None):
     """One row per multi-member cluster of the table `ranked`: representative, members, domains,
     Jaccard range. `pairs` and `clusters` (default: the stored duplicate_pairs and clusters) may
     be narrower tables holding the ranked clusters' own rows (an incremental update's)."""
-    provenance = [c for c in extra if c.startswith("warc_") or c == "capture_url"]
-    rep_cols = "".join(f", r.{quote_ident(c)} AS representative_{c}" for c in provenance)
+    rep_cols = "".join(f", r.{quote_ident(c)} AS representative_{c}" for c in provenance_columns(extra))
     return con.sql(f"""
         WITH members AS (
             SELECT cluster_id, string_agg(doc_id, ';' ORDER BY doc_id) AS member_doc_ids,

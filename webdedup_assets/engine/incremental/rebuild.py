@@ -9,7 +9,7 @@ from typing import Any
 from ...core.ranking import policy_order_by
 from ...errors import WebdedupError
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
-from ..clustering import cluster_inspection
+from ..clustering import cluster_inspection, ranking_columns
 from ..documents import stored_extra_columns
 from ..serial import from_stored
 from ..stage import DUCKDB
@@ -89,9 +89,7 @@ def ranked_sql(
     table `clusters`, default the stored clusters asset; the documents' narrow columns from the
     table `documents`, default the documents files)."""
     order_by = policy_order_by(policy.representative_policy)
-    extra = stored_extra_columns(store)
-    provenance = [c for c in extra if c.startswith("warc_") or c == "capture_url"]
-    narrow = ", ".join(quote_ident(c) for c in ["doc_id", "domain", "crawled_at", *provenance])
+    narrow = ", ".join(quote_ident(c) for c in ranking_columns(stored_extra_columns(store)))
     scope = f"SEMI JOIN {members} s ON s.doc_id = d.doc_id" if members else ""
     tokens_scope = scope.replace("d.doc_id", "f.doc_id")
     return f"""CREATE TEMP TABLE ranked AS

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
 from ..candidates import _require_unique_doc_ids
+from ..clustering import ranking_columns
 from ..diagnostics import write_cluster_diagnostics
 from ..documents import stored_extra_columns
 from ..invariants import measured_key
@@ -149,8 +150,7 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         groups), one scan into memory costs about that once (BENCHMARKS.md, session 14)."""
         con, store = self.con, self.store
         self.files = store.data_files("documents")
-        provenance = [c for c in stored_extra_columns(store) if c.startswith("warc_") or c == "capture_url"]
-        narrow = ", ".join(f"d.{quote_ident(c)}" for c in ["doc_id", "domain", "crawled_at", *provenance])
+        narrow = ", ".join(f"d.{quote_ident(c)}" for c in ranking_columns(stored_extra_columns(store)))
         if not self.files:
             con.execute("""CREATE TEMP TABLE docs
                 (doc_id VARCHAR, domain VARCHAR, crawled_at DATE, file_idx BIGINT, file_row BIGINT)""")

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from ...core.ranking import REPRESENTATIVE_POLICIES, policy_order_by
 from ...errors import WebdedupError
+from ..clustering import provenance_columns
 from ..diagnostics import write_cluster_diagnostics
 from ..documents import stored_extra_columns
 from ..publish import report_path
@@ -282,7 +283,7 @@ def cluster_inspection(spark, store, ranked, extra: list[str]):
     """One row per multi-member cluster, as the DuckDB engine's report (same columns, order)."""
     from pyspark.sql import functions as F
 
-    provenance = [c for c in extra if c.startswith("warc_") or c == "capture_url"]
+    provenance = provenance_columns(extra)
     multi = ranked.where("cluster_size > 1")
     members = multi.groupBy("cluster_id").agg(
         F.array_join(F.array_sort(F.collect_list("doc_id")), ";").alias("member_doc_ids"),
