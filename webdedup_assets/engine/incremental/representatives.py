@@ -156,13 +156,13 @@ class RepresentativesStep:
             order_by=policy_order_by(self.representative.representative_policy),
         ).parameters
         old = pq.ParquetFile(old_path)
-        unchanged = not len(new_rows) and len(kept_rows) == old.metadata.num_rows
-        if unchanged and (len(kept_keys) < 2 or not np.any(np.diff(kept_keys) < 0)):
-            return None
-        if moved_bytes(old, kept_rows, kept_keys) > MOVED_BYTES:  # documents files reordered much of their rows
+        moves = _moved_groups(old, kept_rows, kept_keys)
+        if not len(new_rows) and len(kept_rows) == old.metadata.num_rows and not moves[2]:
+            return None  # no row leaves, comes or moves
+        if moved_bytes(old, moves[2]) > MOVED_BYTES:  # documents files reordered much of their rows
             return self._sorted_rewrite(schema, new_reps, parameters)
         options = parquet_splice.layout(schema, "body")
-        parts = _parts(old, schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys)
+        parts = _parts(old, schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys, moves)
         with atomic_path(old_path) as temp:
             # the next part's rows are decoded on a reader thread while this one is written
             rows, figures = parquet_splice.rewrite(
@@ -207,12 +207,12 @@ def _moved_groups(old: pq.ParquetFile, kept_rows: np.ndarray, kept_keys: np.ndar
     return order, closed, set(np.searchsorted(bounds, kept_rows[moved], side="right").tolist())
 
 
-def moved_bytes(old: pq.ParquetFile, kept_rows: np.ndarray, kept_keys: np.ndarray) -> int:
-    """Decoded bytes of the old row groups whose rows _parts reorders in memory."""
-    return sum(old.metadata.row_group(g).total_byte_size for g in _moved_groups(old, kept_rows, kept_keys)[2])
+def moved_bytes(old: pq.ParquetFile, groups: set[int]) -> int:
+    """Decoded bytes of the old row groups `groups` (those _parts reorders in memory)."""
+    return sum(old.metadata.row_group(g).total_byte_size for g in groups)
 
 
-def _parts(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa.Table, new_keys):
+def _parts(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa.Table, new_keys, moves=None):
     """The rewritten file's row groups, in the full stage's stored order: the old file's kept rows
     (row numbers `kept_rows`, ascending; their keys `kept_keys`) with the rows of `new` (keys
     `new_keys`, ascending) spliced in at their keys. An old row group that only loses rows is a
@@ -220,8 +220,9 @@ def _parts(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa
     becomes an Encode with them; consecutive old row groups whose rows change places among
     themselves (a documents file reordered: keys not ascending) are decoded together, reordered
     and encoded again (bounded by the caller: moved_bytes); the new rows after every kept row (a
-    day added after the others) form new row groups, bounded like the stage's (storage.row_groups)."""
-    order, closed, moved = _moved_groups(old, kept_rows, kept_keys)
+    day added after the others) form new row groups, bounded like the stage's (storage.row_groups).
+    moves: _moved_groups of these rows, when the caller has them."""
+    order, closed, moved = moves if moves is not None else _moved_groups(old, kept_rows, kept_keys)
     # new row i goes before the kept row at sorted index `at[i]` (len(kept_rows): after the last one)
     at = np.searchsorted(kept_keys[order], new_keys, side="left")
     inside = int(np.searchsorted(at, len(kept_rows), side="left"))  # new rows before some kept row
