@@ -194,11 +194,15 @@ def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_months_ro
     )["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
 
-    def manifest_materialized():
-        return ui.materializations("manifest", limit=1) or None
+    def global_run_ended():
+        # the manifest's materialization is stored before its asset checks and the run's end
+        # event, so wait for the run itself to end, not for the manifest
+        ended = {"SUCCESS", "FAILURE", "CANCELED"}
+        runs = ui.runs()
+        finished = [r for r in runs if r["jobName"] == "webdedup_global" and r["status"] in ended]
+        return runs if finished else None
 
-    ui.wait(manifest_materialized, 600, "the global stages after the backfill (manifest materialized)")
-    runs = ui.runs()
+    runs = ui.wait(global_run_ended, 600, "the global stages after the backfill (their run ended)")
     daily_runs = [r for r in runs if r["jobName"] == "__ASSET_JOB" and r["status"] == "SUCCESS"]
     global_runs = [r for r in runs if r["jobName"] == "webdedup_global"]
     assert len(daily_runs) == 1  # a single-run backfill of 3 months
