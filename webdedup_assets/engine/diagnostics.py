@@ -149,58 +149,76 @@ def _base_rows(store: Store, clusters: pa.Array | None, representatives: pa.Tabl
         con.close()
 
 
-def _rows(base: pa.Table, measured: pa.Table, threshold: float, giant_size: int) -> list[dict[str, Any]]:
-    per_cluster: dict[str, tuple[float, str, int, int]] = {}  # min, farthest, below, checked
-    if measured.num_rows:
+def _rows(base: pa.Table, measured: pa.Table, threshold: float, giant_size: int) -> pa.Table:
+    """The diagnostics of `base`'s clusters (SCHEMA, in base's order), from the measured members
+    (cluster_id, doc_id, jaccard). Arrow and numpy over all clusters at once: a full build has
+    ~240k multi-document clusters at 1M pages, and a Python loop over them held the GIL for
+    seconds beside the thread encoding deduped_documents."""
+    rows = base.num_rows
+    size = base["size"].to_numpy(zero_copy_only=False).astype(np.int64)
+    minimum = np.full(rows, np.nan)
+    has_minimum = np.zeros(rows, bool)
+    below = np.zeros(rows, np.int64)
+    checked = np.zeros(rows, np.int64)
+    farthest = pa.nulls(rows, pa.string())
+    if measured.num_rows and rows:
+        # per cluster: its lowest Jaccard and that member (ties: smallest doc_id), members below, checked
         order = pc.sort_indices(
             measured, [("cluster_id", "ascending"), ("jaccard", "ascending"), ("doc_id", "ascending")]
         )
         ordered = measured.take(order)
-        cluster_ids = ordered.column("cluster_id").to_pylist()
-        doc_ids = ordered.column("doc_id").to_pylist()
-        jaccards = ordered.column("jaccard").to_numpy()
-        for cluster, doc, j in zip(cluster_ids, doc_ids, jaccards, strict=True):
-            found = per_cluster.get(cluster)
-            below = int(j < threshold)
-            if found is None:
-                per_cluster[cluster] = (float(j), doc, below, 1)
-            else:
-                per_cluster[cluster] = (found[0], found[1], found[2] + below, found[3] + 1)
-    rows = []
-    for row in base.to_pylist():
-        size = int(row["size"])
-        if size == 2:  # the member's Jaccard to the representative is the one edge's
-            minimum, farthest = row["min_edge_jaccard"], row["edge_member"]
-            below, checked = int(minimum is not None and minimum < threshold), 1
-        else:
-            minimum, farthest, below, checked = per_cluster.get(row["cluster_id"], (None, None, 0, 0))
-        flags = [
-            f
-            for f, on in (
-                ("giant", size > giant_size),
-                ("low_cohesion", below > 0),
-                ("unchecked", checked < size - 1),
-            )
-            if on
-        ]
-        rows.append(
-            {
-                "cluster_id": row["cluster_id"],
-                "size": size,
-                "representative": row["representative"],
-                "min_jaccard_to_representative": None if minimum is None else round(float(minimum), 6),
-                "farthest_member": farthest,
-                "members_below_threshold": below,
-                "members_checked": checked,
-                "min_edge_jaccard": None
-                if row["min_edge_jaccard"] is None
-                else round(float(row["min_edge_jaccard"]), 6),
-                "edges": int(row["edges"]),
-                "domains": int(row["domains"]),
-                "flag": "+".join(flags) or "ok",
-            }
-        )
-    return rows
+        ids = ordered["cluster_id"].combine_chunks()
+        jaccard = ordered["jaccard"].to_numpy(zero_copy_only=False).astype(np.float64)
+        changes = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1)).to_numpy(zero_copy_only=False)
+        starts = np.flatnonzero(np.concatenate([[True], changes]))
+        group = pc.index_in(base["cluster_id"], value_set=ids.take(pa.array(starts)))
+        found = group.is_valid().to_numpy(zero_copy_only=False)
+        first = starts[pc.fill_null(group, 0).to_numpy(zero_copy_only=False)]
+        ends = np.append(starts[1:], len(jaccard))
+        below_per_group = np.add.reduceat((jaccard < threshold).astype(np.int64), starts)
+        at = np.searchsorted(starts, first)
+        minimum = np.where(found, jaccard[first], np.nan)
+        has_minimum = found.copy()
+        below = np.where(found, below_per_group[at], 0)
+        checked = np.where(found, (ends - starts)[at], 0)
+        farthest = pc.if_else(pa.array(found), ordered["doc_id"].combine_chunks().take(pa.array(first)), farthest)
+    # a cluster of two: the member's Jaccard to the representative is the one edge's
+    pair = size == 2
+    edge = base["min_edge_jaccard"].combine_chunks() if rows else pa.array([], pa.float64())
+    edge_valid = edge.is_valid().to_numpy(zero_copy_only=False)
+    edge_value = pc.fill_null(edge, np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+    minimum = np.where(pair, edge_value, minimum)
+    has_minimum = np.where(pair, edge_valid, has_minimum)
+    below = np.where(pair, (edge_valid & (edge_value < threshold)).astype(np.int64), below)
+    checked = np.where(pair, 1, checked)
+    farthest = pc.if_else(pa.array(pair), base["edge_member"].combine_chunks().cast(pa.string()), farthest)
+    # flags: giant, low_cohesion, unchecked, joined by "+" ("ok" for none), chosen by a 3-bit code
+    names = []
+    for code in range(8):
+        on = [f for bit, f in ((4, "giant"), (2, "low_cohesion"), (1, "unchecked")) if code & bit]
+        names.append("+".join(on) or "ok")
+    code = 4 * (size > giant_size) + 2 * (below > 0) + (checked < size - 1)
+    return pa.table(
+        {
+            "cluster_id": base["cluster_id"].cast(pa.string()),
+            "size": pa.array(size),
+            "representative": base["representative"].cast(pa.string()),
+            "min_jaccard_to_representative": _rounded(minimum, has_minimum),
+            "farthest_member": farthest,
+            "members_below_threshold": pa.array(below, pa.int64()),
+            "members_checked": pa.array(checked, pa.int64()),
+            "min_edge_jaccard": _rounded(edge_value, edge_valid),
+            "edges": base["edges"].cast(pa.int64()),
+            "domains": base["domains"].cast(pa.int64()),
+            "flag": pa.array(names, pa.string()).take(pa.array(code.astype(np.int64))),
+        },
+        schema=SCHEMA,
+    )
+
+
+def _rounded(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """values to 6 decimals as Python's round() gives them (the CSV shows these), NULL where not valid."""
+    return pa.array([round(v, 6) if ok else None for v, ok in zip(values.tolist(), valid.tolist())], pa.float64())
 
 
 SCHEMA = pa.schema(
@@ -221,9 +239,8 @@ SCHEMA = pa.schema(
 assert SCHEMA.names == COLUMNS
 
 
-def _table(rows: list[dict[str, Any]], previous: pa.Table | None, recompute: pa.Array | None) -> pa.Table:
-    """`rows` (with the rows of `previous` outside `recompute`), worst first."""
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+def _table(table: pa.Table, previous: pa.Table | None, recompute: pa.Array | None) -> pa.Table:
+    """`table`'s rows (with the rows of `previous` outside `recompute`), worst first."""
     if previous is not None and recompute is not None:
         kept = previous.filter(pc.invert(pc.is_in(previous["cluster_id"], value_set=recompute)))
         table = pa.concat_tables([kept.cast(SCHEMA), table])
