@@ -37,6 +37,13 @@ def main(argv: list[str] | None = None) -> None:
     from webdedup_assets.engine.incremental.representatives import _parts
     from webdedup_assets.engine.parallel import prefetch
 
+    try:  # the stage's options; a checkout from before deduped_layout used the plain layout
+        from webdedup_assets.engine.clustering import deduped_layout
+    except ImportError:
+
+        def deduped_layout(schema):
+            return parquet_splice.layout(schema, "body")
+
     source = Path(args.deduped)
     if source.is_dir():
         source = next(f for f in sorted(source.glob("*.parquet")) if not f.name.startswith("_"))
@@ -54,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
             old.schema_arrow,
             "body",
             prefetch(parts, depth=1),
-            parquet_splice.layout(old.schema_arrow, "body"),
+            deduped_layout(old.schema_arrow),
         )
     finally:
         if not args.keep:

@@ -138,7 +138,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
     with measured_alongside(store, chosen) as diagnostics:
         representatives = prefetch(_representative_rows(files, winners, schema), depth=1)
         # the body in small PLAIN pages: an incremental update copies the pages it keeps
-        options = parquet_splice.layout(schema, "body")
+        options = deduped_layout(schema)
         rows = write_batches(store.path("deduped_documents"), schema, representatives, run.parameters, options=options)
         documents = scalar(con, "SELECT count(*) FROM ranked")
         con.execute("SET preserve_insertion_order = true")
@@ -156,6 +156,14 @@ def deduped_documents(run: StageRun) -> StageOutput:
 
 
 RANK_COLUMNS = ("cluster_id", "cluster_size", "token_count")
+
+
+def deduped_layout(schema: pa.Schema) -> dict:
+    """deduped_documents' writer options, for the full stage and an update's rewrite alike: the
+    body in small pages (parquet_splice.layout), no dictionary for the per-document columns."""
+    return parquet_splice.layout(schema, "body", distinct=("doc_id", "title", "cluster_id"))
+
+
 SPLIT_MARK = "~"  # cluster_id of a part split off a component: <component's cluster_id>~<its smallest doc_id>
 
 

@@ -70,11 +70,16 @@ CMD_DATA_PAGE, CMD_DICT_PAGE = 9, 11
 CMD_KEPT = (1, 2, 3, 4, 8)  # type, encodings, path, codec, key-value metadata: carried over
 
 
-def layout(schema: pa.Schema, wide: str) -> dict[str, Any]:
-    """pyarrow writer options of a file whose `wide` column can be spliced (see the module docstring)."""
+def layout(schema: pa.Schema, wide: str, distinct: Iterable[str] = ()) -> dict[str, Any]:
+    """pyarrow writer options of a file whose `wide` column can be spliced (see the module
+    docstring). `distinct`: narrow columns whose values are nearly all different (ids, titles),
+    written without a dictionary: pyarrow would build one per chunk and fall back to PLAIN
+    anyway (700k representatives' narrow columns: 0.65 s and 31.8 MB with dictionaries, 0.45 s
+    and 28.0 MB without them on doc_id, title and cluster_id)."""
     narrow = [name for name in schema.names if name != wide]
+    plain = set(distinct)
     return {
-        **writer_options(schema, use_dictionary=narrow),
+        **writer_options(schema, use_dictionary=[name for name in narrow if name not in plain]),
         "write_statistics": narrow,
         "data_page_size": PAGE_BYTES,
         "write_batch_size": WRITE_BATCH_ROWS,

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from ...core.ranking import policy_order_by
 from ...fileio import atomic_path
 from .. import parquet_splice
-from ..clustering import cluster_inspection
+from ..clustering import cluster_inspection, deduped_layout
 from ..documents import stored_extra_columns
 from ..parallel import prefetch
 from ..publish import report_path
@@ -161,7 +161,7 @@ class RepresentativesStep:
             return None  # no row leaves, comes or moves
         if moved_bytes(old, moves[2]) > MOVED_BYTES:  # documents files reordered much of their rows
             return self._sorted_rewrite(schema, new_reps, parameters)
-        options = parquet_splice.layout(schema, "body")
+        options = deduped_layout(schema)
         parts = _parts(old, schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys, moves)
         with atomic_path(old_path) as temp:
             # the next part's rows are decoded on a reader thread while this one is written
