@@ -168,3 +168,36 @@ def test_the_weakest_edge_member_is_chosen_the_same_way_on_every_run(tmp_path):
     )
     (row,) = _base_rows(store, None).to_pylist()
     assert (row["edges"], row["min_edge_jaccard"], row["edge_member"]) == (3, 0.75, "m-a")
+
+
+def test_representative_rows_give_the_needed_pages_of_row_groups_without_a_winner(tmp_path):
+    """The full stage shingles the pages its diagnostics compare as it reads the winners' row
+    groups; a needed page in a row group that holds no winner is read too (doc_id and body only)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from webdedup_assets.engine.clustering import _representative_rows
+
+    path = tmp_path / "part.parquet"
+    docs = pa.table({"doc_id": [f"d{i}" for i in range(6)], "body": [f"text {i}" for i in range(6)]})
+    pq.write_table(docs, path, row_group_size=3)  # row groups [d0 d1 d2] [d3 d4 d5]
+    winners = pa.table(
+        {
+            "filename": [str(path)] * 2,
+            "file_row_number": pa.array([0, 2], pa.int64()),
+            "cluster_id": ["c0", "c2"],
+            "cluster_size": pa.array([2, 1], pa.int64()),
+            "token_count": pa.array([2, 2], pa.int32()),
+        }
+    )
+    needed = pa.table({"filename": [str(path)] * 3, "file_row_number": pa.array([1, 4, 5], pa.int64())})
+    schema = pa.schema(
+        [*docs.schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
+    )
+    given = []
+    written = pa.concat_tables(_representative_rows([path], winners, schema, needed, given.append))
+    assert written.column("doc_id").to_pylist() == ["d0", "d2"]
+    assert written.column("cluster_id").to_pylist() == ["c0", "c2"]
+    pages = pa.concat_tables(given).sort_by("doc_id")
+    assert pages.column("doc_id").to_pylist() == ["d1", "d4", "d5"]
+    assert pages.column("body").to_pylist() == ["text 1", "text 4", "text 5"]

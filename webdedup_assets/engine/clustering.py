@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -132,11 +133,27 @@ def deduped_documents(run: StageRun) -> StageOutput:
         [*doc_schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
     )
     chosen = con.sql("SELECT doc_id, cluster_id FROM ranked WHERE rank = 1").to_arrow_table()
-    # the cluster diagnostics (bounded: see engine.diagnostics) are measured while the file is
-    # written; the winners' rows are read and put together on a background thread while this one
-    # encodes the previous batch (all release the GIL most of the time)
+    # the cluster diagnostics (bounded: see engine.diagnostics) are measured with the file: the
+    # winners' rows are read and put together on background threads while this one encodes the
+    # previous batch (all release the GIL most of the time), and the pages the diagnostics
+    # compare are shingled as the reader threads pass them
     with measured_alongside(store, chosen) as diagnostics:
-        representatives = prefetch(_representative_rows(files, winners, schema), depth=1)
+        con.register("needed_arrow", pa.table({"doc_id": diagnostics.needed}))
+        needed = con.sql(
+            "SELECT filename, file_row_number FROM ranked SEMI JOIN needed_arrow USING (doc_id) "
+            "ORDER BY filename, file_row_number"
+        ).to_arrow_table()
+        con.unregister("needed_arrow")
+        from ..core.fingerprint import shingling
+        from .shingle_sets import shingle_sets_of
+
+        size, unit = shingling(store.params("fingerprinted")["fingerprint"])
+
+        def shingled(rows: pa.Table) -> None:
+            ids, bodies = (rows.column(c).combine_chunks() for c in ("doc_id", "body"))
+            diagnostics.add(shingle_sets_of(ids, bodies, size, unit))
+
+        representatives = prefetch(_representative_rows(files, winners, schema, needed, shingled), depth=1)
         # the body in small PLAIN pages: an incremental update copies the pages it keeps
         options = deduped_layout(schema)
         rows = write_batches(store.path("deduped_documents"), schema, representatives, run.parameters, options=options)
@@ -151,7 +168,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
     }
     if run.params.verify_against_representative:
         figures["members_split_off"] = split_off
-    figures.update(diagnostics)
+    figures.update(diagnostics.figures)
     return StageOutput(rows, figures)
 
 
@@ -227,34 +244,54 @@ def _verify_against_representative(con, store: Store, order_by: str) -> int:
         con.unregister("moves")
 
 
-def _representative_rows(files: list[Path], winners: pa.Table, schema: pa.Schema):
+def _representative_rows(
+    files: list[Path],
+    winners: pa.Table,
+    schema: pa.Schema,
+    needed: pa.Table | None = None,
+    on_needed: Callable[[pa.Table], None] | None = None,
+):
     """The winners' full rows, read file by file in stored order (the output order is the
     documents' order: the same for every run of the same input, with no sort over bodies).
     Files are read on all cores, results taken in file order and put together into row groups
     bounded in rows and bytes (one row group per small crawl day would make the file slow to
-    write and read; one per 64k long pages would hold gigabytes in every reader)."""
-    names = winners.column("filename").to_numpy(zero_copy_only=False)
-    row_numbers = winners.column("file_row_number").to_numpy()
-    spans = []  # (file, row group, first winner, end of winners) of every row group holding winners
+    write and read; one per 64k long pages would hold gigabytes in every reader).
+    needed (filename, file_row_number, sorted like winners): other rows whose doc_id and body are
+    given to on_needed (on the reader threads, in any order) as their row groups are read."""
+    needed = needed if needed is not None else winners.slice(0, 0).select(["filename", "file_row_number"])
+    wanted = {"winners": winners, "needed": needed}
+    names = {k: t.column("filename").to_numpy(zero_copy_only=False) for k, t in wanted.items()}
+    row_numbers = {k: t.column("file_row_number").to_numpy() for k, t in wanted.items()}
+    spans = []  # (file, row group, its first row, {which: (first, end) of its rows there}) of every row group read
     for path in files:
-        start = int(np.searchsorted(names, str(path), side="left"))
-        stop = int(np.searchsorted(names, str(path), side="right"))
-        if start == stop:
+        ranges = {k: _file_range(names[k], str(path)) for k in wanted}
+        if all(start == stop for start, stop in ranges.values()):
             continue
         metadata = pq.ParquetFile(path).metadata
         group_start = 0
         for group in range(metadata.num_row_groups):
             group_end = group_start + metadata.row_group(group).num_rows
-            end = start + int(np.searchsorted(row_numbers[start:stop], group_end, side="left"))
-            if end > start:
-                spans.append((path, group, group_start, start, end))
-            start, group_start = end, group_end
+            found = {}
+            for k, (start, stop) in ranges.items():
+                end = start + int(np.searchsorted(row_numbers[k][start:stop], group_end, side="left"))
+                found[k] = (start, end)
+                ranges[k] = (end, stop)
+            if any(end > start for start, end in found.values()):
+                spans.append((path, group, group_start, found))
+            group_start = group_end
 
     def read(span) -> pa.Table:
         # one row group at a time: memory stays bounded by the row group, not the crawl day
-        path, group, group_start, start, stop = span
-        rows = pq.ParquetFile(path).read_row_group(group, use_threads=False)
-        rows = rows.take(pa.array(row_numbers[start:stop] - group_start))
+        path, group, group_start, found = span
+        start, stop = found["winners"]
+        columns = None if stop > start else ["doc_id", "body"]  # a group of needed rows only
+        rows = pq.ParquetFile(path).read_row_group(group, columns=columns, use_threads=False)
+        first, last = found["needed"]
+        if last > first and on_needed is not None:
+            on_needed(rows.select(["doc_id", "body"]).take(pa.array(row_numbers["needed"][first:last] - group_start)))
+        if columns is not None:
+            return schema.empty_table()
+        rows = rows.take(pa.array(row_numbers["winners"][start:stop] - group_start))
         ranks = winners.slice(start, stop - start)
         columns = [
             (rows if f.name in rows.schema.names else ranks).column(f.name).cast(f.type)
@@ -264,7 +301,12 @@ def _representative_rows(files: list[Path], winners: pa.Table, schema: pa.Schema
         ]
         return pa.Table.from_arrays(columns, schema=schema)
 
-    return row_groups(ordered_map(read, spans, thread_count()))
+    return row_groups(t for t in ordered_map(read, spans, thread_count()) if t.num_rows)
+
+
+def _file_range(names: np.ndarray, path: str) -> tuple[int, int]:
+    """Where rows of the file `path` are in `names` (sorted)."""
+    return int(np.searchsorted(names, path, side="left")), int(np.searchsorted(names, path, side="right"))
 
 
 def provenance_columns(extra: list[str]) -> list[str]:

@@ -32,8 +32,10 @@ from .invariants import (
     keep_member_jaccards,
     measured_key,
     member_jaccards,
+    members_to_measure,
     read_keyed_table,
     representatives_relation,
+    with_jaccards,
     write_keyed_table,
 )
 from .preview import markdown_table
@@ -68,6 +70,7 @@ def cluster_diagnostics(
     known_sets: ShingleSets | None = None,
     representatives: pa.Table | None = None,
     measured: pa.Table | None = None,
+    base: pa.Table | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """(table, figures): the rows described above, worst first (flagged, then lowest minimum
     Jaccard to the representative, then largest), and counts for the asset metadata.
@@ -79,7 +82,8 @@ def cluster_diagnostics(
     already computed (an update's verified pages and their clusters), see member_jaccards.
     representatives (doc_id, cluster_id) and measured: the representatives deduped_documents is
     about to hold and member_jaccards(..., representatives=) of them (a full build measuring while
-    it writes the file, see measured_alongside)."""
+    it writes the file, see measured_alongside); base: _base_rows of those representatives, if
+    already computed."""
     threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
     max_members = cohesion_cap(max_members)
     incremental = previous is not None and changed_clusters is not None
@@ -106,7 +110,8 @@ def cluster_diagnostics(
             pa.concat_arrays([changed_clusters.cast(pa.string()), moved["cluster_id"].combine_chunks()])
         )
         measured = measured.filter(pc.is_in(measured["cluster_id"], value_set=recompute))
-    base = _base_rows(store, recompute, representatives)
+    if base is None:
+        base = _base_rows(store, recompute, representatives)
     table = _table(_rows(base, measured, threshold, giant_size), previous, recompute)
     return table, _figures(table, max_members, giant_size)
 
@@ -323,29 +328,55 @@ def _keep(store: Store, table: pa.Table, max_members: int) -> None:
         pacsv.write_csv(table, temp)
 
 
+class Alongside:
+    """What a full build's diagnostics need from the pass writing deduped_documents: the
+    shingle sets of `needed` (the members to measure and their representatives), given to `add`
+    from the reader threads as their rows go by."""
+
+    def __init__(self, members: pa.Table) -> None:
+        self.members = members
+        self.needed = pc.unique(
+            pa.concat_arrays([members.column(c).combine_chunks() for c in ("doc_id", "representative")])
+        )
+        self.figures: dict[str, Any] = {}
+        self._parts: list[ShingleSets] = []
+
+    def add(self, sets: ShingleSets) -> None:
+        self._parts.append(sets)  # list.append is atomic: called from several reader threads
+
+    def sets(self, store: Store, shingle_size: int, unit: str) -> ShingleSets:
+        """The sets given to `add`, with any needed one they lack read from the store."""
+        from .shingle_sets import concat_sets
+
+        return concat_sets(self._parts).covering(store, shingle_size, self.needed, unit)
+
+
 @contextmanager
-def measured_alongside(store: Store, representatives: pa.Table) -> Iterator[dict[str, Any]]:
-    """The diagnostics of a full build, measured on a background thread while the body writes
-    deduped_documents with these representatives (doc_id, cluster_id): the measurement reads
-    bodies and hashes shingles on one core while the other encodes the file. Once the body is
-    done (the file is written), the measurement and the diagnostics are kept under the key of the
-    new files, as write_cluster_diagnostics keeps them, and the yielded dict receives the figures.
-    If the body fails, nothing is kept."""
+def measured_alongside(store: Store, representatives: pa.Table) -> Iterator[Alongside]:
+    """The diagnostics of a full build, made while the body writes deduped_documents with these
+    representatives (doc_id, cluster_id). The body reads the documents' rows anyway: it gives
+    the shingle sets of the documents in `needed` of the yielded object to its `add` (a
+    separate read of their bodies decompressed all the corpus' text again: 4-5 CPU s at 1M
+    pages), while a background thread computes the per-cluster rows that need no sets. Once the
+    body is done (the file is written), the member Jaccards are measured and they and the
+    diagnostics are kept under the key of the new files, as write_cluster_diagnostics keeps them;
+    the yielded object's figures receive the figures. If the body fails, nothing is kept."""
+    from ..core.fingerprint import shingling
+
     max_members = cohesion_cap(None)
-
-    def measure() -> tuple[pa.Table, pa.Table, dict[str, Any]]:
-        measured = member_jaccards(store, max_members, representatives=representatives)
-        table, figures = cluster_diagnostics(store, max_members, representatives=representatives, measured=measured)
-        return measured, table, figures
-
-    figures: dict[str, Any] = {}
+    along = Alongside(members_to_measure(store, max_members, 3, representatives))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="webdedup-diagnostics") as pool:
-        pending = pool.submit(measure)
-        yield figures
-        measured, table, found = pending.result()
+        base = pool.submit(_base_rows, store, None, representatives)
+        yield along
+        base_rows = base.result()
+    shingle_size, unit = shingling(store.params("fingerprinted")["fingerprint"])
+    measured = with_jaccards(along.members, along.sets(store, shingle_size, unit))
+    table, found = cluster_diagnostics(
+        store, max_members, representatives=representatives, measured=measured, base=base_rows
+    )
     keep_member_jaccards(store, measured, max_members)
     _keep(store, table, max_members)
-    figures.update(found)
+    along.figures.update(found)
 
 
 def diagnostics_preview(store: Store, limit: int = 10) -> str:

@@ -319,15 +319,7 @@ def _measure_member_jaccards(
     shingle_size, unit = shingling(store.params("fingerprinted")["fingerprint"])
     con = connect(store)
     try:
-        reps = representatives_relation(con, store, representatives)
-        members = con.sql(f"""
-            WITH ranked AS (
-                SELECT c.doc_id, c.cluster_id, c.cluster_size, r.doc_id AS representative
-                  FROM {store.scan_sql("clusters")} c
-                  JOIN {reps} r USING (cluster_id)
-                 WHERE c.cluster_size >= {int(min_size)} AND c.doc_id <> r.doc_id)
-            SELECT doc_id, cluster_id, cluster_size, representative FROM ranked
-             ORDER BY cluster_size DESC, cluster_id, doc_id LIMIT {int(max_members)}""").to_arrow_table()
+        members = _members(con, store, max_members, min_size, representatives)
         jaccard = np.zeros(members.num_rows, np.float64)
         known = np.zeros(members.num_rows, bool)
         if previous is not None and members.num_rows:
@@ -356,6 +348,34 @@ def _measure_member_jaccards(
         jaccard[todo] = sets.jaccard(
             sets.nodes(measured.column("doc_id")), sets.nodes(measured.column("representative"))
         )
+    return members.append_column("jaccard", pa.array(jaccard, pa.float64()))
+
+
+def members_to_measure(store: Store, max_members: int, min_size: int, representatives: pa.Table) -> pa.Table:
+    """(doc_id, cluster_id, cluster_size, representative): the members member_jaccards measures
+    for these representatives (doc_id, cluster_id), in its order, without measuring them."""
+    con = connect(store)
+    try:
+        return _members(con, store, max_members, min_size, representatives)
+    finally:
+        con.close()
+
+
+def _members(con, store: Store, max_members: int, min_size: int, representatives: pa.Table | None) -> pa.Table:
+    reps = representatives_relation(con, store, representatives)
+    return con.sql(f"""
+        WITH ranked AS (
+            SELECT c.doc_id, c.cluster_id, c.cluster_size, r.doc_id AS representative
+              FROM {store.scan_sql("clusters")} c
+              JOIN {reps} r USING (cluster_id)
+             WHERE c.cluster_size >= {int(min_size)} AND c.doc_id <> r.doc_id)
+        SELECT doc_id, cluster_id, cluster_size, representative FROM ranked
+         ORDER BY cluster_size DESC, cluster_id, doc_id LIMIT {int(max_members)}""").to_arrow_table()
+
+
+def with_jaccards(members: pa.Table, sets: ShingleSets) -> pa.Table:
+    """members (members_to_measure) with the column jaccard measured on these shingle sets."""
+    jaccard = sets.jaccard(sets.nodes(members.column("doc_id")), sets.nodes(members.column("representative")))
     return members.append_column("jaccard", pa.array(jaccard, pa.float64()))
 
 

@@ -63,6 +63,21 @@ def shingle_sets_of(doc_ids: pa.Array, bodies: pa.Array, shingle_size: int, unit
     return ShingleSets(doc_ids.cast(pa.string()), flat, offsets[:-1], offsets[1:])
 
 
+def concat_sets(parts: list[ShingleSets]) -> ShingleSets:
+    """One ShingleSets of several (each doc_id in one of them only)."""
+    if not parts:
+        return ShingleSets(
+            pa.array([], pa.string()), np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        )
+    shifts = np.cumsum([0] + [len(p.flat) for p in parts[:-1]])
+    return ShingleSets(
+        pa.concat_arrays([p.doc_ids.cast(pa.string()) for p in parts]),
+        np.concatenate([p.flat for p in parts]),
+        np.concatenate([p.starts + shift for p, shift in zip(parts, shifts)]),
+        np.concatenate([p.ends + shift for p, shift in zip(parts, shifts)]),
+    )
+
+
 def load_shingle_sets(
     store: Store, shingle_size: int, doc_ids: pa.Array | None = None, unit: str = "word"
 ) -> ShingleSets:
