@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webdedup_assets.core import reference
-from webdedup_assets.core.fingerprint import fingerprint_texts, shingle_sets
+from webdedup_assets.core.fingerprint import fingerprint_texts, shingle_sets, shingle_sets_into
 from webdedup_assets.core.hashing import shingle_hash, token_hash
 from webdedup_assets.core.minhash import MinHashParams
 from webdedup_assets.core.normalize import text_tokens
@@ -88,3 +88,33 @@ def test_signatures_are_deterministic_for_a_seed_and_differ_between_seeds():
 def test_shingle_hash_depends_on_order():
     assert shingle_hash([1, 2, 3]) != shingle_hash([3, 2, 1])
     assert shingle_hash([1, 2]) != shingle_hash([1, 2, 0])
+
+
+@pytest.mark.parametrize("unit", ["word", "char"])
+def test_shingle_sets_into_writes_the_same_sets_in_the_room_of_their_windows(unit):
+    """scoring's variant: the sets written into a given array sized by fingerprinted's shingle
+    window counts equal shingle_sets' (a text that needs the exact normalizer included), and a
+    too small array is refused instead of written past."""
+    texts = pa.array(
+        [
+            "the cat sat on the mat and the cat sat again",
+            "Cafe\u0301 cre\u0300me bru\u0302le\u0301e and more cre\u0300me",  # flagged: exact normalizer
+            "",
+            "one",
+            "a b c d e f g h a b c d",
+        ],
+        pa.large_string(),
+    )
+    size = 3 if unit == "word" else 5
+    coeff_a, coeff_b = MinHashParams(16, 1).coefficients()
+    _, windows, _ = fingerprint_texts(texts, size, coeff_a, coeff_b, unit=unit)
+    flat, offsets = shingle_sets(texts, size, unit)
+    out = np.full(int(windows.sum()) + 3, 7, np.uint64)
+    placed = shingle_sets_into(texts, size, unit, out[3:])
+    assert placed is not None and len(placed) == len(texts) + 1
+    for i in range(len(texts)):
+        expected = flat[offsets[i] : offsets[i + 1]]
+        assert np.array_equal(out[3:][placed[i] : placed[i + 1]], expected), i
+    assert (out[:3] == 7).all()  # nothing written before the room given
+    small = np.zeros(int(windows[0]) - 1, np.uint64)  # not even the first text's windows
+    assert shingle_sets_into(texts, size, unit, small) is None

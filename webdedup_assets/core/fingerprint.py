@@ -112,6 +112,28 @@ def shingle_sets(
     return flat, set_offsets
 
 
+def shingle_sets_into(
+    texts: pa.Array | pa.ChunkedArray, shingle_size: int, unit: str, out: np.ndarray
+) -> np.ndarray | None:
+    """shingle_sets written into `out` (uint64, room for the texts' shingle windows: their
+    shingle_count in fingerprinted) instead of new arrays: the offsets of the sets in `out`, or
+    None when they do not fit (the texts are not those fingerprinted)."""
+    char_unit = _char_unit(unit)
+    texts = _as_large(texts)
+    data, offsets = string_buffers(texts)
+    tables = unicode_tables.token_tables()
+    normalized = np.zeros(len(texts), dtype=np.bool_)
+    set_offsets, flagged, fits = kernel.shingle_sets_into(
+        data, offsets, normalized, tables, shingle_size, char_unit, out
+    )
+    if fits and flagged.any():
+        mask = pa.array(flagged)
+        texts = pc.replace_with_mask(texts, mask, normalize_exact(texts.filter(mask).to_pylist()))
+        data, offsets = string_buffers(texts)
+        set_offsets, _, fits = kernel.shingle_sets_into(data, offsets, flagged, tables, shingle_size, char_unit, out)
+    return set_offsets if fits else None
+
+
 def shingling(fingerprint: dict) -> tuple[int, str]:
     """(shingle_size, shingle_unit) of stored fingerprint parameters; artifacts written before the
     unit existed are word shingles."""

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..core.fingerprint import shingle_sets, shingling
+from ..core.fingerprint import shingle_sets_into, shingling
 from ..core.minhash import estimate_jaccard
 from ..core.sets import jaccard_blocks
 from ..errors import WebdedupError
@@ -76,38 +76,46 @@ def _member_groups(shingle_counts: np.ndarray, budget_bytes: int) -> np.ndarray:
     return np.array(bounds, dtype=np.int64)
 
 
-def _load_sets(con, store: Store, first: int, stop: int, shingle: tuple[int, str], threads: int, capacity: int):
+def _load_sets(con, store: Store, first: int, stop: int, shingle: tuple[int, str], threads: int, counts: np.ndarray):
     """Shingle sets of member nodes first..stop-1: one streamed pass over the documents (DuckDB
-    hash-joins them to the `members` table once), kernel on `threads` threads, each batch's
-    sets copied into one array of `capacity` slots (the members' shingle window counts, an
-    upper bound of their set sizes), so memory never holds the sets twice.
-    Returns (flat, starts, ends) indexed by node - first."""
+    hash-joins them to the `members` table once), kernel on `threads` threads. `counts`: the
+    members' shingle window counts (fingerprinted), an upper bound of their set sizes; each
+    batch is given its place in one array of their sum before it is hashed, and the kernel
+    writes its sets there: no copy of the sets, and each page of that array is touched once
+    (fresh memory is what costs on this kind of VM: 1.9 GB of sets at 1M pages).
+    Returns (flat, starts, ends) indexed by node - first; flat may hold unused slots between sets."""
     starts = np.zeros(stop - first, dtype=np.int64)
     ends = np.zeros(stop - first, dtype=np.int64)
-    flat = np.empty(capacity, dtype=np.uint64)
-    cursor = 0
+    flat = np.empty(int(counts[first:stop].sum()), dtype=np.uint64)
     reader = con.sql(f"""
         SELECT m.node, d.body FROM {store.scan_sql("documents")} d JOIN members m USING (doc_id)
          WHERE m.node >= {first} AND m.node < {stop}""").arrow(batch_size=16_384)
 
-    def compute(batch: pa.RecordBatch):
-        sets, offsets = shingle_sets(batch.column("body"), *shingle)
-        return sets, offsets, batch.column("node").to_numpy() - first
+    def placed():  # each batch with its place in flat, in stream order
+        cursor = 0
+        for batch in reader:
+            local = batch.column("node").to_numpy() - first
+            room = int(counts[local + first].sum())
+            yield batch, local, cursor, cursor + room
+            cursor += room
 
-    shown = Task("shingle sets", stop - first, "docs")  # the documents of the candidates, read for scoring
-    for sets, offsets, local in ordered_map(compute, prefetch(reader, depth=threads + 1), threads):
-        shown.advance(len(local))
-        if cursor + len(sets) > capacity:
+    def compute(item):
+        batch, local, begin, end = item
+        offsets = shingle_sets_into(batch.column("body"), *shingle, flat[begin:end])
+        if offsets is None:
             raise WebdedupError(
                 "scored_pairs: the documents give more shingles than fingerprinted counted; "
                 "re-materialize fingerprinted (the documents changed since)"
             )
-        flat[cursor : cursor + len(sets)] = sets
-        starts[local] = offsets[:-1] + cursor
-        ends[local] = offsets[1:] + cursor
-        cursor += len(sets)
+        starts[local] = offsets[:-1] + begin
+        ends[local] = offsets[1:] + begin
+        return len(local)
+
+    shown = Task("shingle sets", stop - first, "docs")  # the documents of the candidates, read for scoring
+    for done in ordered_map(compute, prefetch(placed(), depth=threads + 1), threads):
+        shown.advance(done)
     shown.close()
-    return flat[:cursor], starts, ends
+    return flat, starts, ends
 
 
 def _parallel_jaccard(set_a, set_b, left: np.ndarray, right: np.ndarray, threads: int) -> np.ndarray:
@@ -187,8 +195,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
             for other in [k for k in loaded if k != keep]:
                 del loaded[other]
             first, stop = int(bounds[g]), int(bounds[g + 1])
-            capacity = int(shingle_counts[first:stop].sum())
-            loaded[g] = _load_sets(con, store, first, stop, shingle, workers, capacity)
+            loaded[g] = _load_sets(con, store, first, stop, shingle, workers, shingle_counts)
             passes += 1
         return loaded[g]
 

@@ -8,7 +8,7 @@ documents. Three concerns, one module each:
   tokenize.py  the tokenizer: normalize_text and tokenize fused into token hashes
                (token_hashes), and the exact normalizer's per-character steps
   minhash.py   shingle hashes, MinHash signatures, and the per-batch kernels
-               (fingerprint_batch, shingle_sets_batch)
+               (fingerprint_batch, shingle_sets_batch, shingle_sets_into)
 
 mix.py holds the hash primitives both share. tests/test_kernel_reference.py,
 tests/test_core_fingerprint.py and tests/test_kernel_normalize.py check the kernels bit for bit
@@ -22,7 +22,14 @@ core/kernel/__pycache__ (or set a fresh NUMBA_CACHE_DIR) before testing or measu
 from __future__ import annotations
 
 from ..sets import jaccard_blocks
-from .minhash import fingerprint_batch, minhash_row, shingle_hashes, shingle_sets_batch, split_coefficients
+from .minhash import (
+    fingerprint_batch,
+    minhash_row,
+    shingle_hashes,
+    shingle_sets_batch,
+    shingle_sets_into,
+    split_coefficients,
+)
 from .tokenize import collapse_separators, filter_codepoints, token_hashes
 
 __all__ = [
@@ -33,6 +40,7 @@ __all__ = [
     "minhash_row",
     "shingle_hashes",
     "shingle_sets_batch",
+    "shingle_sets_into",
     "split_coefficients",
     "token_hashes",
 ]

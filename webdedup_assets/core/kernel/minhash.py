@@ -117,19 +117,18 @@ def fingerprint_batch(data, offsets, normalized, tables, shingle_size, coeff_a, 
 
 
 @njit(nogil=True, cache=True)
-def shingle_sets_batch(data, offsets, normalized, tables, shingle_size, char_unit):
-    """Sorted unique shingle hashes per document, flattened, with int64 offsets, and the flagged
-    documents (see token_hashes; their set is left empty for the caller to fill); char_unit as in
+def shingle_sets_into(data, offsets, normalized, tables, shingle_size, char_unit, out):
+    """Sorted unique shingle hashes per document written into `out`, one set after the other,
+    with int64 offsets into it, the flagged documents (see token_hashes; their set is left empty
+    for the caller to fill) and whether they fit: each document needs room for its shingle
+    windows while they are sorted (fingerprinted's shingle_count), and a document that would not
+    fit stops the batch (returns False, `out` then holds the sets before it). char_unit as in
     fingerprint_batch."""
     n_docs = offsets.shape[0] - 1
     longest = 0
     for i in range(n_docs):
         longest = max(longest, offsets[i + 1] - offsets[i])
-    scratch = np.empty(longest + 1, dtype=np.uint64)
-    total = 0
-    for i in range(n_docs):
-        total += offsets[i + 1] - offsets[i]  # windows <= tokens <= bytes: an upper bound
-    flat = np.empty(total + 1, dtype=np.uint64)
+    scratch = np.empty(longest + 1, dtype=np.uint64)  # tokens <= bytes
     set_offsets = np.zeros(n_docs + 1, dtype=np.int64)
     flagged = np.zeros(n_docs, dtype=np.bool_)
     sort_scratch = np.empty(longest + 1, dtype=np.uint64)  # windows <= bytes
@@ -143,7 +142,22 @@ def shingle_sets_batch(data, offsets, normalized, tables, shingle_size, char_uni
         if n_tokens < 0:
             flagged[i] = True
             n_tokens = 0
-        windows = shingle_hashes(scratch, n_tokens, shingle_size, flat[cursor:])
-        cursor += sort_unique(flat, cursor, cursor + windows, sort_scratch, bucket_counts)
+        if cursor + _window_count(n_tokens, shingle_size) > out.shape[0]:
+            return set_offsets, flagged, False
+        windows = shingle_hashes(scratch, n_tokens, shingle_size, out[cursor:])
+        cursor += sort_unique(out, cursor, cursor + windows, sort_scratch, bucket_counts)
         set_offsets[i + 1] = cursor
-    return flat[:cursor].copy(), set_offsets, flagged
+    return set_offsets, flagged, True
+
+
+@njit(nogil=True, cache=True)
+def shingle_sets_batch(data, offsets, normalized, tables, shingle_size, char_unit):
+    """Sorted unique shingle hashes per document, flattened, with int64 offsets, and the flagged
+    documents (see token_hashes; their set is left empty for the caller to fill); char_unit as in
+    fingerprint_batch."""
+    total = 0
+    for i in range(offsets.shape[0] - 1):
+        total += offsets[i + 1] - offsets[i]  # windows <= tokens <= bytes: an upper bound
+    flat = np.empty(total + 1, dtype=np.uint64)
+    set_offsets, flagged, _ = shingle_sets_into(data, offsets, normalized, tables, shingle_size, char_unit, flat)
+    return flat[: set_offsets[-1]].copy(), set_offsets, flagged

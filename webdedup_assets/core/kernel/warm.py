@@ -32,6 +32,7 @@ def _dispatchers() -> list:
     return [
         minhash.fingerprint_batch,
         minhash.shingle_sets_batch,
+        minhash.shingle_sets_into,
         tokenize.token_hashes,
         sets.jaccard_blocks,
         components._components,
@@ -59,7 +60,7 @@ def warm() -> float:
     """Compile (or load) every kernel through the engine's entry points; returns the seconds taken."""
     from ..components import component_labels
     from ..exact import similarity_join
-    from ..fingerprint import fingerprint_texts, normalize_exact, shingle_sets
+    from ..fingerprint import fingerprint_texts, normalize_exact, shingle_sets, shingle_sets_into
     from ..minhash import MinHashParams
     from ..sets import jaccard_blocks
 
@@ -69,6 +70,7 @@ def warm() -> float:
     fingerprint_texts(texts, 3, coeff_a, coeff_b)  # string_buffers gives read-only views: one specialization
     normalize_exact(SAMPLE)
     flat, offsets = shingle_sets(texts, 3)
+    shingle_sets_into(texts, 3, "word", np.empty(len(flat) + 64, np.uint64))  # scoring's variant
     starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
     pairs = np.array([0, 1, 2], dtype=np.int64)
     jaccard_blocks(flat, starts, ends, flat, starts, ends, pairs, pairs[::-1].copy(), np.zeros(3, np.float64))
