@@ -99,3 +99,25 @@ def test_a_required_wide_column_and_uncompressed_pages(tmp_path):
     rows, figures = rewrite(source, target, schema, "body", [Keep(0, kept)], options)
     assert pq.read_table(target).equals(table.take(kept))
     assert figures.groups_spliced == 1 and figures.pages_encoded > 0
+
+
+def test_without_a_source_the_row_groups_are_encoded_on_threads_into_a_new_file(tmp_path):
+    """The full deduped_documents stage writes through rewrite(None, ...): one row group per
+    table, in order, the rows and the file's metadata as a pyarrow writer gives them, and a file
+    the next update can splice."""
+    rng = random.Random(5)
+    tables = [_table(rng, n, f"g{i}-") for i, n in enumerate([300, 1, 257, 40])]
+    schema = SCHEMA.with_metadata({b"webdedup": b"{}"})
+    target = tmp_path / "new.parquet"
+    rows, figures = rewrite(None, target, schema, "body", (Encode(t) for t in tables), layout(SCHEMA, "body"), 2)
+    assert rows == 598 and figures.groups_encoded == 4 and figures.groups_spliced == 0
+    written = pq.ParquetFile(target)
+    assert [written.metadata.row_group(i).num_rows for i in range(4)] == [300, 1, 257, 40]
+    assert written.schema_arrow.metadata[b"webdedup"] == b"{}"
+    assert written.read().replace_schema_metadata(None).equals(pa.concat_tables(tables))
+    [(count,)] = duckdb.sql(f"SELECT count(DISTINCT doc_id) FROM read_parquet('{target}')").fetchall()
+    assert count == 598
+    again = tmp_path / "again.parquet"
+    keep = [Keep(0, np.arange(0, 300, 2)), Keep(2, np.arange(257))]
+    rows, figures = rewrite(target, again, schema, "body", keep, layout(SCHEMA, "body"))
+    assert rows == 150 + 257 and figures.groups_spliced == 2 and figures.pages_copied > 0

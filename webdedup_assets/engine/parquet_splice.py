@@ -126,7 +126,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def rewrite(
-    source: Path,
+    source: Path | None,
     target: Path,
     schema: pa.Schema,
     wide: str,
@@ -138,10 +138,10 @@ def rewrite(
     `schema` (its metadata becomes the file's) and writer `options` (`layout`). Keep parts of a
     file of another schema or layout are re-encoded. Row groups are prepared (pages planned and
     encoded) on `threads` threads and written in order. Returns the rows written and what was
-    copied."""
+    copied. Without a source (Encode parts only) this writes a new file with its row groups
+    encoded on all cores, where one pyarrow writer encodes them one after the other."""
     plain = schema.remove_metadata()
-    old = pq.ParquetFile(source)
-    same_schema = old.schema_arrow.remove_metadata().equals(plain)
+    same_schema = source is not None and pq.ParquetFile(source).schema_arrow.remove_metadata().equals(plain)
     old_groups = _get(read_footer(source)[0], FMD_ROW_GROUPS)[1] if same_schema else None
     wide_index = schema.names.index(wide)
     narrow_schema = pa.schema([f for f in plain if f.name != wide])
@@ -167,7 +167,7 @@ def rewrite(
 
     footer = _empty_footer(schema, options)
     groups, rows = [], 0
-    fd = os.open(source, os.O_RDONLY)
+    fd = os.open(source, os.O_RDONLY) if source is not None else -1
     try:
         with open(target, "wb", buffering=0) as out:  # unbuffered: copy_range writes to its descriptor
             write_all(out, MAGIC)
@@ -184,7 +184,8 @@ def rewrite(
             write_all(out, struct.pack("<I", len(encoded_footer)))
             write_all(out, MAGIC)
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
     if pq.ParquetFile(target).metadata.num_rows != rows:  # read back through pyarrow's own parser
         raise OSError(f"{target}: the rewritten file does not read back as {rows} rows")
     return rows, figures
