@@ -95,3 +95,9 @@ def test_each_layout_is_stored_without_re_encoding_what_needs_none(layouts):
         assert (stores["monthly"].asset_dir("documents") / name).read_bytes() == source.read_bytes()
     single = [p.name for p in stores["single"].files("documents") if p.name.startswith("part-")]
     assert single == ["part-2026-03.parquet", "part-2026-04.parquet", "part-2026-05.parquet"]
+    # re-encoded: the body with LZ4 (read again by three stages), every other column with zstd
+    import pyarrow.parquet as pq
+
+    written = pq.ParquetFile(stores["single"].asset_dir("documents") / single[0]).metadata.row_group(0)
+    codecs = {written.column(i).path_in_schema: written.column(i).compression for i in range(written.num_columns)}
+    assert codecs.pop("body") == "LZ4" and set(codecs.values()) == {"ZSTD"}, codecs  # pyarrow's name of LZ4_RAW

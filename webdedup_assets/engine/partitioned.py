@@ -90,6 +90,7 @@ def write_split(
     buffer_bytes: int = 256 << 20,
     threads: int = 2,
     progress: Task | None = None,
+    lz4: Iterable[str] = (),
 ) -> dict[Any, int]:
     """One Parquet file per value of the column `key` (left out of the files) from a stream
     whose keys arrive in any order, e.g. one big export spanning years split by crawl month.
@@ -100,7 +101,8 @@ def write_split(
     keys. Writes (encoding and zstd, which release the GIL) run on `threads` threads, one write
     at a time per file, so the cores share the compression while the caller reads on. The files
     are written at `path_of(key)` directly (give paths in a staging folder) and complete only
-    when this returns; returns the rows per key."""
+    when this returns; returns the rows per key. lz4: columns compressed with LZ4 instead of
+    zstd (storage.writer_options)."""
     writers: dict[Any, pq.ParquetWriter] = {}
     buffered: dict[Any, list[pa.RecordBatch]] = {}
     sizes: dict[Any, int] = {}
@@ -117,7 +119,7 @@ def write_split(
             target = path_of(value)
             target.parent.mkdir(parents=True, exist_ok=True)
             writer = writers[value] = pq.ParquetWriter(
-                target, _with_params(schema, params), **writer_options(schema, use_dictionary)
+                target, _with_params(schema, params), **writer_options(schema, use_dictionary, lz4=lz4)
             )
         writer.write_table(pa.Table.from_batches(parts, schema=schema))  # one row group
 

@@ -218,11 +218,16 @@ def _with_params(schema: pa.Schema, params: dict[str, Any]) -> pa.Schema:
 
 
 def writer_options(
-    schema: pa.Schema, use_dictionary: bool | list[str] = True, uncompressed: Iterable[str] = ()
+    schema: pa.Schema,
+    use_dictionary: bool | list[str] = True,
+    uncompressed: Iterable[str] = (),
+    lz4: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """pyarrow ParquetWriter options of every stored file: zstd, except the `uncompressed` columns."""
-    skip = set(uncompressed)
-    compression = {name: ("none" if name in skip else "zstd") for name in schema.names} if skip else "zstd"
+    """pyarrow ParquetWriter options of every stored file: zstd, except the `uncompressed`
+    columns and the `lz4` ones (text that later stages read several times: LZ4 decompresses
+    ~3x and compresses ~1.4x faster than zstd, for ~1.4x the size)."""
+    codecs = {**{name: "none" for name in uncompressed}, **{name: "lz4" for name in lz4}}
+    compression = {name: codecs.get(name, "zstd") for name in schema.names} if codecs else "zstd"
     return {"compression": compression, "use_dictionary": use_dictionary}
 
 
