@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ...core.fingerprint import shingling
-from ...core.minhash import estimate_jaccard
+from ...core.fingerprint import fingerprint_texts, shingling
+from ...core.minhash import MinHashParams, estimate_jaccard
 from ...errors import WebdedupError
 from ...params import ScoringParams
 from ..invariants import cohesion_cap
-from ..rows import fetch_rows
 from ..scoring import SCORED_SCHEMA, reasons
 from ..shingle_sets import shingle_sets_of
 from ..storage import scalar
@@ -23,7 +22,7 @@ class VerifyStep:
     def _score(self) -> None:
         con, store = self.con, self.store
         fingerprint = self.upstream["fingerprinted"]["fingerprint"]
-        (shingle_size, unit), num_perm = shingling(fingerprint), fingerprint["num_perm"]
+        shingle_size, unit = shingling(fingerprint)
         pairs = con.sql(
             "SELECT left_doc_id, right_doc_id FROM rescore ORDER BY left_doc_id, right_doc_id"
         ).to_arrow_table()
@@ -43,7 +42,6 @@ class VerifyStep:
                WHERE c.cluster_id IN (SELECT cluster_id FROM {clusters} SEMI JOIN need USING (doc_id))
                ORDER BY c.cluster_size DESC, c.cluster_id, c.doc_id LIMIT {cohesion_cap(None)})""")
         docs = bodies_of(con, store, "need_sets")
-        prints = fetch_rows(con, store.data_files("fingerprinted"), "need", ["doc_id", "signature"])
         self.shingle_sets = None
         if docs is not None:
             self.shingle_sets = shingle_sets_of(
@@ -52,8 +50,7 @@ class VerifyStep:
         if pairs.num_rows:
             sets = self.shingle_sets
             exact = sets.jaccard(sets.nodes(pairs["left_doc_id"]), sets.nodes(pairs["right_doc_id"]))
-            sig_ids = prints.column("doc_id").combine_chunks()
-            signatures = prints.column("signature").combine_chunks().flatten().to_numpy().reshape(-1, num_perm)
+            sig_ids, signatures = _signatures(docs, pairs, fingerprint)
             sl = pa.compute.index_in(pairs["left_doc_id"], value_set=sig_ids).to_numpy().astype(np.int64)
             sr = pa.compute.index_in(pairs["right_doc_id"], value_set=sig_ids).to_numpy().astype(np.int64)
             estimate = estimate_jaccard(signatures[sl], signatures[sr])
@@ -135,3 +132,17 @@ class VerifyStep:
         self.upstream["duplicate_pairs"] = run.parameters
 
     # -- clusters --------------------------------------------------------------------------
+
+
+def _signatures(docs: pa.Table, pairs: pa.Table, fingerprint: dict) -> tuple[pa.Array, np.ndarray]:
+    """(doc_ids, signatures) of the pairs' documents, computed again from their bodies at hand
+    with the stored fingerprint parameters and the fingerprint stage's kernel: the values
+    fingerprinted holds, without scanning every fingerprinted file for a few thousand rows
+    (0.35-0.47 s at 1M pages, against ~0.1 s for 15k pages' signatures)."""
+    ids = docs.column("doc_id").combine_chunks()
+    wanted = pa.concat_arrays([pairs[c].combine_chunks() for c in ("left_doc_id", "right_doc_id")])
+    chosen = docs.filter(pa.compute.is_in(ids, value_set=wanted))
+    (shingle_size, unit), num_perm = shingling(fingerprint), int(fingerprint["num_perm"])
+    coeff_a, coeff_b = MinHashParams(num_perm, int(fingerprint["seed"])).coefficients()
+    _, _, signatures = fingerprint_texts(chosen.column("body").combine_chunks(), shingle_size, coeff_a, coeff_b, unit)
+    return chosen.column("doc_id").combine_chunks(), signatures
