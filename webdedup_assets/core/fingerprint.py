@@ -93,23 +93,36 @@ def fingerprint_texts(
     return tokens, shingles, signatures
 
 
+def _sets_with_exact_pass(texts: pa.Array | pa.ChunkedArray, unit: str, run):
+    """Shingle sets of a batch by `run(data, offsets, normalized, tables, char_unit) -> (result,
+    flagged)`, and again with the flagged documents normalized exactly (as fingerprint_texts
+    does) when there are any; returns run's result."""
+    char_unit = _char_unit(unit)
+    texts = _as_large(texts)
+    data, offsets = string_buffers(texts)
+    tables = unicode_tables.token_tables()
+    result, flagged = run(data, offsets, np.zeros(len(texts), dtype=np.bool_), tables, char_unit)
+    if flagged.any():
+        mask = pa.array(flagged)
+        texts = pc.replace_with_mask(texts, mask, normalize_exact(texts.filter(mask).to_pylist()))
+        data, offsets = string_buffers(texts)
+        result, _ = run(data, offsets, flagged, tables, char_unit)
+    return result
+
+
 def shingle_sets(
     texts: pa.Array | pa.ChunkedArray, shingle_size: int, unit: str = "word"
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique shingle hashes per text, flattened, with offsets (flagged documents as in
     fingerprint_texts: the batch is hashed again with them normalized exactly; unit as there)."""
-    char_unit = _char_unit(unit)
-    texts = _as_large(texts)
-    data, offsets = string_buffers(texts)
-    tables = unicode_tables.token_tables()
-    normalized = np.zeros(len(texts), dtype=np.bool_)
-    flat, set_offsets, flagged = kernel.shingle_sets_batch(data, offsets, normalized, tables, shingle_size, char_unit)
-    if flagged.any():
-        mask = pa.array(flagged)
-        texts = pc.replace_with_mask(texts, mask, normalize_exact(texts.filter(mask).to_pylist()))
-        data, offsets = string_buffers(texts)
-        flat, set_offsets, _ = kernel.shingle_sets_batch(data, offsets, flagged, tables, shingle_size, char_unit)
-    return flat, set_offsets
+
+    def run(data, offsets, normalized, tables, char_unit):
+        flat, set_offsets, flagged = kernel.shingle_sets_batch(
+            data, offsets, normalized, tables, shingle_size, char_unit
+        )
+        return (flat, set_offsets), flagged
+
+    return _sets_with_exact_pass(texts, unit, run)
 
 
 def shingle_sets_into(
@@ -118,20 +131,16 @@ def shingle_sets_into(
     """shingle_sets written into `out` (uint64, room for the texts' shingle windows: their
     shingle_count in fingerprinted) instead of new arrays: the offsets of the sets in `out`, or
     None when they do not fit (the texts are not those fingerprinted)."""
-    char_unit = _char_unit(unit)
-    texts = _as_large(texts)
-    data, offsets = string_buffers(texts)
-    tables = unicode_tables.token_tables()
-    normalized = np.zeros(len(texts), dtype=np.bool_)
-    set_offsets, flagged, fits = kernel.shingle_sets_into(
-        data, offsets, normalized, tables, shingle_size, char_unit, out
-    )
-    if fits and flagged.any():
-        mask = pa.array(flagged)
-        texts = pc.replace_with_mask(texts, mask, normalize_exact(texts.filter(mask).to_pylist()))
-        data, offsets = string_buffers(texts)
-        set_offsets, _, fits = kernel.shingle_sets_into(data, offsets, flagged, tables, shingle_size, char_unit, out)
-    return set_offsets if fits else None
+
+    def run(data, offsets, normalized, tables, char_unit):
+        set_offsets, flagged, fits = kernel.shingle_sets_into(
+            data, offsets, normalized, tables, shingle_size, char_unit, out
+        )
+        if not fits:  # no exact pass: the batch is refused
+            return None, np.zeros_like(flagged)
+        return set_offsets, flagged
+
+    return _sets_with_exact_pass(texts, unit, run)
 
 
 def shingling(fingerprint: dict) -> tuple[int, str]:

@@ -145,16 +145,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
             "ORDER BY filename, file_row_number"
         ).to_arrow_table()
         con.unregister("needed_arrow")
-        from ..core.fingerprint import shingling
-        from .shingle_sets import shingle_sets_of
-
-        size, unit = shingling(store.params("fingerprinted")["fingerprint"])
-
-        def shingled(rows: pa.Table) -> None:
-            ids, bodies = (rows.column(c).combine_chunks() for c in ("doc_id", "body"))
-            diagnostics.add(shingle_sets_of(ids, bodies, size, unit))
-
-        representatives = prefetch(_representative_rows(files, winners, schema, needed, shingled), depth=1)
+        representatives = prefetch(_representative_rows(files, winners, schema, needed, diagnostics.add), depth=1)
         # the body in small PLAIN pages: an incremental update copies the pages it keeps; row
         # groups encoded on all cores (one pyarrow writer encodes 2.35 GB of text at 1M pages
         # on one) and written in order

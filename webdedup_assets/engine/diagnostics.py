@@ -183,7 +183,7 @@ def _rows(base: pa.Table, measured: pa.Table, threshold: float, giant_size: int)
         below_per_group = np.add.reduceat((jaccard < threshold).astype(np.int64), starts)
         at = np.searchsorted(starts, first)
         minimum = np.where(found, jaccard[first], np.nan)
-        has_minimum = found.copy()
+        has_minimum = found
         below = np.where(found, below_per_group[at], 0)
         checked = np.where(found, (ends - starts)[at], 0)
         farthest = pc.if_else(pa.array(found), ordered["doc_id"].combine_chunks().take(pa.array(first)), farthest)
@@ -329,11 +329,15 @@ def _keep(store: Store, table: pa.Table, max_members: int) -> None:
 
 
 class Alongside:
-    """What a full build's diagnostics need from the pass writing deduped_documents: the
-    shingle sets of `needed` (the members to measure and their representatives), given to `add`
-    from the reader threads as their rows go by."""
+    """What a full build's diagnostics need from the pass writing deduped_documents: the pages
+    of `needed` (the members to measure and their representatives), given to `add` (doc_id and
+    body) from the reader threads as their rows go by, which shingles them there."""
 
-    def __init__(self, members: pa.Table) -> None:
+    def __init__(self, store: Store, members: pa.Table) -> None:
+        from ..core.fingerprint import shingling
+
+        self.store = store
+        self.shingling = shingling(store.params("fingerprinted")["fingerprint"])  # (size, unit)
         self.members = members
         self.needed = pc.unique(
             pa.concat_arrays([members.column(c).combine_chunks() for c in ("doc_id", "representative")])
@@ -341,36 +345,37 @@ class Alongside:
         self.figures: dict[str, Any] = {}
         self._parts: list[ShingleSets] = []
 
-    def add(self, sets: ShingleSets) -> None:
-        self._parts.append(sets)  # list.append is atomic: called from several reader threads
+    def add(self, rows: pa.Table) -> None:
+        from .shingle_sets import shingle_sets_of
 
-    def sets(self, store: Store, shingle_size: int, unit: str) -> ShingleSets:
-        """The sets given to `add`, with any needed one they lack read from the store."""
+        ids, bodies = (rows.column(c).combine_chunks() for c in ("doc_id", "body"))
+        # list.append is atomic: called from several reader threads
+        self._parts.append(shingle_sets_of(ids, bodies, *self.shingling))
+
+    def sets(self) -> ShingleSets:
+        """The sets of the pages given to `add`, with any needed one they lack read from the store."""
         from .shingle_sets import concat_sets
 
-        return concat_sets(self._parts).covering(store, shingle_size, self.needed, unit)
+        return concat_sets(self._parts).covering(self.store, self.shingling[0], self.needed, self.shingling[1])
 
 
 @contextmanager
 def measured_alongside(store: Store, representatives: pa.Table) -> Iterator[Alongside]:
     """The diagnostics of a full build, made while the body writes deduped_documents with these
     representatives (doc_id, cluster_id). The body reads the documents' rows anyway: it gives
-    the shingle sets of the documents in `needed` of the yielded object to its `add` (a
+    the pages in `needed` of the yielded object to its `add` (a
     separate read of their bodies decompressed all the corpus' text again: 4-5 CPU s at 1M
     pages), while a background thread computes the per-cluster rows that need no sets. Once the
     body is done (the file is written), the member Jaccards are measured and they and the
     diagnostics are kept under the key of the new files, as write_cluster_diagnostics keeps them;
     the yielded object's figures receive the figures. If the body fails, nothing is kept."""
-    from ..core.fingerprint import shingling
-
     max_members = cohesion_cap(None)
-    along = Alongside(members_to_measure(store, max_members, 3, representatives))
+    along = Alongside(store, members_to_measure(store, max_members, 3, representatives))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="webdedup-diagnostics") as pool:
         base = pool.submit(_base_rows, store, None, representatives)
         yield along
         base_rows = base.result()
-    shingle_size, unit = shingling(store.params("fingerprinted")["fingerprint"])
-    measured = with_jaccards(along.members, along.sets(store, shingle_size, unit))
+    measured = with_jaccards(along.members, along.sets())
     table, found = cluster_diagnostics(
         store, max_members, representatives=representatives, measured=measured, base=base_rows
     )

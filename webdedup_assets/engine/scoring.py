@@ -94,9 +94,9 @@ def _load_sets(con, store: Store, first: int, stop: int, shingle: tuple[int, str
     def placed():  # each batch with its place in flat, in stream order
         cursor = 0
         for batch in reader:
-            local = batch.column("node").to_numpy() - first
-            room = int(counts[local + first].sum())
-            yield batch, local, cursor, cursor + room
+            nodes = batch.column("node").to_numpy()
+            room = int(counts[nodes].sum())
+            yield batch, nodes - first, cursor, cursor + room
             cursor += room
 
     def compute(item):
