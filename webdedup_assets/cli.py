@@ -279,6 +279,7 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
 
     from .defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, one_planned_event_per_asset, register_months
     from .defs.config import DocumentsConfig
+    from .engine.publish import publication_prepared
     from .engine.reading import input_days
     from .engine.state import clear_days, held_days, months_of, reset_outdated
     from .engine.storage import Store
@@ -316,9 +317,10 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
         if not daily.success:
             return RunOutcome([daily])
         global_ops = [k for k in config["ops"] if k not in DAILY_ASSETS]
-        result = defs.resolve_job_def(GLOBAL_JOB).execute_in_process(
-            run_config=_split_config(config, global_ops), instance=instance, raise_on_error=False
-        )
+        with publication_prepared(storage):  # the fingerprints are final: published while the global stages run
+            result = defs.resolve_job_def(GLOBAL_JOB).execute_in_process(
+                run_config=_split_config(config, global_ops), instance=instance, raise_on_error=False
+            )
         return RunOutcome([daily, result])
 
 

@@ -118,6 +118,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     from .engine.documents import stage_documents
     from .engine.fingerprint import stage_band_memberships, stage_fingerprinted
     from .engine.manifest import stage_manifest
+    from .engine.publish import publication_prepared
     from .engine.reading import input_days
     from .engine.state import months_of, remove_leftovers, writer_lock
     from .engine.storage import Store
@@ -149,16 +150,17 @@ def cmd_add(args: argparse.Namespace) -> int:
             timed("documents", stage_documents, store, args.input, args.input_format, months=months, extend=True)
             timed("fingerprinted", stage_fingerprinted, store, fingerprint, months)
             timed("band_memberships", stage_band_memberships, store, banding, months)
-            report = timed(
-                "update",
-                incremental.update,
-                store,
-                candidates,
-                scoring,
-                representative,
-                full_rebuild_flag=args.full_rebuild,
-            )
-            manifest = timed("publish", stage_manifest, store, output_dir)
+            with publication_prepared(store):  # the day's fingerprints are final: published while the update runs
+                report = timed(
+                    "update",
+                    incremental.update,
+                    store,
+                    candidates,
+                    scoring,
+                    representative,
+                    full_rebuild_flag=args.full_rebuild,
+                )
+                manifest = timed("publish", stage_manifest, store, output_dir)
     except params.ParamError as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR

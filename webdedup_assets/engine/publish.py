@@ -7,19 +7,32 @@ removed, and the journal is deleted. A run killed before the swap leaves the pre
 untouched; one killed during the swap leaves the journal, and the next publish (or `webdedup
 run`) completes the moves before anything else. `manifest.json` lists the files of its set
 with their sizes, so a reader can check that what it sees belongs together.
+
+The published fingerprinted.parquet puts every crawl day's file together (half a gigabyte of
+signatures at 1M pages). It is built once per set of stored fingerprinted files, into the
+storage's `published/` folder under a name derived from those files, and linked into the output:
+a publish whose fingerprinted files have not changed (a run again over the same input) links it
+again, and `webdedup add` and `webdedup run` have it built while the global stages run
+(`publication_prepared`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..fileio import write_text
+from ..errors import WebdedupError
+from ..fileio import atomic_path, write_text
 from .storage import Store, _link_or_copy, connect, publish_concatenated, sql_string
 
 JOURNAL = ".publish-journal.json"
@@ -57,9 +70,84 @@ def _copy_csv(con, query: str, target: Path) -> None:
     con.execute(f"COPY ({query}) TO {sql_string(str(target))} (FORMAT csv, HEADER true)")
 
 
+PUBLISHED_DIR = "published"  # in the storage root: outputs built from stored files, kept for the next publish
+
+
+def _publication_path(store: Store, asset: str) -> Path:
+    """Where the concatenation of the asset's files as they are now is kept: named after each
+    file's name, inode, size and modification time (stored files are only ever replaced, never
+    written in place, so a changed file has another identity)."""
+    files = store.require(asset)
+    digest = hashlib.sha256()
+    for path in [f for f in files if f != store.schema_path(asset)] or files:  # what publish_concatenated reads
+        info = path.stat()
+        digest.update(f"{path.name}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    return store.root / PUBLISHED_DIR / f"{asset}-{digest.hexdigest()[:24]}.parquet"
+
+
+_in_flight: dict[Path, Future] = {}  # publications being built on a background thread of this process
+_in_flight_lock = threading.Lock()
+
+
+def fingerprinted_publication(store: Store) -> Path:
+    """The published fingerprinted.parquet of the stored files as they are now: the kept one, the
+    one a background thread of this process is building (waited for), or built here."""
+    target = _publication_path(store, "fingerprinted")
+    with _in_flight_lock:
+        building = _in_flight.get(target)
+    if building is not None:
+        try:
+            building.result()
+        except Exception:  # noqa: BLE001 - built again below, where the error reaches the caller
+            pass
+    return _build_publication(store, target)
+
+
+def _build_publication(store: Store, target: Path) -> Path:
+    """The fingerprinted files concatenated into `target` unless it exists; the earlier
+    publications removed (an output linked to one keeps its own link)."""
+    if not target.exists():
+        with atomic_path(target) as temp:
+            publish_concatenated(store, "fingerprinted", temp, uncompressed=["signature"])
+    for old in target.parent.glob("fingerprinted-*.parquet"):
+        if old != target:
+            old.unlink(missing_ok=True)
+    return target
+
+
+@contextmanager
+def publication_prepared(store: Store) -> Iterator[None]:
+    """Build the fingerprinted publication on a background thread while the block runs (the
+    global stages, after which the fingerprinted files are final), so that the publish at its
+    end only links it. The thread is waited for on the way out; a failure there is left to the
+    publish, which builds it again and reports the error."""
+    try:
+        target = _publication_path(store, "fingerprinted")
+    except WebdedupError:  # no fingerprinted file yet: nothing to prepare, the stages report it
+        yield
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="webdedup-publication") as pool:
+        with _in_flight_lock:
+            _in_flight[target] = pool.submit(_build_publication, store, target)
+        try:
+            yield
+        finally:
+            with _in_flight_lock:
+                building = _in_flight.pop(target, None)
+            if building is not None:
+                wait([building])
+
+
+def _same_file_system(a: Path, b: Path) -> bool:
+    return os.stat(a).st_dev == os.stat(b).st_dev
+
+
 def _build(store: Store, staging: Path) -> None:
     """Every output of the stored run, into `staging` (tables in a defined order)."""
-    publish_concatenated(store, "fingerprinted", staging / "fingerprinted.parquet", uncompressed=["signature"])
+    if _same_file_system(store.root, staging):  # the kept publication is linked, not copied
+        _link_or_copy(fingerprinted_publication(store), staging / "fingerprinted.parquet")
+    else:
+        publish_concatenated(store, "fingerprinted", staging / "fingerprinted.parquet", uncompressed=["signature"])
     for name in STAGE_REPORTS:
         _link_or_copy(report_path(store, name), staging / name)
     # one file (linked) from the DuckDB engine; Spark's parts are concatenated in order

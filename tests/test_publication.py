@@ -1,0 +1,115 @@
+"""The published fingerprinted.parquet is kept in the storage per set of fingerprinted files
+(engine.publish.fingerprinted_publication): linked again while those files are unchanged, built
+again when a day changes, and built in the background while the global stages run."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from webdedup_assets.cli import main
+from webdedup_assets.engine import publish as publish_module
+from webdedup_assets.engine import storage as storage_module
+from webdedup_assets.engine.storage import Store
+
+from .conftest import FIXTURE
+from .test_documents_adopt import write_daily_parquet
+
+
+def _run(capsys, *args: str) -> int:
+    code = main(["run", *args, "--quiet"])
+    capsys.readouterr()
+    return code
+
+
+def _kept(storage: Path) -> list[Path]:
+    return sorted((storage / publish_module.PUBLISHED_DIR).glob("fingerprinted-*.parquet"))
+
+
+def _day_rows(store: Store) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in store.data_files("fingerprinted"))
+
+
+def test_an_unchanged_corpus_links_the_kept_publication_and_a_changed_day_replaces_it(tmp_path, capsys):
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    days = write_daily_parquet(exports)  # daily Parquet exports: a run again keeps their derived files
+    out = tmp_path / "out"
+    assert _run(capsys, str(exports), "--output", str(out)) == 0
+    storage = out / "_storage"
+    [kept] = _kept(storage)
+    published = out / "fingerprinted.parquet"
+    assert os.stat(published).st_ino == os.stat(kept).st_ino  # a link, not a copy
+    assert pq.ParquetFile(published).metadata.num_rows == _day_rows(Store(storage)) == 24
+
+    assert _run(capsys, str(exports), "--output", str(out)) == 0  # the same input again
+    assert _kept(storage) == [kept]
+    assert os.stat(out / "fingerprinted.parquet").st_ino == os.stat(kept).st_ino
+
+    day, path = sorted(days.items())[0]
+    gone = pq.read_table(path).column("doc_id").to_pylist()
+    path.unlink()  # that day's export withdrawn
+    assert _run(capsys, str(exports), "--output", str(out)) == 0
+    [rebuilt] = _kept(storage)  # the earlier one removed
+    assert rebuilt != kept
+    table = pq.read_table(out / "fingerprinted.parquet")
+    assert table.num_rows == 24 - len(gone) and not set(gone) & set(table.column("doc_id").to_pylist())
+
+
+def test_the_publication_is_built_while_the_global_stages_run_and_only_linked_at_the_end(tmp_path, capsys, monkeypatch):
+    builders: list[str] = []
+    real = storage_module.publish_concatenated
+
+    def recording(store, asset, target, uncompressed=()):
+        if asset == "fingerprinted":
+            builders.append(threading.current_thread().name)
+        return real(store, asset, target, uncompressed)
+
+    monkeypatch.setattr(publish_module, "publish_concatenated", recording)
+    out = tmp_path / "out"
+    assert _run(capsys, str(FIXTURE), "--output", str(out)) == 0
+    assert len(builders) == 1 and builders[0].startswith("webdedup-publication")
+    assert pq.ParquetFile(out / "fingerprinted.parquet").metadata.num_rows == 24
+
+
+def test_a_failed_background_build_is_built_again_by_the_publish(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    assert _run(capsys, str(FIXTURE), "--output", str(out)) == 0
+    for kept in _kept(out / "_storage"):
+        kept.unlink()
+    (out / "fingerprinted.parquet").unlink()
+    real = storage_module.publish_concatenated
+    calls: list[str] = []
+
+    def fails_in_background(store, asset, target, uncompressed=()):
+        if asset == "fingerprinted":
+            calls.append(threading.current_thread().name)
+        if threading.current_thread().name.startswith("webdedup-publication"):
+            raise OSError("No space left on device")
+        return real(store, asset, target, uncompressed)
+
+    monkeypatch.setattr(publish_module, "publish_concatenated", fails_in_background)
+    assert _run(capsys, str(FIXTURE), "--output", str(out)) == 0
+    assert len(calls) == 2  # the background build, then the publish's own
+    assert pq.ParquetFile(out / "fingerprinted.parquet").metadata.num_rows == 24
+    assert not list((out / "_storage" / publish_module.PUBLISHED_DIR).glob(".*.tmp"))
+
+
+def test_a_publish_that_cannot_build_it_reports_the_error(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    assert _run(capsys, str(FIXTURE), "--output", str(out)) == 0
+    store = Store(out / "_storage")
+    for kept in _kept(store.root):
+        kept.unlink()
+
+    def full_disk(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(publish_module, "publish_concatenated", full_disk)
+    with pytest.raises(OSError, match="No space left"), publish_module.publication_prepared(store):
+        publish_module.fingerprinted_publication(store)
+    assert not _kept(store.root)
