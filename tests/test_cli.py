@@ -159,6 +159,11 @@ def test_invariants_name_their_first_offenders(tmp_path):
     )
     passed, details = invariants.every_document_in_one_cluster(store)
     assert not passed
+    assert (
+        details["documents_without_cluster"],
+        details["documents_in_several_clusters"],
+        details["clustered_ids_not_in_documents"],
+    ) == (2, 1, 1)
     assert details["first_documents_without_cluster"] == ["c", "d"]
     assert details["first_documents_in_several_clusters"] == ["b"]
     assert details["first_clustered_ids_not_in_documents"] == ["x"]

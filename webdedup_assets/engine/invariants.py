@@ -82,17 +82,34 @@ def duplicates_meet_threshold(store: Store) -> tuple[bool, dict[str, Any]]:
 
 def every_document_in_one_cluster(store: Store) -> tuple[bool, dict[str, Any]]:
     con = connect()
-    con.execute(f"CREATE TEMP VIEW d AS SELECT doc_id FROM {store.scan_sql('documents')}")
-    con.execute(f"CREATE TEMP VIEW c AS SELECT doc_id, count(*) AS n FROM {store.scan_sql('clusters')} GROUP BY doc_id")
+    # each side read once into a table; one full join counts both kinds of unmatched ids
+    con.execute(f"CREATE TEMP TABLE d AS SELECT doc_id FROM {store.scan_sql('documents')}")
+    con.execute(
+        f"CREATE TEMP TABLE c AS SELECT doc_id, count(*) AS n FROM {store.scan_sql('clusters')} GROUP BY doc_id"
+    )
+    without, not_documents = con.execute(
+        "SELECT count(*) FILTER (WHERE c.doc_id IS NULL), count(*) FILTER (WHERE d.doc_id IS NULL) "
+        "FROM d FULL OUTER JOIN c ON d.doc_id = c.doc_id"
+    ).fetchall()[0]
     queries = {
-        "documents_without_cluster": "SELECT d.doc_id FROM d LEFT JOIN c USING (doc_id) WHERE c.doc_id IS NULL",
-        "documents_in_several_clusters": "SELECT doc_id FROM c WHERE n > 1",
-        "clustered_ids_not_in_documents": "SELECT c.doc_id FROM c LEFT JOIN d USING (doc_id) WHERE d.doc_id IS NULL",
+        "documents_without_cluster": (
+            "SELECT d.doc_id FROM d LEFT JOIN c USING (doc_id) WHERE c.doc_id IS NULL",
+            without,
+        ),
+        "documents_in_several_clusters": (
+            "SELECT doc_id FROM c WHERE n > 1",
+            scalar(con, "SELECT count(*) FROM c WHERE n > 1"),
+        ),
+        "clustered_ids_not_in_documents": (
+            "SELECT c.doc_id FROM c LEFT JOIN d USING (doc_id) WHERE d.doc_id IS NULL",
+            not_documents,
+        ),
     }
     details: dict[str, Any] = {}
-    for key, sql in queries.items():
-        details[key] = scalar(con, f"SELECT count(*) FROM ({sql})")
-        details[f"first_{key}"] = _first_ids(con, sql) if details[key] else []
+    for key, (sql, count) in queries.items():
+        details[key] = count
+        details[f"first_{key}"] = _first_ids(con, sql) if count else []
+    con.close()
     return all(details[k] == 0 for k in queries), details
 
 
