@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -32,6 +34,18 @@ def file_sha256(path: Path) -> str:
     modification time stay the same (a `webdedup run` reads its input files twice)."""
     info = os.stat(path)
     return _sha256_of(str(Path(path).resolve()), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def file_sha256s(paths: Sequence[Path]) -> list[str]:
+    """file_sha256 of each path, several files at a time (hashlib and file reads release the
+    GIL): the inputs of a run are hashed before anything else, 3.3 GB at 1M pages."""
+    from .threads import thread_count
+
+    workers = min(len(paths), thread_count())
+    if workers <= 1:
+        return [file_sha256(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="webdedup-sha256") as pool:
+        return list(pool.map(file_sha256, paths))
 
 
 @lru_cache(maxsize=4096)

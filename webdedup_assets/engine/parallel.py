@@ -8,7 +8,6 @@ thread writes results in input order (so output is identical for any thread coun
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections import deque
@@ -16,20 +15,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from ..threads import thread_count  # noqa: F401 - the stages' thread count, here with the helpers using it
+
 T = TypeVar("T")
 R = TypeVar("R")
 _DONE = object()
-
-
-def thread_count(requested: int | None = None) -> int:
-    """requested, else $WEBDEDUP_THREADS, else the usable CPU count (at least 1)."""
-    if requested is None:
-        env = os.environ.get("WEBDEDUP_THREADS", "").strip()
-        if env:
-            requested = int(env)
-        else:
-            requested = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, int(requested))
 
 
 def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
-from ..fileio import file_sha256
+from ..fileio import file_sha256s
 
 FORMATS = ("auto", "csv", "parquet", "warc", "commoncrawl")
 WARC_FORMATS = ("warc", "commoncrawl")  # converted to a staged Parquet before the documents stage reads them
@@ -65,8 +65,9 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
         candidates = [path]
     else:
         raise WebdedupError(f"input {input_path!r} does not exist")
-    files = []
-    for candidate in sorted(candidates):
+    candidates = sorted(candidates)
+    formats = []
+    for candidate in candidates:
         fmt = input_format
         if fmt == "auto":
             fmt = SUFFIX_FORMATS.get(format_suffix(candidate), "")
@@ -74,8 +75,11 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
                 raise WebdedupError(
                     f"cannot tell the format of {candidate} from its name; set input_format to csv, parquet or warc"
                 )
-        files.append(InputFile(candidate.resolve(), fmt, file_sha256(candidate), candidate.stat().st_size))
-    return files
+        formats.append(fmt)
+    return [
+        InputFile(candidate.resolve(), fmt, sha256, candidate.stat().st_size)
+        for candidate, fmt, sha256 in zip(candidates, formats, file_sha256s(candidates))
+    ]
 
 
 def day_of_file(path: Path) -> str | None:
