@@ -363,7 +363,9 @@ def _print_failed_checks(failed: list[tuple[str, dict[str, Any], str | None]]) -
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .ingest.inputs import hash_in_background
 
+    hash_in_background(str(Path(args.input).expanduser()), args.input_format)  # while Dagster is imported
     output_dir = Path(args.output).expanduser().resolve()
     storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
     try:

@@ -114,6 +114,9 @@ def _global_params(args: argparse.Namespace):
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from .ingest.inputs import hash_in_background
+
+    hash_in_background(args.input, args.input_format)  # while the engine is imported
     from .engine import incremental
     from .engine.documents import stage_documents
     from .engine.fingerprint import stage_band_memberships, stage_fingerprinted
