@@ -110,6 +110,18 @@ def test_a_publish_that_cannot_build_it_reports_the_error(tmp_path, capsys, monk
         raise OSError("No space left on device")
 
     monkeypatch.setattr(publish_module, "publish_concatenated", full_disk)
-    with pytest.raises(OSError, match="No space left"), publish_module.publication_prepared(store):
+    with pytest.raises(OSError, match="No space left"), publish_module.publication_prepared(store, out):
         publish_module.fingerprinted_publication(store)
     assert not _kept(store.root)
+
+
+def test_an_output_on_another_file_system_is_published_as_before_and_nothing_is_kept(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(publish_module, "_same_file_system", lambda a, b: False)
+    out = tmp_path / "out"
+    assert _run(capsys, str(FIXTURE), "--output", str(out)) == 0
+    assert not _kept(out / "_storage")  # neither prepared in the background nor kept
+    assert pq.ParquetFile(out / "fingerprinted.parquet").metadata.num_rows == 24
+
+
+def test_same_file_system_looks_at_the_nearest_existing_folder(tmp_path):
+    assert publish_module._same_file_system(tmp_path, tmp_path / "not" / "made" / "yet")

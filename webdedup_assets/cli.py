@@ -317,7 +317,8 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
         if not daily.success:
             return RunOutcome([daily])
         global_ops = [k for k in config["ops"] if k not in DAILY_ASSETS]
-        with publication_prepared(storage):  # the fingerprints are final: published while the global stages run
+        # the fingerprints are final: their publication is built while the global stages run
+        with publication_prepared(storage, Path(config["resources"]["storage"]["config"]["output_dir"])):
             result = defs.resolve_job_def(GLOBAL_JOB).execute_in_process(
                 run_config=_split_config(config, global_ops), instance=instance, raise_on_error=False
             )

@@ -153,7 +153,8 @@ def cmd_add(args: argparse.Namespace) -> int:
             timed("documents", stage_documents, store, args.input, args.input_format, months=months, extend=True)
             timed("fingerprinted", stage_fingerprinted, store, fingerprint, months)
             timed("band_memberships", stage_band_memberships, store, banding, months)
-            with publication_prepared(store):  # the day's fingerprints are final: published while the update runs
+            # the day's fingerprints are final: their publication is built while the update runs
+            with publication_prepared(store, output_dir):
                 report = timed(
                     "update",
                     incremental.update,

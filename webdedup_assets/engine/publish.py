@@ -116,14 +116,17 @@ def _build_publication(store: Store, target: Path) -> Path:
 
 
 @contextmanager
-def publication_prepared(store: Store) -> Iterator[None]:
+def publication_prepared(store: Store, output_dir: Path) -> Iterator[None]:
     """Build the fingerprinted publication on a background thread while the block runs (the
-    global stages, after which the fingerprinted files are final), so that the publish at its
-    end only links it. The thread is waited for on the way out; a failure there is left to the
-    publish, which builds it again and reports the error."""
+    global stages, after which the fingerprinted files are final), so that the publish into
+    output_dir at its end only links it. The thread is waited for on the way out; a failure there
+    is left to the publish, which builds it again and reports the error. Nothing is prepared
+    when output_dir is on another file system (the publish copies the files there itself)."""
     try:
         target = _publication_path(store, "fingerprinted")
     except WebdedupError:  # no fingerprinted file yet: nothing to prepare, the stages report it
+        target = None
+    if target is None or not _same_file_system(store.root, output_dir):
         yield
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="webdedup-publication") as pool:
@@ -139,7 +142,15 @@ def publication_prepared(store: Store) -> Iterator[None]:
 
 
 def _same_file_system(a: Path, b: Path) -> bool:
-    return os.stat(a).st_dev == os.stat(b).st_dev
+    """Whether a and b (or, for a folder not made yet, its nearest existing parent) share a device."""
+
+    def device(path: Path) -> int:
+        path = Path(path).resolve()
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        return os.stat(path).st_dev
+
+    return device(a) == device(b)
 
 
 def _build(store: Store, staging: Path) -> None:
