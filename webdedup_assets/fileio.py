@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
+from .threads import thread_count
+
 
 @contextmanager
 def atomic_path(target: Path):
@@ -39,8 +41,6 @@ def file_sha256(path: Path) -> str:
 def file_sha256s(paths: Sequence[Path]) -> list[str]:
     """file_sha256 of each path, several files at a time (hashlib and file reads release the
     GIL): the inputs of a run are hashed before anything else, 3.3 GB at 1M pages."""
-    from .threads import thread_count
-
     workers = min(len(paths), thread_count())
     if workers <= 1:
         return [file_sha256(p) for p in paths]

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import WebdedupError
 from ..fileio import atomic_path, write_text
-from .storage import Store, _link_or_copy, connect, publish_concatenated, sql_string
+from .storage import Store, _link_or_copy, connect, file_identity, publish_concatenated, sql_string
 
 JOURNAL = ".publish-journal.json"
 MANIFEST = "manifest.json"
@@ -77,11 +77,8 @@ def _publication_path(store: Store, asset: str) -> Path:
     """Where the concatenation of the asset's files as they are now is kept: named after each
     file's name, inode, size and modification time (stored files are only ever replaced, never
     written in place, so a changed file has another identity)."""
-    files = store.require(asset)
-    digest = hashlib.sha256()
-    for path in [f for f in files if f != store.schema_path(asset)] or files:  # what publish_concatenated reads
-        info = path.stat()
-        digest.update(f"{path.name}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    identities = [file_identity(path) for path in store.published_files(asset)]
+    digest = hashlib.sha256(json.dumps(identities, sort_keys=True).encode())
     return store.root / PUBLISHED_DIR / f"{asset}-{digest.hexdigest()[:24]}.parquet"
 
 

@@ -63,6 +63,12 @@ class Store:
         """The files holding rows (every file but the schema file of a partitioned asset)."""
         return [f for f in self.files(asset) if f != self.schema_path(asset)]
 
+    def published_files(self, asset: str) -> list[Path]:
+        """The files one published output of the asset puts together, in stored order: its data
+        files, or its schema file alone when no partition holds rows."""
+        files = self.require(asset)
+        return [f for f in files if f != self.schema_path(asset)] or files
+
     def partition_files(self, asset: str, partition: str) -> list[Path]:
         """Every file of one partition, in stored order: its segments, then its main file."""
         main = self.path(asset, partition)
@@ -385,7 +391,7 @@ def publish_concatenated(store: Store, asset: str, target: Path, uncompressed: I
     the files' batches streamed into one."""
     from . import parquet_concat
 
-    files = [f for f in store.require(asset) if f != store.schema_path(asset)] or [store.schema_path(asset)]
+    files = store.published_files(asset)
     if len(files) == 1:
         _link_or_copy(files[0], target)
         return pq.ParquetFile(target).metadata.num_rows
