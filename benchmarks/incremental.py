@@ -9,8 +9,14 @@ each in a fresh process timed from outside (seconds and peak RSS of that process
   add     `webdedup add LAST_DAY --output OUT`         (daily stages of the day + incremental
           update of every global asset + publish); its report's per-step seconds are printed
 
-  python -m benchmarks.incremental --history 100000            # the only size run so far
-  python -m benchmarks.incremental --history 1000000 --day 10000
+  python -m benchmarks.incremental --history 100000
+  python -m benchmarks.incremental --history 1000000 --day 10000 --repeat 3
+  python -m benchmarks.incremental --history 1000000 --repeat 2 --cold   # as root, see --cold
+
+--repeat N adds the day N times, each onto a fresh hard-linked copy of the history. --cold drops
+the page cache before each check and add (`sync; echo 1 > /proc/sys/vm/drop_caches`, root on
+Linux): what a daily add meets when the history was last read a day earlier (BENCHMARKS.md
+"Session 17": on the project VM, DAMON gradually pages out file pages nobody read for a minute).
 """
 
 from __future__ import annotations
@@ -43,13 +49,34 @@ def timed(argv: list[str]) -> tuple[float, float, str]:
     return seconds, max(peak, before) / 1024, done.stdout
 
 
+def fresh_copy(built: Path, work: Path) -> None:
+    """A hard-linked copy of the history: stored files are only ever replaced, never written in place."""
+    shutil.rmtree(work, ignore_errors=True)
+    subprocess.run(["cp", "-al", str(built), str(work)], check=True)
+
+
+def drop_page_cache() -> None:
+    """Write dirty pages out, then drop the clean ones (OSError without the right to)."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("1\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--history", type=int, default=100_000)
     parser.add_argument("--day", type=int, default=10_000)
     parser.add_argument("--work", default=None, help="scratch folder (default: benchmarks/data/inc-<history>-run)")
     parser.add_argument("--rebuild-history", action="store_true", help="build the history again even if kept")
+    parser.add_argument("--repeat", type=int, default=1, help="add the day this many times (fresh copies)")
+    parser.add_argument("--cold", action="store_true", help="drop the page cache before each check and add")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    if args.cold:
+        try:
+            drop_page_cache()
+        except OSError as err:
+            parser.error(f"--cold needs to write /proc/sys/vm/drop_caches (root on Linux): {err}")
     days = (args.history + args.day) // args.day
     corpus = DATA / f"inc-{args.history}-{args.day}"
     if not (corpus / "corpus.json").exists():
@@ -77,9 +104,9 @@ def main(argv: list[str] | None = None) -> None:
         )
     else:
         print(f"history: reusing {built} (--rebuild-history to build it again)")
-    # a hard-linked copy: stored files are only ever replaced, never written in place
-    shutil.rmtree(work, ignore_errors=True)
-    subprocess.run(["cp", "-al", str(built), str(work)], check=True)
+    fresh_copy(built, work)
+    if args.cold:
+        drop_page_cache()
     seconds, rss, out = timed(
         [
             *cli,
@@ -98,14 +125,19 @@ def main(argv: list[str] | None = None) -> None:
         f"{summary['candidate_pairs']:,} candidates: {seconds:.2f} s (engine {summary['seconds']:.2f} s), "
         f"peak RSS {rss:.0f} MiB"
     )
-    seconds, rss, out = timed([*cli, "add", str(last), "--output", str(work), "--json"])
-    report = json.loads(out)
-    print(
-        f"add: {report['documents_added']:,} pages, mode {report['mode']}, {report['pairs_scored']:,} pairs scored, "
-        f"{report['clusters_touched']:,} clusters touched: {seconds:.2f} s in all (update "
-        f"{report['seconds']['total']:.2f} s: {report['seconds']}), peak RSS {rss:.0f} MiB; "
-        f"steps {report['step_seconds']}"
-    )
+    for attempt in range(args.repeat):
+        if attempt:
+            fresh_copy(built, work)
+        if args.cold:
+            drop_page_cache()
+        seconds, rss, out = timed([*cli, "add", str(last), "--output", str(work), "--json"])
+        report = json.loads(out)
+        print(
+            f"add: {report['documents_added']:,} pages, mode {report['mode']}, {report['pairs_scored']:,} pairs "
+            f"scored, {report['clusters_touched']:,} clusters touched: {seconds:.2f} s in all (update "
+            f"{report['seconds']['total']:.2f} s: {report['seconds']}), peak RSS {rss:.0f} MiB; "
+            f"steps {report['step_seconds']}"
+        )
     storage = work / "_storage"
     daily_assets = ("documents", "fingerprinted", "band_memberships")
     daily = {p.stat().st_ino for a in daily_assets for p in (storage / a).rglob("*")}
