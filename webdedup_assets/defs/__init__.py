@@ -22,7 +22,7 @@ from ..ingest.inputs import WARC_FORMATS, resolve_input
 from ..progress import log_sink, set_default
 from .assets import build_daily_assets
 from .check import check_job, checked_documents
-from .checks import CHECKS
+from .checks import ASSET_CHECKS
 from .config import DocumentsConfig
 from .evaluation import evaluate_job, evaluation
 from .global_assets import GLOBAL_ASSETS
@@ -37,6 +37,7 @@ DAILY_JOB = "webdedup_daily"
 GLOBAL_JOB = "webdedup_global"
 DAILY_ASSETS = ["documents", "fingerprinted", "band_memberships"]
 BAND_MEMBERSHIPS = dg.AssetKey("band_memberships")
+RECENT_BACKFILLS = 100
 IN_PROGRESS = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -109,10 +110,9 @@ def _daily_runs_in_progress(instance: dg.DagsterInstance) -> list[str]:
         selection = run.asset_selection or set()
         if run.job_name in (DAILY_JOB, GLOBAL_JOB) or BAND_MEMBERSHIPS in selection:
             busy.append(f"run {run.run_id[:8]} ({run.job_name})")
-    from dagster._core.execution.backfill import BulkActionStatus  # not exported by dagster 1.13
-
-    for backfill in instance.get_backfills(status=BulkActionStatus.REQUESTED):
-        if BAND_MEMBERSHIPS in set(backfill.asset_selection or ()):
+    # the newest backfills; filtered by status value (dagster 1.13 does not export the status enum)
+    for backfill in instance.get_backfills(limit=RECENT_BACKFILLS):
+        if backfill.status.value == "REQUESTED" and BAND_MEMBERSHIPS in set(backfill.asset_selection or ()):
             busy.append(f"backfill {backfill.backfill_id}")
     return busy
 
@@ -216,7 +216,7 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
 
     return dg.Definitions(
         assets=[*daily_assets, *GLOBAL_ASSETS, evaluation, checked_documents],
-        asset_checks=CHECKS,
+        asset_checks=ASSET_CHECKS,
         jobs=[daily_job, global_job, evaluate_job, check_job],
         schedules=[] if months else [webdedup_daily_schedule],
         sensors=[global_after_daily, discover_crawl_months],

@@ -1,26 +1,12 @@
-"""Asset checks: blocking invariants for every corpus, and counts pinned by an expectations file."""
-
-from collections.abc import Callable
+"""Asset checks: engine.invariants.CHECKS (declared once, also evaluated by `webdedup run`) as
+Dagster asset checks."""
 
 import dagster as dg
 
-from ..engine import invariants
-from ..engine.storage import Store
+from ..engine.invariants import CHECKS, Check, describe_failure
 from .resources import WebdedupStorage
 
-
-def describe_failure(details: dict) -> str:
-    """The whole message of a failed check: every non-empty figure, the first offenders by doc_id."""
-    parts = []
-    for key, value in details.items():
-        if value in (0, [], None, ""):
-            continue
-        if isinstance(value, dict):
-            value = ", ".join(f"{k} {v}" for k, v in value.items())
-        elif isinstance(value, list):
-            value = ", ".join("(" + ", ".join(map(repr, v)) + ")" if isinstance(v, list) else repr(v) for v in value)
-        parts.append(f"{key.replace('_', ' ')}: {value}")
-    return "; ".join(parts)
+__all__ = ["ASSET_CHECKS", "describe_failure"]
 
 
 def _metadata(details: dict) -> dict[str, dg.MetadataValue]:
@@ -42,58 +28,25 @@ def _metadata(details: dict) -> dict[str, dg.MetadataValue]:
     return {"details": dg.MetadataValue.json(details), **numbers}
 
 
-def _result(passed: bool, details: dict) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(
-        passed=bool(passed),
-        description=None if passed else describe_failure(details),
-        metadata=_metadata(details),
-    )
+def asset_check(check: Check) -> dg.AssetChecksDefinition:
+    """A blocking check fails the run and skips what follows; a warning and a pinned count check
+    without expectations report WARN with their reason (not a silent pass)."""
 
-
-def _invariant(
-    asset: str, name: str, description: str, check: Callable[[Store], tuple[bool, dict]]
-) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=asset, name=name, description=description, blocking=True)
-    def _check(storage: WebdedupStorage) -> dg.AssetCheckResult:
-        return _result(*check(storage.store()))
-
-    return _check
-
-
-def _pinned(asset: str, keys: list[str]) -> dg.AssetChecksDefinition:
     @dg.asset_check(
-        asset=asset,
-        name=f"{asset}_match_expected_counts",
-        description=(
-            f"{', '.join(keys)} equal the counts pinned in the input's expectations file "
-            "(<input>.expected.json matched by sha256). Without one the check reports WARN with the reason."
-        ),
+        asset=check.asset, name=check.name, description=check.description, blocking=check.kind == "blocking"
     )
     def _check(storage: WebdedupStorage) -> dg.AssetCheckResult:
-        passed, details = invariants.compare_counts(storage.store(), keys)
-        if passed is None:  # not a silent pass: shown as a warning with the reason
+        passed, details = check.evaluate(storage.store())
+        if passed is None:
             return dg.AssetCheckResult(
                 passed=False,
                 severity=dg.AssetCheckSeverity.WARN,
                 description=f"skipped: {details['skipped']}",
                 metadata={"skipped": dg.MetadataValue.text(details["skipped"])},
             )
-        return _result(passed, details)
-
-    return _check
-
-
-def _warning(
-    asset: str, name: str, description: str, check: Callable[[Store], tuple[bool, dict]]
-) -> dg.AssetChecksDefinition:
-    """A non-blocking check: when it fails the run goes on and the result is a WARN with its message."""
-
-    @dg.asset_check(asset=asset, name=name, description=description, blocking=False)
-    def _check(storage: WebdedupStorage) -> dg.AssetCheckResult:
-        passed, details = check(storage.store())
         return dg.AssetCheckResult(
             passed=bool(passed),
-            severity=dg.AssetCheckSeverity.WARN,
+            severity=dg.AssetCheckSeverity.WARN if check.kind == "warning" else dg.AssetCheckSeverity.ERROR,
             description=None if passed else describe_failure(details),
             metadata=_metadata(details),
         )
@@ -101,43 +54,4 @@ def _warning(
     return _check
 
 
-CHECKS = [
-    _invariant("documents", "doc_id_unique", "Every doc_id appears once.", invariants.doc_ids_unique),
-    _invariant(
-        "candidate_pairs",
-        "candidates_well_formed",
-        "left_doc_id < right_doc_id and no document without shingles is in any candidate.",
-        invariants.candidates_well_formed,
-    ),
-    _invariant(
-        "duplicate_pairs",
-        "duplicates_meet_threshold",
-        "Every duplicate pair has exact Jaccard >= threshold and left_doc_id < right_doc_id.",
-        invariants.duplicates_meet_threshold,
-    ),
-    _invariant(
-        "clusters",
-        "every_document_in_one_cluster",
-        "Every document is in exactly one cluster (singletons included).",
-        invariants.every_document_in_one_cluster,
-    ),
-    _invariant(
-        "deduped_documents",
-        "one_representative_per_cluster",
-        "Exactly one representative per cluster.",
-        invariants.one_representative_per_cluster,
-    ),
-    _warning(
-        "deduped_documents",
-        "clusters_cohesive",
-        "WARN (the run goes on) on giant clusters (over 1,000 documents) and on members whose exact Jaccard to "
-        "their representative is below the threshold: they joined by chaining (A~B, B~C). Clusters of three or "
-        "more, largest first, at most 100,000 members per run.",
-        invariants.cluster_cohesion,
-    ),
-    _pinned("documents", ["documents"]),
-    _pinned("candidate_pairs", ["candidate_pairs"]),
-    _pinned("duplicate_pairs", ["duplicate_pairs", "exact_duplicate_pairs", "near_duplicate_pairs"]),
-    _pinned("clusters", ["duplicate_clusters", "singletons"]),
-    _pinned("deduped_documents", ["representatives"]),
-]
+ASSET_CHECKS = [asset_check(check) for check in CHECKS]
