@@ -5,10 +5,11 @@ from typing import Any
 
 import pytest
 
-from webdedup_assets.cli import execute
 from webdedup_assets.defs.config import run_config_ops
 from webdedup_assets.engine.storage import Store
 from webdedup_assets.params import STAGE_GROUPS, RunParams
+
+from .dagster_runs import execute
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "documents.csv"

@@ -14,7 +14,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from webdedup_assets.cli import RANGE_END_TAG, RANGE_START_TAG, main
+from webdedup_assets.cli import main
 from webdedup_assets.defs import CRAWL_MONTHS, DAILY_JOB, GLOBAL_JOB, build_defs, register_months
 from webdedup_assets.engine.manifest import load_manifest
 from webdedup_assets.engine.reading import combined_sha256, input_days
@@ -23,6 +23,7 @@ from webdedup_assets.ingest.inputs import resolve_input
 from webdedup_assets.params import BandingParams, CandidateParams
 
 from .conftest import FIXTURE, check_results, failure_messages
+from .dagster_runs import RANGE_END_TAG, RANGE_START_TAG
 
 FIRST, LAST = "2026-01", "2026-03"  # the crawl months of the split fixture
 MONTHS = ["2026-01", "2026-02", "2026-03"]
@@ -458,9 +459,8 @@ def test_cli_run_over_many_days_is_one_daily_run_over_their_months(tmp_path):
             writer.writerow(
                 [f"d{i:04d}", "s", f"site{i % 7}.example", day, "t", " ".join(rng.choice(words) for _ in range(40))]
             )
-    from webdedup_assets.cli import execute
-
     from .conftest import job_config
+    from .dagster_runs import execute
 
     events = execute(str(path), job_config(tmp_path / "s", tmp_path / "o", path))
     starts = [e.job_name for e in events if e.event_type_value == "PIPELINE_START"]

@@ -115,20 +115,15 @@ def test_pair_previews_show_both_titles_and_the_differing_words(fixture_metadata
     assert cells[5] != "—" or cells[6] != "—"  # a near duplicate differs in some words
 
 
-def test_webdedup_run_leaves_the_charts_and_previews_out_of_its_throwaway_instance(tmp_path):
-    """`webdedup run` turns ui_previews off (no one can see its instance's metadata); the figures,
-    row counts, parameters and checks stay, and so do the outputs."""
-    from webdedup_assets import cli
-
+def test_ui_previews_off_leaves_the_charts_and_previews_out_of_the_metadata(tmp_path):
+    """With ui_previews off (a throwaway instance no one looks at), the figures, row counts,
+    parameters and checks stay, and so do the outputs."""
     from .conftest import FIXTURE, RunEvents, job_config
-
-    args = cli._parser().parse_args(["run", str(FIXTURE), "--output", str(tmp_path / "out")])
-    config = cli.run_config(args, tmp_path / "out" / "_storage", tmp_path / "out")
-    assert config["resources"]["storage"]["config"]["ui_previews"] is False
+    from .dagster_runs import execute
 
     config = job_config(tmp_path / "storage", tmp_path / "output")
     config["resources"]["storage"]["config"]["ui_previews"] = False
-    result = RunEvents(cli.execute(str(FIXTURE), config))
+    result = RunEvents(execute(str(FIXTURE), config))
     assert result.success
     shown = {"preview", "pairs_side_by_side", "jaccard_histogram", "jaccard_counts", "s_curve", "cluster_sizes"}
     seen = set()

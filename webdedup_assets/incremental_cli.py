@@ -7,8 +7,8 @@ has to, and it says why), then the outputs are published as one set.
 `check NEW_INPUT --against STORAGE` writes, for each document of NEW_INPUT, whether it
 duplicates a document of the corpus, without changing the corpus.
 
-Both call the engine directly (not through the Dagster job that `run` executes): `add` under the
-storage's writer lock; `check` (engine.incremental.check_input, also the Dagster asset
+`add` is engine.pipeline.add (under the writer locks, in a storage transaction: a failed add
+changes nothing); `check` (engine.incremental.check_input, also the Dagster asset
 `checked_documents`) only reads the storage.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -65,118 +64,35 @@ def _given(args: argparse.Namespace, group: str) -> dict[str, Any]:
     return {k: getattr(args, k) for k in params.STAGE_GROUPS[group].model_fields if getattr(args, k) is not None}
 
 
-def _held(store, asset: str, group: str) -> dict[str, Any] | None:
-    if not store.files(asset):
-        return None
-    return store.params(asset).get(group)
-
-
-def _daily_params(store, args: argparse.Namespace):
-    """Fingerprint and banding: the held corpus' (a different value given is refused)."""
-    chosen = {}
-    for group, asset, model in (
-        ("fingerprint", "fingerprinted", params.FingerprintParams),
-        ("banding", "band_memberships", params.BandingParams),
-    ):
-        held = _held(store, asset, group)
-        given = _given(args, group)
-        if held is not None:
-            values = {k: held[k] for k in model.model_fields}
-            differ = {k: (values[k], v) for k, v in given.items() if values[k] != v}
-            if differ and not args.full_rebuild:
-                shown = ", ".join(f"{k}={a} (held) vs {b} (given)" for k, (a, b) in differ.items())
-                raise params.ParamError(
-                    (),
-                    "add: {shown}: changing a {group} parameter needs a full rebuild of every day; run `webdedup run` "
-                    "on the whole input instead",
-                    shown=shown,
-                    group=group,
-                )
-            chosen[group] = model.checked(values)
-        else:
-            chosen[group] = model.checked(given)
-    if chosen["banding"].bands * chosen["banding"].rows != chosen["fingerprint"].num_perm and "rows" not in _given(
-        args, "banding"
-    ):
-        chosen["banding"] = params.BandingParams.checked(
-            {"bands": chosen["banding"].bands, "rows": chosen["fingerprint"].num_perm // chosen["banding"].bands}
-        )
-    params.check_banding(chosen["fingerprint"], chosen["banding"])
-    return chosen["fingerprint"], chosen["banding"]
-
-
-def _global_params(args: argparse.Namespace):
-    out = []
-    for group in ("candidates", "scoring", "representative"):
-        given = _given(args, group)
-        out.append(params.STAGE_GROUPS[group].checked(given) if given else None)
-    return out
-
-
 def cmd_add(args: argparse.Namespace) -> int:
     from .ingest.inputs import hash_in_background
 
     hash_in_background(args.input, args.input_format)  # while the engine is imported
-    from .engine import incremental
-    from .engine.documents import stage_documents
-    from .engine.fingerprint import stage_band_memberships, stage_fingerprinted
-    from .engine.manifest import stage_manifest
-    from .engine.publish import publication_prepared
-    from .engine.reading import input_days
-    from .engine.state import months_of, remove_leftovers, writer_lock
-    from .engine.storage import Store
+    from .engine import pipeline
     from .errors import WebdedupError
 
     output_dir = Path(args.output).expanduser().resolve()
     storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
-    store = Store(storage_root)
+    groups = ("fingerprint", "banding", "candidates", "scoring", "representative")
+    given = {group: _given(args, group) for group in groups}
+    notice = lambda message: print(f"webdedup: {message}", file=sys.stderr)  # noqa: E731
     try:
-        with (
-            writer_lock(output_dir, purpose=f"webdedup add {args.input}"),
-            writer_lock(storage_root, purpose=f"webdedup add {args.input}"),
-        ):
-            remove_leftovers(storage_root)
-            fingerprint, banding = _daily_params(store, args)
-            candidates, scoring, representative = _global_params(args)
-            days = input_days(args.input, args.input_format, store=store)
-            if not days:
-                raise WebdedupError(f"{args.input}: no crawl day found in the input (is crawled_at a date?)")
-            months = months_of(days)  # the held days of these months that INPUT lacks are kept
-            steps: dict[str, float] = {}  # seconds of each step, for the report
-
-            def timed(name: str, step, *positional, **named):
-                started = time.perf_counter()
-                result = step(*positional, **named)
-                steps[name] = round(time.perf_counter() - started, 3)
-                return result
-
-            timed("documents", stage_documents, store, args.input, args.input_format, months=months, extend=True)
-            timed("fingerprinted", stage_fingerprinted, store, fingerprint, months)
-            timed("band_memberships", stage_band_memberships, store, banding, months)
-            # the day's fingerprints are final: their publication is built while the update runs
-            with publication_prepared(store, output_dir):
-                report = timed(
-                    "update",
-                    incremental.update,
-                    store,
-                    candidates,
-                    scoring,
-                    representative,
-                    full_rebuild_flag=args.full_rebuild,
-                )
-                manifest = timed("publish", stage_manifest, store, output_dir)
-    except params.ParamError as err:
+        outcome = pipeline.add(
+            args.input, args.input_format, storage_root, output_dir, given, args.full_rebuild, notice=notice
+        )
+    except pipeline.StageFailed as err:
+        print(f"webdedup: error in {err.stage}: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    except (params.ParamError, WebdedupError) as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    except WebdedupError as err:
-        print(f"webdedup: error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    summary = {"input_days": days, **report.as_dict(), "step_seconds": steps, "counts": manifest["counts"]}
+    report, manifest, steps = outcome.report, outcome.manifest, outcome.step_seconds
+    summary = {"input_days": outcome.days, **report.as_dict(), "step_seconds": steps, "counts": manifest["counts"]}
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
         how = {"full": f"full rebuild ({report.reason})", "incremental": "incremental", "unchanged": "nothing changed"}
-        print(f"webdedup add: {len(days)} crawl day(s) of {args.input} -> {output_dir}: {how[report.mode]}")
+        print(f"webdedup add: {len(outcome.days)} crawl day(s) of {args.input} -> {output_dir}: {how[report.mode]}")
         print(
             f"  documents added {report.documents_added}, removed {report.documents_removed}; "
             f"buckets touched {report.touched_buckets}; pairs scored {report.pairs_scored}; "

@@ -65,13 +65,6 @@ class WebdedupEngine(dg.ConfigurableResource):
 
     def run(self, name: str, store: Store, params, months=None):
         """Run a stage of the contract on the chosen engine."""
-        chosen = self.params()
-        if chosen.engine == "duckdb":
-            from ..engine.stage import DUCKDB
+        from ..engine.pipeline import stage_runner
 
-            return DUCKDB.run(name, store, params, months)
-        from ..engine.spark import SPARK
-        from ..engine.spark.session import SparkSettings
-
-        settings = SparkSettings(master=chosen.spark_master or None, remote=chosen.spark_remote or None)
-        return SPARK.run(name, store, params, months, spark=settings)
+        return stage_runner(self.params())(name, store, params, months)

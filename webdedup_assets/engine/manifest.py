@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -108,10 +109,13 @@ def build_manifest(store: Store) -> dict[str, Any]:
     }
 
 
-def stage_manifest(store: Store, output_dir: Path | None = None) -> dict[str, Any]:
+def stage_manifest(
+    store: Store, output_dir: Path | None = None, on_commit: Callable[[], None] | None = None
+) -> dict[str, Any]:
     """The manifest stage through the contract; returns the manifest. With `output_dir`, every
-    output is published with it as one set (the caller holds the output folder's writer lock)."""
-    DUCKDB.run("manifest", store, None, output_dir=output_dir)
+    output is published with it as one set (the caller holds the output folder's writer lock;
+    `on_commit`: see publish.publish)."""
+    DUCKDB.run("manifest", store, None, output_dir=output_dir, on_commit=on_commit)
     return load_manifest(store)
 
 
@@ -124,7 +128,7 @@ def manifest_stage(run: StageRun) -> StageOutput:
     manifest = build_manifest(store)
     manifest["timings_seconds"]["manifest"] = round(time.perf_counter() - started, 4)
     if output_dir is not None:
-        manifest["outputs"] = publish(store, output_dir, manifest)
+        manifest["outputs"] = publish(store, output_dir, manifest, run.options.get("on_commit"))
     else:
         write_text(store.asset_dir("manifest") / "manifest.json", json.dumps(manifest, indent=2, default=str))
     counts = manifest["counts"]

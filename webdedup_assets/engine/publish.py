@@ -25,7 +25,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
@@ -211,10 +211,14 @@ def domain_summary_sql(store: Store) -> str:
          ORDER BY documents DESC, d.domain"""
 
 
-def publish(store: Store, output_dir: Path, manifest: dict[str, Any]) -> dict[str, int]:
+def publish(
+    store: Store, output_dir: Path, manifest: dict[str, Any], on_commit: Callable[[], None] | None = None
+) -> dict[str, int]:
     """Export the stored run into `output_dir` as one set; returns {file: bytes} of the set.
 
-    The caller holds the output folder's writer lock (state.writer_lock)."""
+    The caller holds the output folder's writer lock (state.writer_lock). `on_commit` is called
+    once the set is staged and its journal written, before the swap: from then on a killed
+    publish is completed (`recover`), not undone."""
     output_dir.mkdir(parents=True, exist_ok=True)
     recover(output_dir)
     staging = output_dir / f".publish-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -231,6 +235,8 @@ def publish(store: Store, output_dir: Path, manifest: dict[str, Any]) -> dict[st
         names = sorted(n for n in outputs if n != MANIFEST) + [MANIFEST]
         stale = [n for n in OUTPUT_NAMES if n not in outputs and (output_dir / n).exists()]
         write_text(output_dir / JOURNAL, json.dumps({"staging": staging.name, "move": names, "remove": stale}))
+        if on_commit is not None:
+            on_commit()
         _swap(output_dir, staging, names, stale)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -51,7 +51,7 @@ from .assets import bring_up_to_date
 from .changes import DailyChanges, changed_documents, daily_changes
 from .check import CHECK_SCHEMA, check_against, check_input, held_daily_params
 from .layout import DAILY, GLOBAL, INCREMENTAL_DIR, UpdateReport, load_state
-from .rebuild import check_fixed_params, full_rebuild
+from .rebuild import check_fixed_params, full_rebuild, run_global_stages
 from .update import update
 
 __all__ = [
@@ -70,5 +70,6 @@ __all__ = [
     "full_rebuild",
     "held_daily_params",
     "load_state",
+    "run_global_stages",
     "update",
 ]

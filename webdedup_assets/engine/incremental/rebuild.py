@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from ...params import CandidateParams, RepresentativeParams, ScoringParams
 from ..clustering import cluster_inspection, ranking_columns
 from ..documents import stored_extra_columns
 from ..serial import from_stored
-from ..stage import DUCKDB
+from ..stage import DUCKDB, StageResult
 from ..state import held_days
 from ..storage import Store, connect, quote_ident, write_text
 from .layout import (
@@ -29,6 +30,9 @@ from .layout import (
     snapshot_dir,
 )
 
+# Runs one global stage with its parameters (None: the stage's own from upstream).
+StageRunner = Callable[[str, Any], StageResult]
+
 
 def stored_choice(state: dict[str, Any] | None, key: str, model, given):
     if given is not None:
@@ -39,14 +43,17 @@ def stored_choice(state: dict[str, Any] | None, key: str, model, given):
 
 
 def full_rebuild(
-    store: Store, candidates: CandidateParams, scoring: ScoringParams, representative: RepresentativeParams
+    store: Store,
+    candidates: CandidateParams,
+    scoring: ScoringParams,
+    representative: RepresentativeParams,
+    run_stage: StageRunner | None = None,
 ) -> None:
-    """Every global stage from scratch (the contract's own implementations), then a fresh snapshot."""
-    DUCKDB.run("candidate_pairs", store, candidates)
-    DUCKDB.run("scored_pairs", store, scoring)
-    DUCKDB.run("duplicate_pairs", store, None)
-    DUCKDB.run("clusters", store)
-    DUCKDB.run("deduped_documents", store, representative)
+    """Every global stage from scratch (the contract's own implementations, each through
+    `run_stage`: the pipeline's, which reports progress and checks the stage), then a fresh snapshot."""
+    run_global_stages(
+        run_stage or (lambda name, params: DUCKDB.run(name, store, params)), candidates, scoring, representative
+    )
     con = connect(store)
     try:
         bm = store.scan_sql("band_memberships")
@@ -65,6 +72,20 @@ def full_rebuild(
     finally:
         con.close()
     commit(store, candidates, scoring, representative, figures)
+
+
+def run_global_stages(
+    run_stage: StageRunner,
+    candidates: CandidateParams,
+    scoring: ScoringParams,
+    representative: RepresentativeParams,
+) -> None:
+    """candidate_pairs .. deduped_documents from scratch, in order, on any engine."""
+    run_stage("candidate_pairs", candidates)
+    run_stage("scored_pairs", scoring)
+    run_stage("duplicate_pairs", None)
+    run_stage("clusters", None)
+    run_stage("deduped_documents", representative)
 
 
 def bucket_totals(con, bm: str, candidates: CandidateParams) -> tuple[int, int, int, int, int]:

@@ -22,7 +22,7 @@ from .changes import changed_documents, daily_changes
 from .components import ComponentsStep
 from .layout import UpdateReport, load_state
 from .links import LinksStep
-from .rebuild import check_fixed_params, commit, full_rebuild, rebuild_reason, stored_choice
+from .rebuild import StageRunner, check_fixed_params, commit, full_rebuild, rebuild_reason, stored_choice
 from .representatives import RepresentativesStep
 from .verify import VerifyStep
 
@@ -33,10 +33,11 @@ def update(
     scoring: ScoringParams | None = None,
     representative: RepresentativeParams | None = None,
     full_rebuild_flag: bool = False,
+    run_stage: StageRunner | None = None,
 ) -> UpdateReport:
     """Bring every global asset up to date with the daily assets, processing only the
-    documents that changed since the last update (a full rebuild when it has to; the report
-    says why). The caller holds the storage's writer lock."""
+    documents that changed since the last update (a full rebuild when it has to, its stages run
+    through `run_stage`; the report says why). The caller holds the storage's writer lock."""
     started = time.perf_counter()
     check_consistent(store)
     for asset in ("fingerprinted", "band_memberships"):
@@ -55,7 +56,7 @@ def update(
         else rebuild_reason(store, state, candidates, scoring, representative)
     )
     if reason is not None:
-        full_rebuild(store, candidates, scoring, representative)
+        full_rebuild(store, candidates, scoring, representative, run_stage)
         bodies.sync(store)  # for the next update (engine.incremental.bodies)
         return UpdateReport(
             "full",

@@ -1,0 +1,175 @@
+"""A command that fails changes nothing: the storage and the outputs stay exactly as they were
+(engine.transaction, engine.pipeline), and what a killed command left is undone by the next one."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from webdedup_assets.cli import main
+from webdedup_assets.engine import DUCKDB
+from webdedup_assets.engine.publish import JOURNAL
+from webdedup_assets.engine.state import HOLDERS_DIR, LOCK_FILE
+from webdedup_assets.engine.transaction import ROLLBACK_DIR, StorageTransaction, restore
+
+from .conftest import FIXTURE
+
+NOT_HELD = {LOCK_FILE, HOLDERS_DIR, ".corpus_state.lock"}
+
+
+def held(folder: Path) -> dict[str, str]:
+    """Every file a user holds under `folder` (locks aside): relative path -> sha256."""
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not NOT_HELD & set(path.relative_to(folder).parts):
+            files[str(path.relative_to(folder))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return files
+
+
+def write_day(path: Path, day: str, ids: list[str], body: str = "a page about {} with words") -> Path:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["doc_id", "source", "domain", "crawled_at", "title", "body"])
+        for doc_id in ids:
+            writer.writerow([doc_id, "s", "site.example", day, doc_id, body.format(doc_id) * 3])
+    return path
+
+
+def published_ids(out: Path) -> set[str]:
+    with open(out / "clusters.csv", newline="") as handle:
+        return {row["doc_id"] for row in csv.DictReader(handle)}
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    out = tmp_path / "out"
+    assert main(["run", str(FIXTURE), "--output", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_a_run_with_a_mistyped_input_changes_nothing_and_the_next_add_keeps_the_corpus(corpus, tmp_path, capsys):
+    before = held(corpus)
+    typo = str(FIXTURE).replace("documents.csv", "documnets.csv")
+    assert main(["run", typo, "--output", str(corpus), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "documnets.csv" in err and "cleared" not in err
+    assert held(corpus) == before
+    new_day = write_day(tmp_path / "new.csv", "2026-04-01", ["fresh-01"])
+    assert main(["add", str(new_day), "--output", str(corpus)]) == 0
+    assert published_ids(corpus) == _fixture_ids() | {"fresh-01"}
+
+
+def _fixture_ids() -> set[str]:
+    with open(FIXTURE, newline="") as handle:
+        return {row["doc_id"] for row in csv.DictReader(handle)}
+
+
+def test_a_run_that_fails_in_a_stage_restores_the_corpus_it_had_cleared(corpus, tmp_path, capsys, monkeypatch):
+    """The other input's days are cleared and its documents written before scoring fails: all undone."""
+    before = held(corpus)
+
+    def failing(run):
+        raise MemoryError("out of memory while scoring")
+
+    monkeypatch.setitem(DUCKDB.stages, "scored_pairs", failing)
+    other = write_day(tmp_path / "other.csv", "2025-01-05", ["other-01", "other-02"])
+    assert main(["run", str(other), "--output", str(corpus), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "webdedup: error in scored_pairs: MemoryError: out of memory while scoring" in err
+    assert f"nothing was changed: {corpus / '_storage'} and {corpus} are as they were" in err
+    assert held(corpus) == before
+
+
+def test_a_refused_add_stores_nothing_and_later_adds_work(corpus, tmp_path, capsys):
+    before = held(corpus)
+    # notice-01 is held on another day of the corpus: refused
+    clash = write_day(tmp_path / "clash.csv", "2026-05-02", ["notice-01", "late-01"])
+    assert main(["add", str(clash), "--output", str(corpus)]) == 2
+    err = capsys.readouterr().err
+    assert "doc_id must be unique" in err and "'notice-01'" in err
+    assert held(corpus) == before
+    good = write_day(tmp_path / "good.csv", "2026-05-03", ["late-02"])
+    assert main(["add", str(good), "--output", str(corpus), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["documents_added"] == 1 and report["input_days"] == ["2026-05-03"]
+    assert published_ids(corpus) == _fixture_ids() | {"late-02"}  # late-01 of the refused add is not there
+
+
+def test_a_failed_blocking_check_publishes_nothing_and_restores_the_storage(corpus, capsys, monkeypatch):
+    from .test_cli import _drop_from_clusters
+
+    before = held(corpus)
+    _drop_from_clusters(monkeypatch, ["notice-02"])
+    assert main(["run", str(FIXTURE), "--output", str(corpus), "--quiet", "--threshold", "0.8"]) == 1
+    assert "check failed: clusters:every_document_in_one_cluster" in capsys.readouterr().err
+    assert held(corpus) == before
+
+
+def test_run_then_add_is_an_incremental_update(corpus, tmp_path, capsys):
+    new_day = write_day(tmp_path / "new.csv", "2026-04-01", ["fresh-01", "fresh-02"])
+    assert main(["add", str(new_day), "--output", str(corpus), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["mode"] == "incremental" and report["documents_added"] == 2
+
+
+def test_what_a_killed_command_changed_is_restored(tmp_path):
+    root = tmp_path / "storage"
+    (root / "documents").mkdir(parents=True)
+    (root / "documents" / "part-2026-03.parquet").write_bytes(b"march")
+    (root / "corpus_state.json").write_text("{}")
+    before = held(root)
+    transaction = StorageTransaction(root)
+    transaction.begin()
+    # what a command does: replace a file, add one in a new folder, remove one; then it is killed
+    temporary = root / "documents" / ".x.tmp"
+    temporary.write_bytes(b"march, rewritten")
+    os.replace(temporary, root / "documents" / "part-2026-03.parquet")
+    (root / "clusters").mkdir()
+    (root / "clusters" / "data.parquet").write_bytes(b"new")
+    (root / "corpus_state.json").unlink()
+    assert restore(root)  # what the next command does first
+    assert held(root) == before
+    assert not (root / "clusters").exists() and not (root / ROLLBACK_DIR).exists()
+    assert not restore(root)
+
+
+def test_links_of_a_command_killed_while_taking_them_are_dropped(tmp_path):
+    root = tmp_path / "storage"
+    root.mkdir()
+    (root / "corpus_state.json").write_text("{}")
+    (root / ROLLBACK_DIR / "documents").mkdir(parents=True)  # no COMPLETE marker: nothing was changed yet
+    assert not restore(root)
+    assert held(root) == {"corpus_state.json": hashlib.sha256(b"{}").hexdigest()}
+
+
+def test_a_command_killed_after_its_publish_began_is_completed_not_undone(corpus, tmp_path):
+    """The publish journal is the commit point: the next command completes the outputs and keeps
+    the storage that produced them."""
+    storage = corpus / "_storage"
+    transaction = StorageTransaction(storage)
+    transaction.begin()  # a command that had reached its publish...
+    marker = storage / "documents" / "marker.txt"
+    marker.write_text("written by the killed command")
+    staging = corpus / ".publish-dead"
+    staging.mkdir()
+    (staging / "clusters.csv").write_text("doc_id,cluster_id\n")
+    (corpus / JOURNAL).write_text(json.dumps({"staging": staging.name, "move": ["clusters.csv"], "remove": []}))
+    other = write_day(tmp_path / "next.csv", "2026-04-02", ["next-01"])
+    assert main(["add", str(other), "--output", str(corpus)]) == 0
+    assert marker.exists()  # the storage of the killed command stood
+    assert not (storage / ROLLBACK_DIR).exists()
+    assert pq.read_metadata(corpus / "deduped_documents.parquet").num_rows > 0
+
+
+def test_output_naming_a_file_is_refused_in_one_line(tmp_path, capsys):
+    target = tmp_path / "out.txt"
+    target.write_text("mine")
+    assert main(["run", str(FIXTURE), "--output", str(target), "--quiet"]) == 2
+    assert f"webdedup: error: --output {target} is a file, not a folder" in capsys.readouterr().err
+    assert target.read_text() == "mine"

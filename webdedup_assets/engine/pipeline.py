@@ -1,0 +1,356 @@
+"""The pipeline: `webdedup run` and `webdedup add` as the stages called in order, in plain Python.
+
+Both are one update of the corpus held in a storage root: `run` makes the storage hold exactly
+its input and rebuilds the global stages from scratch; `add` extends the held corpus and updates
+the global stages for the documents that changed (engine.incremental.update). Both leave the
+incremental state that the next `add` extends.
+
+Validate first, commit last: the input is resolved before anything changes; every change to the
+storage is made inside a storage transaction (engine.transaction) that is undone when anything
+fails, and the outputs are published as one set at the very end, which is the commit point.
+Each stage reports its progress, and after a stage the checks of its asset (invariants.CHECKS)
+are evaluated: a failed blocking check stops the command before anything is published.
+
+The Dagster definitions (defs/) call the same stage functions; nothing here imports Dagster.
+"""
+
+from __future__ import annotations
+
+import calendar
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ..errors import WebdedupError
+from ..ingest.inputs import resolve_input
+from ..params import (
+    BandingParams,
+    CandidateParams,
+    EngineParams,
+    FingerprintParams,
+    ParamError,
+    RepresentativeParams,
+    RunParams,
+    ScoringParams,
+    check_banding,
+)
+from . import incremental
+from .documents import stage_documents, warc_options_of
+from .incremental.layout import UpdateReport
+from .invariants import CHECKS, Check, describe_failure
+from .manifest import stage_manifest
+from .publish import publication_prepared, recover
+from .reading import input_days
+from .stage import DUCKDB, StageResult
+from .state import clear_days, held_days, months_of, remove_leftovers, reset_outdated, writer_lock
+from .storage import Store
+from .transaction import StorageTransaction, discard, storage_transaction
+
+PROGRESS = logging.getLogger("webdedup.progress")
+Notice = Callable[[str], None]
+
+
+def _silent(message: str) -> None:
+    pass
+
+
+class StageFailed(WebdedupError):
+    """A stage failed; the message is the user's (the stage is named by `stage`)."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+@dataclass
+class CheckOutcome:
+    check: Check
+    passed: bool | None  # None: a pinned count check without expectations
+    details: dict[str, Any]
+
+    @property
+    def message(self) -> str:
+        if self.passed is None:
+            return f"skipped: {self.details['skipped']}"
+        return describe_failure(self.details)
+
+
+class ChecksFailed(WebdedupError):
+    """A blocking check failed: the command stopped and published nothing."""
+
+    def __init__(self, failed: list[CheckOutcome], checks: list[CheckOutcome]) -> None:
+        super().__init__("; ".join(f"{o.check.label}: {o.message}" for o in failed))
+        self.failed = failed
+        self.checks = checks  # every check evaluated before the command stopped
+
+
+@dataclass
+class Outcome:
+    """What a command did: the published manifest, every check evaluated, the update's report."""
+
+    manifest: dict[str, Any]
+    days: list[str]
+    checks: list[CheckOutcome] = field(default_factory=list)
+    report: UpdateReport | None = None
+    step_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failed_checks(self) -> list[CheckOutcome]:
+        return [o for o in self.checks if o.passed is False and o.check.kind != "warning"]
+
+    @property
+    def warnings(self) -> list[CheckOutcome]:
+        return [o for o in self.checks if o.passed is False and o.check.kind == "warning"]
+
+    @property
+    def skipped_checks(self) -> list[CheckOutcome]:
+        return [o for o in self.checks if o.passed is None]
+
+
+def stage_runner(chosen: EngineParams) -> Callable[..., StageResult]:
+    """Engine.run of the chosen engine (fingerprinted, band_memberships and the global stages)."""
+    if chosen.engine == "duckdb":
+        return DUCKDB.run
+    from .spark import SPARK
+    from .spark.session import SparkSettings
+
+    settings = SparkSettings(master=chosen.spark_master or None, remote=chosen.spark_remote or None)
+    return partial(SPARK.run, spark=settings)
+
+
+class _Steps:
+    """Runs the stages of one command: progress lines, seconds, errors named by stage, checks."""
+
+    def __init__(self, store: Store, checked: bool) -> None:
+        self.store = store
+        self.checked = checked
+        self.checks: list[CheckOutcome] = []
+        self.seconds: dict[str, float] = {}
+
+    def run(self, name: str, call: Callable[[], Any], timed_as: str | None = None) -> Any:
+        PROGRESS.info("%-18s running", name)
+        started = time.perf_counter()
+        try:
+            result = call()
+        except (StageFailed, ChecksFailed, ParamError):
+            raise
+        except WebdedupError as err:
+            PROGRESS.info("%-18s failed", name)
+            raise StageFailed(name, str(err)) from None
+        except Exception as err:  # a bug or the machine (memory, disk): one line, the stage named
+            PROGRESS.info("%-18s failed", name)
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise StageFailed(name, f"{type(err).__name__}: {first}") from err
+        self.seconds[timed_as or name] = round(time.perf_counter() - started, 3)
+        if isinstance(result, StageResult):
+            PROGRESS.info("%-18s done: %s rows in %.2f s", name, result.rows, result.seconds)
+        elif isinstance(result, dict):  # documents and manifest: a dict of figures
+            rows = result.get("rows", result.get("counts", {}).get("representatives"))
+            seconds = result.get("seconds") or result.get("timings_seconds", {}).get("manifest")
+            PROGRESS.info("%-18s done: %s rows in %.2f s", name, rows, seconds or 0.0)
+        else:
+            PROGRESS.info("%-18s done in %.2f s", name, self.seconds[timed_as or name])
+        if self.checked:
+            self._check(name)
+        return result
+
+    def _check(self, asset: str) -> None:
+        failed = []
+        for check in CHECKS:
+            if check.asset != asset:
+                continue
+            passed, details = check.evaluate(self.store)
+            outcome = CheckOutcome(check, passed, details)
+            self.checks.append(outcome)
+            if check.kind == "blocking" and not passed:
+                failed.append(outcome)
+        if failed:
+            raise ChecksFailed(failed, self.checks)
+
+    def global_stage(self, runner: Callable[..., StageResult]) -> Callable[[str, Any], StageResult]:
+        """A global stage run through these steps (the full rebuild's `run_stage`)."""
+        return lambda name, params: self.run(name, lambda: runner(name, self.store, params))
+
+
+@contextmanager
+def _writing(storage_root: Path, output_dir: Path, purpose: str, notice: Notice) -> Iterator[StorageTransaction]:
+    """The writer locks of both folders, what dead commands left tidied, and the storage
+    transaction of this command (rolled back, and said so, when the block fails)."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise WebdedupError(f"--output {output_dir} is a file, not a folder")
+    with writer_lock(output_dir, purpose=purpose) as output_lock, writer_lock(storage_root, purpose=purpose) as lock:
+        for report in (output_lock, lock):
+            for stale in report.stale:
+                notice(
+                    f"took over the writer lock of {report.path} left by pid {stale.get('pid')} "
+                    f"(started {stale.get('started')}), which is no longer running"
+                )
+        removed = remove_leftovers(storage_root) + remove_leftovers(output_dir)
+        if removed:
+            notice(f"removed {len(removed)} temporary file(s) left by interrupted runs (first: {removed[0]})")
+        if recover(output_dir):  # its command had reached its commit point: its storage stands
+            discard(storage_root)
+            notice(f"completed the publishing of {output_dir} that an interrupted run had begun")
+        try:
+            with storage_transaction(storage_root) as transaction:
+                yield transaction
+        except BaseException:
+            notice(f"nothing was changed: {storage_root} and {output_dir} are as they were before this command")
+            raise
+
+
+def _month_coverage(months: list[str]) -> tuple[str, str]:
+    year, month = (int(part) for part in months[-1].split("-"))
+    return f"{months[0]}-01", f"{months[-1]}-{calendar.monthrange(year, month)[1]:02d}"
+
+
+def run(
+    input_path: str,
+    storage_root: Path,
+    output_dir: Path,
+    params: RunParams,
+    engine: EngineParams | None = None,
+    notice: Notice = _silent,
+) -> Outcome:
+    """Deduplicate exactly this input: the storage holds its crawl days and no other (the held
+    days it lacks are cleared, and a notice says so), the global stages are rebuilt from scratch
+    with every check, and the outputs are published. Raises StageFailed, ChecksFailed or
+    WebdedupError (then nothing was changed)."""
+    input_format = params.input.input_format
+    engine = engine or EngineParams()
+    resolve_input(input_path, input_format)  # a missing input is named before anything is touched
+    with _writing(storage_root, output_dir, f"webdedup run {input_path}", notice) as transaction:
+        store = Store(storage_root)
+        if reset_outdated(store):
+            notice(f"{storage_root} was written by an earlier webdedup in another layout: rebuilt from the input")
+        warc_options = warc_options_of(params.input)
+        days = input_days(input_path, input_format, store=store, warc_options=warc_options)
+        stale = [day for day in held_days(store) if day not in set(days)]
+        if stale:
+            clear_days(store, stale)
+            notice(
+                f"cleared {len(stale)} crawl day(s) held in {storage_root} that this input does not hold "
+                f"({stale[0]} .. {stale[-1]}); the results cover exactly {input_path}"
+            )
+        if not days:  # empty or unreadable input: one month, so that documents validates it and says why
+            days = [time.strftime("%Y-%m-%d", time.gmtime())]
+        months = months_of(days)
+        steps = _Steps(store, checked=True)
+        runner = stage_runner(engine)
+        steps.run(
+            "documents",
+            lambda: stage_documents(
+                store,
+                input_path,
+                input_format,
+                months=months,
+                coverage=_month_coverage(months),
+                warc_options=warc_options,
+            ),
+        )
+        steps.run("fingerprinted", lambda: runner("fingerprinted", store, params.fingerprint, months))
+        steps.run("band_memberships", lambda: runner("band_memberships", store, params.banding, months))
+        report = None
+        with publication_prepared(store, output_dir):  # the fingerprints are final: built beside the stages
+            global_stage = steps.global_stage(runner)
+            if engine.engine == "duckdb":  # the full rebuild records the state the next `add` extends
+                report = incremental.update(
+                    store,
+                    params.candidates,
+                    params.scoring,
+                    params.representative,
+                    full_rebuild_flag=True,
+                    run_stage=global_stage,
+                )
+            else:
+                incremental.run_global_stages(global_stage, params.candidates, params.scoring, params.representative)
+            manifest = steps.run("manifest", lambda: stage_manifest(store, output_dir, on_commit=transaction.commit))
+        return Outcome(manifest, days, steps.checks, report, steps.seconds)
+
+
+def held_params(store: Store, given: dict[str, dict[str, Any]], full_rebuild: bool) -> tuple[FingerprintParams, Any]:
+    """Fingerprint and banding of an `add`: the held corpus' (a different value given is refused,
+    unless full_rebuild), the given ones for a new corpus."""
+    chosen: dict[str, Any] = {}
+    for group, asset, model in (
+        ("fingerprint", "fingerprinted", FingerprintParams),
+        ("banding", "band_memberships", BandingParams),
+    ):
+        held = store.params(asset).get(group) if store.files(asset) else None
+        wanted = given.get(group, {})
+        if held is not None:
+            values = {k: held[k] for k in model.model_fields}
+            differ = {k: (values[k], v) for k, v in wanted.items() if values[k] != v}
+            if differ and not full_rebuild:
+                shown = ", ".join(f"{k}={a} (held) vs {b} (given)" for k, (a, b) in differ.items())
+                raise ParamError(
+                    (),
+                    "add: {shown}: changing a {group} parameter needs a full rebuild of every day; run `webdedup run` "
+                    "on the whole input instead",
+                    shown=shown,
+                    group=group,
+                )
+            chosen[group] = model.checked(values)
+        else:
+            chosen[group] = model.checked(wanted)
+    fingerprint, banding = chosen["fingerprint"], chosen["banding"]
+    if banding.bands * banding.rows != fingerprint.num_perm and "rows" not in given.get("banding", {}):
+        banding = BandingParams.checked({"bands": banding.bands, "rows": fingerprint.num_perm // banding.bands})
+    check_banding(fingerprint, banding)
+    return fingerprint, banding
+
+
+def add(
+    input_path: str,
+    input_format: str,
+    storage_root: Path,
+    output_dir: Path,
+    given: dict[str, dict[str, Any]],
+    full_rebuild: bool = False,
+    notice: Notice = _silent,
+) -> Outcome:
+    """Extend the held corpus with this input's crawl days (a day held again is replaced), update
+    the global stages for the documents that changed, publish. `given`: {group: {field: value}}
+    of the parameters given; the global groups not given keep the held corpus' values. Raises
+    StageFailed or WebdedupError (then nothing was changed)."""
+    resolve_input(input_path, input_format)
+    with _writing(storage_root, output_dir, f"webdedup add {input_path}", notice) as transaction:
+        store = Store(storage_root)
+        if not store.files("documents"):
+            notice(f"{storage_root} held no corpus: a new one is started with {input_path}")
+        fingerprint, banding = held_params(store, given, full_rebuild)
+        chosen = {}
+        for group, model in (
+            ("candidates", CandidateParams),
+            ("scoring", ScoringParams),
+            ("representative", RepresentativeParams),
+        ):
+            chosen[group] = model.checked(given[group]) if given.get(group) else None
+        days = input_days(input_path, input_format, store=store)
+        if not days:
+            raise WebdedupError(f"{input_path}: no crawl day found in the input (is crawled_at a date?)")
+        months = months_of(days)  # the held days of these months that the input lacks are kept
+        steps = _Steps(store, checked=False)
+        steps.run("documents", lambda: stage_documents(store, input_path, input_format, months=months, extend=True))
+        steps.run("fingerprinted", lambda: DUCKDB.run("fingerprinted", store, fingerprint, months))
+        steps.run("band_memberships", lambda: DUCKDB.run("band_memberships", store, banding, months))
+        with publication_prepared(store, output_dir):
+            report = steps.run(
+                "update",
+                lambda: incremental.update(
+                    store,
+                    chosen["candidates"],
+                    chosen["scoring"],
+                    chosen["representative"],
+                    full_rebuild_flag=full_rebuild,
+                ),
+            )
+            manifest = steps.run(
+                "manifest", lambda: stage_manifest(store, output_dir, on_commit=transaction.commit), "publish"
+            )
+        return Outcome(manifest, days, steps.checks, report, steps.seconds)
