@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from webdedup_assets.cli import main
 from webdedup_assets.engine import DUCKDB
@@ -173,3 +175,104 @@ def test_output_naming_a_file_is_refused_in_one_line(tmp_path, capsys):
     assert main(["run", str(FIXTURE), "--output", str(target), "--quiet"]) == 2
     assert f"webdedup: error: --output {target} is a file, not a folder" in capsys.readouterr().err
     assert target.read_text() == "mine"
+
+
+# ---- any sequence of commands, failing ones among them -----------------------------------
+
+FIXTURE_ROWS = list(csv.DictReader(open(FIXTURE, newline="")))
+CHUNKS = 3  # the fixture's pages split by crawl day into this many files
+
+
+def _chunk_files(folder: Path) -> list[Path]:
+    rows = sorted(FIXTURE_ROWS, key=lambda row: (row["crawled_at"], row["doc_id"]))
+    days = sorted({row["crawled_at"] for row in rows})
+    files = []
+    for i in range(CHUNKS):
+        held_days = set(days[i::CHUNKS])
+        path = folder / f"chunk-{i}.csv"
+        with open(path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(row for row in rows if row["crawled_at"] in held_days)
+        files.append(path)
+    return files
+
+
+def _bad_files(folder: Path) -> dict[str, Path]:
+    malformed = folder / "malformed.csv"
+    malformed.write_text("doc_id,source,domain,crawled_at,title\nx-1,s,d.example,2026-03-01,no body column\n")
+    clash = write_day(folder / "clash.csv", "2026-07-01", [FIXTURE_ROWS[0]["doc_id"], "clash-new"])
+    return {"missing": folder / "no-such-file.csv", "malformed": malformed, "clash": clash}
+
+
+class _Failing:
+    """A stage that fails (as a full disk or a bug would) while the command runs."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+
+    def __enter__(self):
+        self.real = DUCKDB.stages[self.stage]
+
+        def failing(run):
+            raise OSError(f"injected failure in {self.stage}")
+
+        DUCKDB.stages[self.stage] = failing
+
+    def __exit__(self, *exc):
+        DUCKDB.stages[self.stage] = self.real
+
+
+def _command(op: tuple, files: list[Path], bad: dict[str, Path], out: Path) -> list[str]:
+    kind, target = op[0], op[1]
+    path = files[target] if isinstance(target, int) else bad[target]
+    return [kind, str(path), "--output", str(out), *(["--quiet"] if kind == "run" else [])]
+
+
+def _published(out: Path) -> dict:
+    if not (out / "clusters.csv").exists():
+        return {}
+    return {
+        "clusters": (out / "clusters.csv").read_bytes(),
+        "duplicate_pairs": (out / "duplicate_pairs.csv").read_bytes(),
+        "deduped": pq.read_table(out / "deduped_documents.parquet").to_pylist(),
+    }
+
+
+OPS = st.tuples(st.sampled_from(["run", "add"]), st.integers(0, CHUNKS - 1)) | st.tuples(
+    st.sampled_from(["run", "add"]),
+    st.sampled_from(["missing", "malformed", "clash"]) | st.integers(0, CHUNKS - 1),
+    st.sampled_from(["documents", "fingerprinted", "candidate_pairs", "scored_pairs", "deduped_documents", "manifest"]),
+)
+
+
+# Each example runs up to ten commands: few examples, and no shrinking (minutes); a failure prints its sequence.
+@settings(
+    max_examples=6,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(ops=st.lists(OPS, min_size=2, max_size=5))
+def test_failing_commands_in_any_sequence_never_change_the_corpus(tmp_path_factory, ops):
+    """Each failing command leaves every stored and published file as it was; in the end the
+    outputs equal those of the same sequence without the failing commands."""
+    folder = tmp_path_factory.mktemp("sequence")
+    files, bad = _chunk_files(folder), _bad_files(folder)
+    out, succeeded = folder / "out", []
+    for op in ops:
+        before = held(out) if out.exists() else {}
+        command = _command(op, files, bad, out)
+        if len(op) == 3 and isinstance(op[1], int):  # (fails unless the stage has nothing to do)
+            with _Failing(op[2]):
+                status = main(command)
+        else:
+            status = main(command)
+        if status == 0:
+            succeeded.append(op)
+        else:
+            assert (held(out) if out.exists() else {}) == before, (op, status)
+    again = folder / "again"
+    for op in succeeded:
+        assert main(_command(op, files, bad, again)) == 0
+    assert _published(out) == _published(again)
