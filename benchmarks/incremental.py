@@ -15,8 +15,8 @@ each in a fresh process timed from outside (seconds and peak RSS of that process
 
 --repeat N adds the day N times, each onto a fresh hard-linked copy of the history. --cold drops
 the page cache before each check and add (`sync; echo 1 > /proc/sys/vm/drop_caches`, root on
-Linux): what a daily add meets when the history was last read a day earlier (BENCHMARKS.md
-"Session 17": on the project VM, DAMON gradually pages out file pages nobody read for a minute).
+Linux): what a daily add meets when the history was last read a day earlier (BENCHMARKS.md,
+"The machine": on the project VM, DAMON gradually pages out file pages nobody read for a minute).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the update's row-group parts), timed in this process (wall, CPU, peak RSS).
   python -m benchmarks.splice_rewrite                        # the 1M incremental benchmark's file
   python -m benchmarks.splice_rewrite --code /tmp/wt_old     # another checkout's code, for A/B
 
-The defaults are what an `add` of 10k pages to 1M removes and adds (BENCHMARKS.md, session 13).
+The defaults are what an `add` of 10k pages to 1M removes and adds (BENCHMARKS.md, "The hand-written Parquet codecs").
 """
 
 from __future__ import annotations

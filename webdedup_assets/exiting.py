@@ -11,10 +11,10 @@ from typing import NoReturn
 
 def end_process(code: int) -> NoReturn:
     """End the process with status `code` once the command has returned, without the interpreter
-    tearing down dagster's, numba's and pyarrow's module graphs one object at a time: about 1 s at
-    the end of each command (1.2 s of a 12 s `webdedup run` at 100k pages) that no one waits for
-    usefully. Every file the command wrote is closed by then; the exit handlers still run (logging
-    is flushed, temporary folders removed, a Spark gateway stopped). Only when no other thread is
+    tearing down numba's and pyarrow's (and, where imported, dagster's) module graphs one object at
+    a time, which no one waits for usefully. Every file the command wrote is closed by then; the
+    exit handlers still run (logging is flushed, temporary folders removed, a Spark gateway
+    stopped). Only when no other thread is
     running: otherwise the normal exit joins them."""
     _flush()
     if threading.active_count() == 1:

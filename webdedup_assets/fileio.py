@@ -40,7 +40,7 @@ def file_sha256(path: Path) -> str:
 
 def file_sha256s(paths: Sequence[Path]) -> list[str]:
     """file_sha256 of each path, several files at a time (hashlib and file reads release the
-    GIL): the inputs of a run are hashed before anything else, 3.3 GB at 1M pages."""
+    GIL): the inputs of a run, gigabytes for a large corpus, are hashed before anything else."""
     workers = min(len(paths), thread_count())
     if workers <= 1:
         return [file_sha256(p) for p in paths]

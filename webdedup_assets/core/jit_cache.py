@@ -6,7 +6,7 @@ tokenize.token_hashes and char_hashes, simd's vector steps, mix's hashes, sets.s
 normalize.CJK_RANGES as constants), so an edit to one of those would leave a stale compiled
 fingerprint_batch in the cache, used without a word. Here the stamp of every webdedup kernel is
 the hash of all those sources together: any edit to any of them recompiles every kernel on its
-next call (about 20 s on 2 cores; `python -m webdedup_assets.core.kernel.warm` pays it ahead).
+next call (`python -m webdedup_assets.core.kernel.warm` pays it ahead).
 
 Registered by core/__init__.py before any kernel is defined (numba picks a function's cache
 locator when it is decorated). Only functions defined under webdedup_assets/core are concerned;

@@ -81,7 +81,7 @@ NAMES = ("kind", "offsets", "codepoints", "separator", "growth", "casing", "mark
 
 @lru_cache(maxsize=1)
 def _all_tables() -> dict[str, np.ndarray]:
-    """Load the tables from __pycache__ (milliseconds) or build and store them (about 2 s)."""
+    """Load the tables from __pycache__ (fast) or build and store them (slow: once per install)."""
     path = _cache_file()
     try:
         with np.load(path) as stored:
@@ -224,7 +224,7 @@ def token_tables() -> tuple[np.ndarray, ...]:
     a word character (CLASS_WORD, CLASS_PLAIN_MAP) words[c] holds the UTF-8 bytes it adds to the
     word (c itself, or M(c)) little-endian and sizes[c] their count, 0 for every other class, so
     the kernel appends them without looking at the class. Derived from the kinds when the tables
-    are built (0.17 s) and kept with them."""
+    are built and kept with them."""
     t = _all_tables()
     return t["classes"], t["offsets"], t["codepoints"], t["separator"], t["casing"], t["words"], t["sizes"]
 

@@ -24,8 +24,7 @@ class WebdedupStorage(dg.ConfigurableResource):
     storage_root: str = DEFAULT_STORAGE_ROOT
     output_dir: str = DEFAULT_OUTPUT_DIR
     # Charts and data previews in the materialization metadata, for the UI: each scans stored
-    # data (a second or more at a million pages). `webdedup run` turns them off: its in-process
-    # instance is thrown away when it exits, so no one could look at them.
+    # data. Off for runs on a throwaway instance (tests), where no one could look at them.
     ui_previews: bool = True
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:

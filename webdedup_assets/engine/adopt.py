@@ -32,8 +32,8 @@ def adoptable_files(
     types are exactly the stored schema, all of whose documents (already validated in `keys`)
     fall in one month of the run, on days no other file contributes to, with no NULL body and
     small row groups. Its text columns are checked to be valid UTF-8 here (the copy path gets
-    that check from DuckDB's reader). Copying such a file instead of re-encoding 2.5 GB of text
-    per million pages is what makes ingesting daily or monthly Parquet exports cheap.
+    that check from DuckDB's reader). Copying such a file instead of re-encoding all its text is
+    what makes ingesting daily or monthly Parquet exports cheap.
     held(file, month, first day): the store already holds a byte copy of this very file (same
     sha256) as that segment, so its text was checked when it was adopted and is not read again
     (a second run over the same daily exports).

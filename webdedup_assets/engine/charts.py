@@ -1,7 +1,7 @@
 """Small charts and tables of stored assets for the Dagster UI: the candidates' Jaccard
 histogram, the banding's S-curve with the threshold marked, the cluster-size distribution, and
 each asset's column schema. PNG bytes (matplotlib, headless Agg backend); defs embeds them as
-Markdown images. Each reads one narrow column of storage: a fraction of a second at 1M pages."""
+Markdown images. Each reads one narrow column of storage."""
 
 from __future__ import annotations
 

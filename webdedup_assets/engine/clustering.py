@@ -147,8 +147,8 @@ def deduped_documents(run: StageRun) -> StageOutput:
         con.unregister("needed_arrow")
         representatives = prefetch(_representative_rows(files, winners, schema, needed, diagnostics.add), depth=1)
         # the body in small PLAIN pages: an incremental update copies the pages it keeps; row
-        # groups encoded on all cores (one pyarrow writer encodes 2.35 GB of text at 1M pages
-        # on one) and written in order
+        # groups encoded on all cores (one pyarrow writer would encode all the representatives'
+        # text on one) and written in order
         with atomic_path(store.path("deduped_documents")) as temp:
             rows, _ = parquet_splice.rewrite(
                 None,

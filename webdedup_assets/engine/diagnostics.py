@@ -157,8 +157,8 @@ def _base_rows(store: Store, clusters: pa.Array | None, representatives: pa.Tabl
 def _rows(base: pa.Table, measured: pa.Table, threshold: float, giant_size: int) -> pa.Table:
     """The diagnostics of `base`'s clusters (SCHEMA, in base's order), from the measured members
     (cluster_id, doc_id, jaccard). Arrow and numpy over all clusters at once: a full build has
-    ~240k multi-document clusters at 1M pages, and a Python loop over them held the GIL for
-    seconds beside the thread encoding deduped_documents."""
+    hundreds of thousands of multi-document clusters at a million pages, and a Python loop over
+    them would hold the GIL beside the thread encoding deduped_documents."""
     rows = base.num_rows
     size = base["size"].to_numpy(zero_copy_only=False).astype(np.int64)
     minimum = np.full(rows, np.nan)
@@ -364,8 +364,8 @@ def measured_alongside(store: Store, representatives: pa.Table) -> Iterator[Alon
     """The diagnostics of a full build, made while the body writes deduped_documents with these
     representatives (doc_id, cluster_id). The body reads the documents' rows anyway: it gives
     the pages in `needed` of the yielded object to its `add` (a
-    separate read of their bodies decompressed all the corpus' text again: 4-5 CPU s at 1M
-    pages), while a background thread computes the per-cluster rows that need no sets. Once the
+    separate read of their bodies would decompress all the corpus' text again), while a
+    background thread computes the per-cluster rows that need no sets. Once the
     body is done (the file is written), the member Jaccards are measured and they and the
     diagnostics are kept under the key of the new files, as write_cluster_diagnostics keeps them;
     the yielded object's figures receive the figures. If the body fails, nothing is kept."""

@@ -374,8 +374,8 @@ def _split_by_month(con, query: str, staging: Path, params: dict[str, Any], prog
     Parquet reader checks UTF-8, the query types every column) on its threads, a reader thread
     fetches its batches, and pyarrow writers compress each month's row groups on the cores
     (the body with LZ4, the other columns with zstd as every other stored asset). DuckDB's own
-    COPY ... PARTITION_BY held every month's rows of a thread in memory and spilled them: 1M
-    pages over 24 months took 2.4x the time of one COPY to a single file."""
+    COPY ... PARTITION_BY held every month's rows of a thread in memory and spilled them, which
+    made a many-month input much slower than one COPY to a single file."""
     con.execute("SET preserve_insertion_order = true")
     try:
         reader = con.sql(query).to_arrow_reader(batch_size=SPLIT_BATCH_ROWS)
@@ -403,7 +403,7 @@ def _split_by_month(con, query: str, staging: Path, params: dict[str, Any], prog
         threads=thread_count(),
         progress=progress,
         # the bodies are read again by fingerprinted, scored_pairs and deduped_documents: LZ4 for
-        # them (1M pages in one file over 730 days: 58.5-67.2 s -> 52.5-56.1 s end to end)
+        # them, which those stages decompress faster than zstd
         lz4=["body"],
     )
 

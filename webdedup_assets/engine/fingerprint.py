@@ -119,8 +119,8 @@ def _pieces(pieces: list[Piece], columns: list[str] | None = None, rows: int = B
     group: list[tuple[Piece, pa.RecordBatch]] = []
     size = 0
     for piece in pieces:
-        # use_threads=False: decoding on this one reader thread is 2x cheaper here than
-        # pyarrow's pool fanning out per column chunk, and leaves the cores to the kernel.
+        # use_threads=False: decoding on this one reader thread is cheaper than pyarrow's pool
+        # fanning out per column chunk, and leaves the cores to the kernel.
         for batch in pq.ParquetFile(piece.source).iter_batches(
             batch_size=BATCH_ROWS, columns=columns, use_threads=False
         ):
@@ -217,8 +217,9 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
             offset += n
         return out, group, figures
 
-    # No dictionary encoding (doc_ids are unique, signatures random: 3x less write CPU), and
-    # signatures uncompressed: zstd saves 12 % of them and costs every reader a decompression.
+    # No dictionary encoding (doc_ids are unique, signatures random: a dictionary only costs write
+    # CPU), and signatures uncompressed: zstd saves little on random values and costs every reader
+    # a decompression.
     plan = plan_pieces(run, "documents")
     writer = _writer(run, schema, use_dictionary=False, uncompressed=["signature"])
     totals: dict[str | None, dict[str, int]] = {

@@ -3,8 +3,8 @@
 A Parquet file is its column chunks, then a footer (FileMetaData, Thrift compact protocol) that
 locates them by absolute byte offsets. Concatenating files is therefore a byte copy of each file's
 column chunks plus one footer listing every row group, each with its offsets moved by where its
-file's bytes landed. Publishing a day-partitioned asset as one file (fingerprinted.parquet: 1M
-pages' signatures) then costs a copy instead of decoding and encoding every row (3-4 s at 1M).
+file's bytes landed. Publishing a day-partitioned asset as one file (fingerprinted.parquet: every
+page's signature) then costs a copy instead of decoding and encoding every row.
 
 Only what this needs of the format is interpreted; every other footer field is carried over as
 read (the codec below round-trips a footer byte for byte). Files this cannot concatenate safely
@@ -354,8 +354,8 @@ def write_all(out, data) -> None:
 
 def copy_range(out, source_fd: int, offset: int, count: int) -> None:
     """`count` bytes of the file `source_fd` from `offset` appended to the unbuffered file `out`,
-    copied by the kernel (sendfile): no user-space buffer, which on this VM costs more than the copy
-    itself (fresh memory; BENCHMARKS.md, session 14). Falls back to read and write where
+    copied by the kernel (sendfile): no user-space buffer, whose fresh memory can cost more than the
+    copy itself. Falls back to read and write where
     sendfile cannot copy between files."""
     while count:
         try:

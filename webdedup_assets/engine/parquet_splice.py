@@ -1,14 +1,15 @@
 """A Parquet file rewritten without some of its rows, copying the pages of its wide column that
 keep all their rows.
 
-An incremental update replaces a few thousand representatives of deduped_documents (700k rows
-and 2.35 GB of text at 1M pages), spread over every row group. Re-encoding the file costs
-~10 CPU s of zstd on text that did not change. Here the narrow columns of each row group are
+An incremental update replaces a few thousand representatives of deduped_documents (the text of
+every representative of the corpus), spread over every row group. Re-encoding the file spends most
+of its time compressing text that did not change. Here the narrow columns of each row group are
 re-encoded (they are small) and the wide column (the body) is rebuilt page by page: a page whose
 rows are all kept is copied as it is, a page that lost rows is decoded and encoded again with
 the rows it keeps, a page that lost all of them is left out. That is proportional to the pages
 touched when the wide column is written in small pages, in PLAIN encoding, without dictionary or
-statistics (`layout`: ~16 rows per page of web text, 5-7 % more CPU and size when written).
+statistics (`layout`: about a dozen pages of web text per Parquet page, slightly more CPU and size
+when written).
 
 Only PLAIN pages of a flat BYTE_ARRAY column (Data Page V1, zstd or uncompressed) are spliced;
 any other row group (a file written with another layout, e.g. before this one) is re-encoded
@@ -74,8 +75,7 @@ def layout(schema: pa.Schema, wide: str, distinct: Iterable[str] = ()) -> dict[s
     """pyarrow writer options of a file whose `wide` column can be spliced (see the module
     docstring). `distinct`: narrow columns whose values are nearly all different (ids, titles),
     written without a dictionary: pyarrow would build one per chunk and fall back to PLAIN
-    anyway (700k representatives' narrow columns: 0.65 s and 31.8 MB with dictionaries, 0.45 s
-    and 28.0 MB without them on doc_id, title and cluster_id)."""
+    anyway, so the dictionary only costs time and space."""
     narrow = [name for name in schema.names if name != wide]
     plain = set(distinct)
     return {

@@ -22,15 +22,15 @@ def fetch_rows(con, files: list[Path], ids: str, columns: list[str], in_few_file
 
     One DuckDB scan filtered by doc_id: it decodes the wide columns (bodies, signatures) of the
     matching rows only, and costs less CPU than decoding just the row groups that hold them
-    with pyarrow and taking the rows, or than keeping file order (measured at 1M pages for 10k
-    and 150k random documents: BENCHMARKS.md, session 10)."""
+    with pyarrow and taking the rows, or than keeping file order (with small row groups, a few
+    thousand random documents already touch most of them)."""
     if not files:
         return None
     if in_few_files:
         # the files holding any of them, by a scan of the doc_id column alone, and the wide
         # columns read from those only: an update's new representatives (default policy:
-        # newest) sit mostly in the day just added; 2.7 s at 1M pages without, 0.45 s with. For
-        # rows spread over every file it only adds the narrow scan (BENCHMARKS.md, session 11).
+        # newest) sit mostly in the day just added, so most files' wide columns are never read.
+        # For rows spread over every file it only adds the narrow scan.
         holding = {
             name
             for (name,) in con.sql(f"""

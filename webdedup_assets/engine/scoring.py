@@ -82,7 +82,7 @@ def _load_sets(con, store: Store, first: int, stop: int, shingle: tuple[int, str
     members' shingle window counts (fingerprinted), an upper bound of their set sizes; each
     batch is given its place in one array of their sum before it is hashed, and the kernel
     writes its sets there: no copy of the sets, and each page of that array is touched once
-    (fresh memory is what costs on this kind of VM: 1.9 GB of sets at 1M pages).
+    (faulting in fresh memory is costly, and the sets are the largest array of the stage).
     Returns (flat, starts, ends) indexed by node - first; flat may hold unused slots between sets."""
     starts = np.zeros(stop - first, dtype=np.int64)
     ends = np.zeros(stop - first, dtype=np.int64)

@@ -231,7 +231,7 @@ def writer_options(
 ) -> dict[str, Any]:
     """pyarrow ParquetWriter options of every stored file: zstd, except the `uncompressed`
     columns and the `lz4` ones (text that later stages read several times: LZ4 decompresses
-    ~3x and compresses ~1.4x faster than zstd, for ~1.4x the size)."""
+    and compresses faster than zstd, for somewhat larger files)."""
     codecs = {**{name: "none" for name in uncompressed}, **{name: "lz4" for name in lz4}}
     compression = {name: codecs.get(name, "zstd") for name in schema.names} if codecs else "zstd"
     return {"compression": compression, "use_dictionary": use_dictionary}

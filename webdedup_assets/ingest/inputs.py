@@ -48,9 +48,9 @@ _hashing_lock = threading.Lock()
 
 def hash_in_background(input_path: str, input_format: str = "auto") -> None:
     """Start hashing the input's files on a background thread, so that the first resolve_input of
-    this input (which every run begins with, after importing Dagster and the engine: ~2 s holding
-    the GIL, while hashing does not need it) finds their checksums remembered (fileio.file_sha256)
-    instead of reading 3.3 GB per million pages then. resolve_input waits for it; any error is
+    this input (which every run begins with, after importing the engine, which holds the GIL
+    while hashing does not need it) finds their checksums remembered (fileio.file_sha256)
+    instead of reading every input file then. resolve_input waits for it; any error is
     left to resolve_input, which raises it."""
     key = (input_path, input_format)
 

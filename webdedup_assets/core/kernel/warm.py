@@ -1,7 +1,7 @@
 """Compile and cache every numba kernel ahead of the first run: `python -m webdedup_assets.core.kernel.warm`.
 
 The kernels are cached on disk (cache=True), so only the very first run of a fresh install
-pays the compilation (~15 s on 2 cores). `make install` runs this module so that the first
+pays the compilation. `make install` runs this module so that the first
 `webdedup run` does not; `is_cold()` lets the CLI say why a first run is slow when it was not.
 The warm-up calls the same entry points the engine calls (so the same argument types are
 compiled), on a few tiny documents: plain ASCII, text that needs the exact normalizer

@@ -3,16 +3,15 @@
 Verifying a candidate pair needs the exact shingle sets of both documents, so an update or a
 check reads the bodies of the history documents its new documents matched: a few thousand pages
 spread over every documents file. Parquet cannot read some rows of a column chunk without
-decompressing the pages that hold them, and daily exports hold ~200 pages per page, so a
-DuckDB scan filtered by doc_id decompresses all the text of the corpus (2.4 s of wall time for
-3.2 GB at 1M pages, however few documents are wanted; BENCHMARKS.md, session 13).
+decompressing the pages that hold them, and daily exports hold hundreds of documents per page,
+so a DuckDB scan filtered by doc_id decompresses all the text of the corpus, however few documents
+are wanted.
 
 The body index keeps, for every documents file, its bodies again as LZ4 blocks of ~16 KB of
 consecutive documents (a document is never split) and a Parquet index doc_id -> (block, place in
 the block), under `incremental/bodies/`. Reading N documents then decompresses at most N blocks.
-LZ4 because the index is written once per file and read a little at a time: 450 MB/s to write,
-~2.5 GB/s to read, 1.7x smaller than the text (zstd: 2.6x but half as fast to write and a
-quarter as fast to read).
+LZ4 because the index is written once per file and read a little at a time: it writes and,
+above all, reads much faster than zstd, which compresses smaller.
 
 A file's index is named after the documents file and its identity (inode, size, mtime): stored
 files are only ever replaced, never changed in place, so an index whose name matches a current
@@ -218,7 +217,7 @@ def _read_indexed(con, directory: Path, stems: list[str], ids: str) -> pa.Table 
         for handle in handles.values():
             os.close(handle)
     # the text was valid UTF-8 when stored: assembled from buffers, not converted item by item
-    # (pa.array of 100k bodies costs 4x more)
+    # (pa.array over many bodies costs much more)
     ends = np.cumsum(np.fromiter(map(len, bodies), np.int64, len(bodies)))
     valid = pa.array(np.asarray(lengths) >= 0).buffers()[1] if min(lengths) < 0 else None
     body = pa.LargeStringArray.from_buffers(

@@ -36,9 +36,8 @@ def create_collision_top(con, bands: str) -> None:
 def bucket_rows(bands: str, probe: str) -> str:
     """Rows (doc_id, band_index, band_hash) of the band table expression `bands` in the buckets
     of the table `probe` (band_index, band_hash). The IN filter on band_hash alone goes into the
-    scan, so doc_id is decoded for the few rows that pass it: 0.27-0.36 s against 0.59-0.80 s for
-    a semi join on both columns, 26M band rows probed with 257k buckets (BENCHMARKS.md, session
-    14); the semi join then matches band_index too."""
+    scan, so doc_id is decoded for the few rows that pass it, where a semi join on both columns
+    decodes every band row; the semi join then matches band_index too."""
     return f"""SELECT m.doc_id, m.band_index, m.band_hash FROM (
         SELECT doc_id, band_index, band_hash FROM {bands} WHERE band_hash IN (SELECT band_hash FROM {probe})) m
         SEMI JOIN {probe} p ON p.band_index = m.band_index AND p.band_hash = m.band_hash"""

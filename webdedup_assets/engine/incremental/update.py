@@ -146,9 +146,8 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
     def _documents_table(self) -> None:
         """Temp table `docs`: every stored document's narrow columns (those ranking reads), its
         documents file (index in self.files) and row there. The update looks documents up five
-        times (uniqueness, domains to rescore, ranking, the representatives' keys and files); each
-        scan of the documents files cost 0.2-0.45 s at 1M pages (daily exports of small row
-        groups), one scan into memory costs about that once (BENCHMARKS.md, session 14)."""
+        times (uniqueness, domains to rescore, ranking, the representatives' keys and files); one
+        scan into memory costs about what each scan of the documents files cost, once."""
         con, store = self.con, self.store
         self.files = store.data_files("documents")
         narrow = ", ".join(f"d.{quote_ident(c)}" for c in ranking_columns(stored_extra_columns(store)))

@@ -62,8 +62,8 @@ def submitted(settings: SparkSettings) -> bool:
 
 
 def get_session(settings: SparkSettings | None = None):
-    """The session for these settings (created once per process and reused: a session start
-    costs ~15 s). Executors run this interpreter (PYSPARK_PYTHON), so they have pyarrow,
+    """The session for these settings (created once per process and reused: starting a session
+    is slow). Executors run this interpreter (PYSPARK_PYTHON), so they have pyarrow,
     numba and webdedup itself. With `remote` (Spark Connect) this process is a thin client: the
     server's executors run the Python side, so the server needs webdedup on its Python path."""
     settings = settings or SparkSettings()
