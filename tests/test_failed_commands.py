@@ -276,3 +276,21 @@ def test_failing_commands_in_any_sequence_never_change_the_corpus(tmp_path_facto
     for op in succeeded:
         assert main(_command(op, files, bad, again)) == 0
     assert _published(out) == _published(again)
+
+
+def test_add_with_one_flag_of_a_group_keeps_the_held_values_of_the_others(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(FIXTURE), "--output", str(out), "--quiet", "--bucket-policy", "star"]) == 0
+    new_day = write_day(tmp_path / "new.csv", "2026-04-01", ["fresh-01"])
+    assert main(["add", str(new_day), "--output", str(out), "--hot-bucket-size", "500"]) == 0
+    held_candidates = json.loads((out / "manifest.json").read_text())["parameters"]["candidate_pairs"]
+    assert held_candidates["bucket_policy"] == "star" and held_candidates["hot_bucket_size"] == 500
+
+
+def test_add_refuses_a_new_fingerprint_parameter_even_with_full_rebuild(corpus, tmp_path, capsys):
+    before = held(corpus)
+    new_day = write_day(tmp_path / "new.csv", "2026-04-01", ["fresh-01"])
+    assert main(["add", str(new_day), "--output", str(corpus), "--full-rebuild", "--shingle-size", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "shingle_size=5 (held) vs 3 (given)" in err and "run `webdedup run` on the whole input" in err
+    assert held(corpus) == before

@@ -79,10 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run",
-        help="run all nine assets and their checks on INPUT and print a summary",
-        description="Materialize documents -> ... -> manifest on INPUT in-process (asset checks "
-        "included), print progress per stage and a summary. Exit 0 on success, 1 when an asset "
-        "check fails, 2 on bad input or parameters. Every parameter is checked before any stage runs.",
+        help="deduplicate exactly INPUT: every stage and its checks, then publish the outputs",
+        description="Run documents -> ... -> manifest on INPUT (each stage's checks after it), print progress "
+        "per stage and a summary, and leave the state that `webdedup add` extends. Exit 0 on success, 1 when a "
+        "check fails, 2 on bad input or parameters. Every parameter is checked before any stage runs, and a run "
+        "that fails changes nothing in the storage or the outputs.",
     )
     run.add_argument(
         "input",

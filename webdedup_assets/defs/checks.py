@@ -1,9 +1,9 @@
-"""Asset checks: engine.invariants.CHECKS (declared once, also evaluated by `webdedup run`) as
+"""Asset checks: engine.checks.CHECKS (declared once, also evaluated by `webdedup run`) as
 Dagster asset checks."""
 
 import dagster as dg
 
-from ..engine.invariants import CHECKS, Check, describe_failure
+from ..engine.checks import CHECKS, Check, describe_failure
 from .resources import WebdedupStorage
 
 __all__ = ["ASSET_CHECKS", "describe_failure"]

@@ -8,7 +8,7 @@ incremental state that the next `add` extends.
 Validate first, commit last: the input is resolved before anything changes; every change to the
 storage is made inside a storage transaction (engine.transaction) that is undone when anything
 fails, and the outputs are published as one set at the very end, which is the commit point.
-Each stage reports its progress, and after a stage the checks of its asset (invariants.CHECKS)
+Each stage reports its progress, and after a stage the checks of its asset (checks.CHECKS)
 are evaluated: a failed blocking check stops the command before anything is published.
 
 The Dagster definitions (defs/) call the same stage functions; nothing here imports Dagster.
@@ -40,12 +40,13 @@ from ..params import (
     check_banding,
 )
 from . import incremental
+from .checks import CHECKS, Check, describe_failure
 from .documents import stage_documents, warc_options_of
 from .incremental.layout import UpdateReport
-from .invariants import CHECKS, Check, describe_failure
 from .manifest import stage_manifest
 from .publish import publication_prepared, recover
 from .reading import input_days
+from .serial import from_stored
 from .stage import DUCKDB, StageResult
 from .state import clear_days, held_days, months_of, remove_leftovers, reset_outdated, writer_lock
 from .storage import Store
@@ -273,9 +274,9 @@ def run(
         return Outcome(manifest, days, steps.checks, report, steps.seconds)
 
 
-def held_params(store: Store, given: dict[str, dict[str, Any]], full_rebuild: bool) -> tuple[FingerprintParams, Any]:
-    """Fingerprint and banding of an `add`: the held corpus' (a different value given is refused,
-    unless full_rebuild), the given ones for a new corpus."""
+def held_params(store: Store, given: dict[str, dict[str, Any]]) -> tuple[FingerprintParams, BandingParams]:
+    """Fingerprint and banding of an `add`: the held corpus' (a different value given is refused:
+    an add fingerprints only its own days), the given ones for a new corpus."""
     chosen: dict[str, Any] = {}
     for group, asset, model in (
         ("fingerprint", "fingerprinted", FingerprintParams),
@@ -286,7 +287,7 @@ def held_params(store: Store, given: dict[str, dict[str, Any]], full_rebuild: bo
         if held is not None:
             values = {k: held[k] for k in model.model_fields}
             differ = {k: (values[k], v) for k, v in wanted.items() if values[k] != v}
-            if differ and not full_rebuild:
+            if differ:
                 shown = ", ".join(f"{k}={a} (held) vs {b} (given)" for k, (a, b) in differ.items())
                 raise ParamError(
                     (),
@@ -303,6 +304,25 @@ def held_params(store: Store, given: dict[str, dict[str, Any]], full_rebuild: bo
         banding = BandingParams.checked({"bands": banding.bands, "rows": fingerprint.num_perm // banding.bands})
     check_banding(fingerprint, banding)
     return fingerprint, banding
+
+
+def global_params(store: Store, given: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """candidates, scoring and representative of an `add`: the values given over the held
+    corpus' (a group not given: None, the update keeps the held one)."""
+    state = incremental.load_state(store)
+    held = state["parameters"] if state else {}
+    chosen: dict[str, Any] = {}
+    for group, model in (
+        ("candidates", CandidateParams),
+        ("scoring", ScoringParams),
+        ("representative", RepresentativeParams),
+    ):
+        if given.get(group):
+            base = from_stored(model, held[group]).model_dump() if held.get(group) else {}
+            chosen[group] = model.checked({**base, **given[group]})
+        else:
+            chosen[group] = None
+    return chosen
 
 
 def add(
@@ -323,14 +343,8 @@ def add(
         store = Store(storage_root)
         if not store.files("documents"):
             notice(f"{storage_root} held no corpus: a new one is started with {input_path}")
-        fingerprint, banding = held_params(store, given, full_rebuild)
-        chosen = {}
-        for group, model in (
-            ("candidates", CandidateParams),
-            ("scoring", ScoringParams),
-            ("representative", RepresentativeParams),
-        ):
-            chosen[group] = model.checked(given[group]) if given.get(group) else None
+        fingerprint, banding = held_params(store, given)
+        chosen = global_params(store, given)
         days = input_days(input_path, input_format, store=store)
         if not days:
             raise WebdedupError(f"{input_path}: no crawl day found in the input (is crawled_at a date?)")
