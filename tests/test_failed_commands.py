@@ -294,3 +294,12 @@ def test_add_refuses_a_new_fingerprint_parameter_even_with_full_rebuild(corpus, 
     err = capsys.readouterr().err
     assert "shingle_size=5 (held) vs 3 (given)" in err and "run `webdedup run` on the whole input" in err
     assert held(corpus) == before
+
+
+def test_reading_commands_warn_about_an_interrupted_command(corpus, capsys):
+    (corpus / "_storage" / ROLLBACK_DIR).mkdir()  # what a killed add leaves before the next writer undoes it
+    (corpus / JOURNAL).write_text(json.dumps({"staging": ".publish-x", "move": [], "remove": []}))
+    assert main(["inspect", "billing-canonical", "--output", str(corpus)]) == 0
+    err = capsys.readouterr().err
+    assert f"webdedup: warning: {corpus / '_storage'} is being changed by a webdedup command, or one was" in err
+    assert f"webdedup: warning: {corpus} holds a publish that was interrupted" in err

@@ -189,13 +189,14 @@ def test_incompatible_upstream_is_refused_naming_both_values(tmp_path):
     assert "'num_perm': 64" in message.split("needs")[1]
 
 
-def test_count_checks_warn_with_the_reason_for_an_input_without_expectations(tmp_path):
+def test_count_checks_pass_with_the_reason_for_an_input_without_expectations(tmp_path):
+    """No expectations file is not a failure: the check passes and its metadata says why."""
     data = tmp_path / "corpus.csv"
     data.write_text(FIXTURE.read_text())  # same rows, but no corpus.expected.json beside it
     result, _ = run_job(tmp_path, data)
     assert result.success
     checks = check_results(result)
     pinned = checks["candidate_pairs_match_expected_counts"]
-    assert not pinned.passed and pinned.severity == dg.AssetCheckSeverity.WARN
+    assert pinned.passed and pinned.severity == dg.AssetCheckSeverity.ERROR
     assert "no expectations file" in pinned.metadata["skipped"].value
     assert checks["candidates_well_formed"].passed

@@ -153,6 +153,10 @@ def _folders(args: argparse.Namespace) -> tuple[Path | None, Path]:
     if not storage_root.is_dir():
         print(f"webdedup: error: no stored run under {storage_root}; run `webdedup run` first", file=sys.stderr)
         return None, evaluation_dir
+    from .engine.transaction import reading_warnings
+
+    for warning in reading_warnings(storage_root, output_dir):
+        print(f"webdedup: warning: {warning}", file=sys.stderr)
     return storage_root, evaluation_dir
 
 

@@ -42,11 +42,14 @@ def add_explain_parsers(sub) -> None:
 
 def _store(args: argparse.Namespace):
     from .engine.storage import Store
+    from .engine.transaction import reading_warnings
 
     output_dir = Path(args.output).expanduser().resolve()
     root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
     if not root.is_dir():
         raise FileNotFoundError(f"no stored run under {root}; run `webdedup run INPUT --output {args.output}` first")
+    for warning in reading_warnings(root, output_dir):
+        print(f"webdedup: warning: {warning}", file=sys.stderr)
     return Store(root)
 
 

@@ -129,3 +129,22 @@ def storage_transaction(root: Path) -> Iterator[StorageTransaction]:
         transaction.roll_back()
         raise
     transaction.commit()
+
+
+def reading_warnings(storage_root: Path, output_dir: Path | None = None) -> list[str]:
+    """What a command that only reads (inspect, explain, evaluate, tune) should tell its user
+    about the folders it reads: a writer changing them now, or one that was interrupted there."""
+    from .publish import JOURNAL
+
+    warnings = []
+    if (storage_root / ROLLBACK_DIR).is_dir():
+        warnings.append(
+            f"{storage_root} is being changed by a webdedup command, or one was interrupted there (the next run or "
+            "add undoes it): what is read may mix the corpus before and after that command"
+        )
+    if output_dir is not None and (output_dir / JOURNAL).exists():
+        warnings.append(
+            f"{output_dir} holds a publish that was interrupted (the next run or add completes it): its files may "
+            "come from two runs"
+        )
+    return warnings
