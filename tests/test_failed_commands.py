@@ -303,3 +303,32 @@ def test_reading_commands_warn_about_an_interrupted_command(corpus, capsys):
     err = capsys.readouterr().err
     assert f"webdedup: warning: {corpus / '_storage'} is being changed by a webdedup command, or one was" in err
     assert f"webdedup: warning: {corpus} holds a publish that was interrupted" in err
+
+
+def test_a_run_killed_in_a_stage_is_undone_by_the_next_command(corpus, tmp_path):
+    """kill -9 while scoring (the days of the corpus cleared, the other input's documents written):
+    the next command restores the corpus first."""
+    import signal
+    import subprocess
+    import sys
+
+    before = held(corpus)
+    other = write_day(tmp_path / "other.csv", "2025-01-05", ["other-01", "other-02"])
+    script = (
+        "import sys, time\n"
+        "from webdedup_assets.engine import DUCKDB\n"
+        "DUCKDB.stages['scored_pairs'] = lambda run: time.sleep(600)\n"
+        "from webdedup_assets.cli import main\n"
+        f"sys.exit(main(['run', {str(other)!r}, '--output', {str(corpus)!r}]))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if "scored_pairs       running" in line:
+                break
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert held(corpus) != before  # the killed run had changed the storage
+    assert restore(corpus / "_storage")  # what the next writer does first
+    assert held(corpus) == before
