@@ -98,7 +98,7 @@ def _drop_progress_handlers():
     later test would log into a closed stream ("--- Logging error ---")."""
     import logging
 
-    from webdedup_assets.cli import PROGRESS_LOGGER
+    from webdedup_assets.progress_cli import PROGRESS_LOGGER
 
     yield
     logger = logging.getLogger(PROGRESS_LOGGER)

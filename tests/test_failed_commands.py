@@ -332,3 +332,20 @@ def test_a_run_killed_in_a_stage_is_undone_by_the_next_command(corpus, tmp_path)
     assert held(corpus) != before  # the killed run had changed the storage
     assert restore(corpus / "_storage")  # what the next writer does first
     assert held(corpus) == before
+
+
+def test_check_takes_the_output_folder_and_writes_its_report_there(corpus, tmp_path, capsys):
+    new_day = write_day(tmp_path / "new.csv", "2026-04-01", ["fresh-01"])
+    assert main(["check", str(new_day), "--against", str(corpus)]) == 0
+    assert f"-> {corpus / 'check.parquet'}" in capsys.readouterr().out
+    assert pq.read_table(corpus / "check.parquet").column("doc_id").to_pylist() == ["fresh-01"]
+
+
+def test_add_shows_its_stages_and_says_when_it_starts_a_corpus(tmp_path, capsys):
+    new_day = write_day(tmp_path / "new.csv", "2026-04-01", ["fresh-01", "fresh-02"])
+    assert main(["add", str(new_day), "--output", str(tmp_path / "typo")]) == 0
+    err = capsys.readouterr().err
+    assert f"webdedup: {tmp_path / 'typo' / '_storage'} held no corpus: a new one is started with {new_day}" in err
+    assert "fingerprinted      done: 2 rows" in err
+    assert main(["add", str(new_day), "--output", str(tmp_path / "typo"), "--quiet"]) == 0
+    assert "fingerprinted" not in capsys.readouterr().err

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,8 @@ from .evaluate_cli import add_evaluate_parser, add_tune_parser, cmd_evaluate, cm
 from .exiting import end_process
 from .explain_cli import add_explain_parsers, cmd_explain, cmd_inspect
 from .incremental_cli import add_incremental_parsers, cmd_add, cmd_check
-from .progress import installed
-from .progress_cli import announce_cold_kernels, stderr_sink
+from .progress_cli import progress_shown
 
-PROGRESS_LOGGER = "webdedup.progress"
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
 
 
@@ -206,19 +203,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except params.ParamError as err:
         print(f"webdedup: error: {err.render(flag)}", file=sys.stderr)
         return EXIT_ERROR
-    progress = logging.getLogger(PROGRESS_LOGGER)
-    handler = logging.StreamHandler(sys.stderr)
-    if not args.quiet:
-        handler.setFormatter(logging.Formatter("  %(message)s"))
-        progress.addHandler(handler)
-        progress.setLevel(logging.INFO)
-        print(f"webdedup: {args.input} -> {output_dir}", file=sys.stderr)
-        announce_cold_kernels()
-    try:
-        with installed(None if args.quiet else stderr_sink()):
-            return _run_and_report(args, input_path, run, chosen, output_dir, storage_root)
-    finally:
-        progress.removeHandler(handler)  # a second call in the same process does not print twice
+    with progress_shown(args.quiet, f"webdedup: {args.input} -> {output_dir}"):
+        return _run_and_report(args, input_path, run, chosen, output_dir, storage_root)
 
 
 def _run_and_report(

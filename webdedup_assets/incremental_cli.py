@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import params
+from .progress_cli import progress_shown
 
 EXIT_OK, EXIT_ERROR = 0, 2
 
@@ -45,6 +46,7 @@ def add_incremental_parsers(sub, add_params) -> None:
             add, params.STAGE_GROUPS[name], **{f: {"default": None} for f in params.STAGE_GROUPS[name].model_fields}
         )
     add.add_argument("--json", action="store_true", help="print the update report as JSON")
+    add.add_argument("--quiet", action="store_true", help="no progress on stderr (per-stage lines, live counts)")
     check = sub.add_parser(
         "check",
         help="is each page of NEW_INPUT a duplicate of the corpus? (the corpus is not changed)",
@@ -54,9 +56,15 @@ def add_incremental_parsers(sub, add_params) -> None:
         "--report (default: check.parquet). Nothing in the storage changes.",
     )
     check.add_argument("input", metavar="NEW_INPUT")
-    check.add_argument("--against", required=True, help="storage root of the corpus (OUTPUT/_storage of a run)")
+    check.add_argument(
+        "--against", required=True, help="the corpus: the output folder of a run or add (or its storage root)"
+    )
     check.add_argument("--format", dest="input_format", default="auto", help="input format (default: auto)")
-    check.add_argument("--report", default="check.parquet", help="where the per-document answer goes (Parquet)")
+    check.add_argument(
+        "--report",
+        default=None,
+        help="where the per-document answer goes (Parquet; default: check.parquet in the corpus' output folder)",
+    )
     check.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -77,9 +85,10 @@ def cmd_add(args: argparse.Namespace) -> int:
     given = {group: _given(args, group) for group in groups}
     notice = lambda message: print(f"webdedup: {message}", file=sys.stderr)  # noqa: E731
     try:
-        outcome = pipeline.add(
-            args.input, args.input_format, storage_root, output_dir, given, args.full_rebuild, notice=notice
-        )
+        with progress_shown(args.quiet):
+            outcome = pipeline.add(
+                args.input, args.input_format, storage_root, output_dir, given, args.full_rebuild, notice=notice
+            )
     except pipeline.StageFailed as err:
         print(f"webdedup: error in {err.stage}: {err}", file=sys.stderr)
         return EXIT_ERROR
@@ -104,14 +113,26 @@ def cmd_add(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def corpus_folders(against: Path, report: str | None) -> tuple[Path, Path]:
+    """`check --against`: an output folder (its _storage) or a storage root; the report goes into
+    the output folder unless --report says otherwise (the working folder when there is none)."""
+    if (against / "_storage").is_dir():
+        storage_root, output_dir = against / "_storage", against
+    else:
+        storage_root = against
+        output_dir = against.parent if against.name == "_storage" else Path.cwd()
+    return storage_root, Path(report).expanduser() if report else output_dir / "check.parquet"
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .engine.incremental import check_input
     from .engine.storage import Store
     from .errors import WebdedupError
 
-    store = Store(Path(args.against))
+    storage_root, report = corpus_folders(Path(args.against).expanduser().resolve(), args.report)
+    store = Store(storage_root)
     try:
-        summary = check_input(store, args.input, args.input_format, Path(args.report))
+        summary = check_input(store, args.input, args.input_format, report)
     except (WebdedupError, params.ParamError) as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
@@ -121,6 +142,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(
             f"webdedup check: {summary['documents']} document(s) of {args.input}, {summary['duplicates']} duplicate(s) "
             f"of the corpus in {store.root} (exact Jaccard >= {summary['threshold']}); {summary['candidate_pairs']} "
-            f"candidate pair(s) verified in {summary['seconds']:.2f} s -> {args.report}"
+            f"candidate pair(s) verified in {summary['seconds']:.2f} s -> {report}"
         )
     return EXIT_OK

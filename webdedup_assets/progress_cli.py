@@ -5,11 +5,16 @@ CI logs. `webdedup run --quiet` installs no sink at all."""
 from __future__ import annotations
 
 import io
+import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
-from .progress import PlainLines
+from .progress import PlainLines, installed
+
+PROGRESS_LOGGER = "webdedup.progress"
 
 
 class Bar:
@@ -63,3 +68,23 @@ def stderr_sink(stream: TextIO | None = None):
         return Bar(name, total, unit, stream) if live else PlainLines(name, total, unit, stream)
 
     return sink
+
+
+@contextmanager
+def progress_shown(quiet: bool, headline: str | None = None) -> Iterator[None]:
+    """A command's progress on stderr for the block: one line per stage as it starts and ends,
+    and the live counts of long stages; nothing with --quiet."""
+    progress = logging.getLogger(PROGRESS_LOGGER)
+    handler = logging.StreamHandler(sys.stderr)
+    if not quiet:
+        handler.setFormatter(logging.Formatter("  %(message)s"))
+        progress.addHandler(handler)
+        progress.setLevel(logging.INFO)
+        if headline:
+            print(headline, file=sys.stderr)
+        announce_cold_kernels()
+    try:
+        with installed(None if quiet else stderr_sink()):
+            yield
+    finally:
+        progress.removeHandler(handler)  # a second command in the same process does not print twice
