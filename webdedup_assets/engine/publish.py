@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import WebdedupError
 from ..fileio import atomic_path, write_text
+from .invariants import MEMBER_CACHE, measured_key, read_keyed_table
 from .storage import Store, _link_or_copy, connect, file_identity, publish_concatenated, sql_string
 
 JOURNAL = ".publish-journal.json"
@@ -48,6 +49,7 @@ OUTPUT_NAMES = (
     "cluster_inspection.csv",
     "cluster_diagnostics.csv",
     "domain_summary.csv",
+    "removed.csv",
     "deduped_documents.parquet",
     "rejected_records.csv",
     MANIFEST,
@@ -173,6 +175,7 @@ def _build(store: Store, staging: Path) -> None:
             con, f"SELECT * FROM {store.scan_sql('clusters')} ORDER BY cluster_id, doc_id", staging / "clusters.csv"
         )
         _copy_csv(con, domain_summary_sql(store), staging / "domain_summary.csv")
+        _copy_csv(con, removed_sql(con, store), staging / "removed.csv")
         if store.path("rejected_records").exists():
             _copy_csv(
                 con,
@@ -182,6 +185,34 @@ def _build(store: Store, staging: Path) -> None:
             )
     finally:
         con.close()
+
+
+def removed_sql(con, store: Store) -> str:
+    """Every removed document with the representative kept in its place, their exact Jaccard and
+    why: a confirmed pair with the representative (exact or near), or chained to it through other
+    members (then the Jaccard is the cohesion measurement's, when the cluster was measured)."""
+    measured = read_keyed_table(store.asset_dir("deduped_documents") / MEMBER_CACHE)
+    jaccards = "(SELECT NULL::VARCHAR AS doc_id, NULL::DOUBLE AS jaccard WHERE false)"
+    if measured is not None and measured[1] == measured_key(store):
+        con.register("measured_members", measured[0].select(["doc_id", "jaccard"]))
+        jaccards = "measured_members"
+    return f"""
+        WITH reps AS (SELECT cluster_id, doc_id AS representative FROM {store.scan_sql("deduped_documents")}),
+        removed AS (
+            SELECT c.doc_id, c.cluster_id, c.cluster_size, r.representative
+              FROM {store.scan_sql("clusters")} c JOIN reps r USING (cluster_id)
+             WHERE c.doc_id <> r.representative)
+        SELECT m.doc_id, m.representative, m.cluster_id, m.cluster_size,
+               COALESCE(p.exact_jaccard, j.jaccard) AS jaccard_to_representative,
+               CASE WHEN p.kind IS NOT NULL THEN p.kind || ' duplicate of the representative'
+                    ELSE 'chained: a duplicate of other members of the cluster, not of the representative' END
+                   AS reason
+          FROM removed m
+          LEFT JOIN {store.scan_sql("duplicate_pairs")} p
+            ON p.left_doc_id = least(m.doc_id, m.representative)
+           AND p.right_doc_id = greatest(m.doc_id, m.representative)
+          LEFT JOIN {jaccards} j ON j.doc_id = m.doc_id
+         ORDER BY m.cluster_id, m.doc_id"""
 
 
 def domain_summary_sql(store: Store) -> str:
