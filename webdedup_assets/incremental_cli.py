@@ -125,6 +125,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     from .engine.reading import input_days
     from .engine.state import months_of, remove_leftovers, writer_lock
     from .engine.storage import Store
+    from .engine.verify_storage import damage_named
     from .errors import WebdedupError
 
     output_dir = Path(args.output).expanduser().resolve()
@@ -134,6 +135,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         with (
             writer_lock(output_dir, purpose=f"webdedup add {args.input}"),
             writer_lock(storage_root, purpose=f"webdedup add {args.input}"),
+            damage_named(store),
         ):
             remove_leftovers(storage_root)
             fingerprint, banding = _daily_params(store, args)
@@ -191,11 +193,13 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from .engine.incremental import check_input
     from .engine.storage import Store
+    from .engine.verify_storage import damage_named
     from .errors import WebdedupError
 
     store = Store(Path(args.against))
     try:
-        summary = check_input(store, args.input, args.input_format, Path(args.report))
+        with damage_named(store):
+            summary = check_input(store, args.input, args.input_format, Path(args.report))
     except (WebdedupError, params.ParamError) as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR

@@ -41,7 +41,7 @@ def update(
     check_consistent(store)
     for asset in ("fingerprinted", "band_memberships"):
         check_uniform(STAGES["candidate_pairs"], store, asset, store.params(asset))
-    state = load_state(store)
+    state = load_state(store, damaged_as_absent=full_rebuild_flag)  # what a full rebuild writes again
     if not full_rebuild_flag:
         check_fixed_params(store, state)
     candidates = stored_choice(state, "candidates", CandidateParams, candidates)
@@ -56,7 +56,7 @@ def update(
     )
     if reason is not None:
         full_rebuild(store, candidates, scoring, representative)
-        bodies.sync(store)  # for the next update (engine.incremental.bodies)
+        bodies.sync(store, rebuild_damaged=full_rebuild_flag)  # for the next update (engine.incremental.bodies)
         return UpdateReport(
             "full",
             reason,

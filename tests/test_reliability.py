@@ -1,0 +1,166 @@
+"""Issue 27: a damaged storage is named, not a traceback; `webdedup verify`; paths that are files;
+CSV cells a spreadsheet would run; the full rebuild's report (docs/reliability.md lists them)."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+
+from webdedup_assets.cli import main
+
+from .conftest import FIXTURE
+
+HEADER = ["doc_id", "source", "domain", "crawled_at", "title", "body"]
+REBUILD_CORPUS = "rebuild the storage with `webdedup run` over the corpus' whole input"
+REBUILD_DERIVED = "it is derived from the other files: `webdedup add --full-rebuild` rebuilds it"
+
+
+def _csv(path: Path, rows: list[dict]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=HEADER)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _later_day(path: Path) -> Path:
+    """Two copies of fixture pages on a day of another month, under new doc_ids."""
+    with open(FIXTURE, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))[:2]
+    return _csv(path, [{**r, "doc_id": "later-" + r["doc_id"], "crawled_at": "2026-04-02"} for r in rows])
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, Path]:
+    """A corpus built by `add` (the fixture, then a later day): incremental state, snapshot and
+    body index included. Tests copy it (copies, not hard links: a damaged copy is the only one)."""
+    folder = tmp_path_factory.mktemp("corpus")
+    later = _later_day(folder / "later.csv")
+    assert main(["add", str(FIXTURE), "--output", str(folder / "out")]) == 0
+    assert main(["add", str(later), "--output", str(folder / "out")]) == 0
+    return folder / "out", later
+
+
+def _copy(corpus: tuple[Path, Path], tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(corpus[0], out)
+    return out
+
+
+def _cut_short(path: Path, keep: int = 300) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+DAMAGES = {
+    "documents_part": ("documents/part-2026-03.parquet", _cut_short),
+    "snapshot_part": ("incremental/snapshot/documents/part-2026-03.parquet", _cut_short),
+    "state_json": ("incremental/state.json", lambda p: p.write_text('{"format": 1, "days": [')),
+}
+PROBLEMS = {
+    "documents_part": f"no Parquet footer at its end (300 bytes): cut short or overwritten; {REBUILD_CORPUS}",
+    "snapshot_part": f"no Parquet footer at its end (300 bytes): cut short or overwritten; {REBUILD_DERIVED}",
+    "state_json": f"not valid JSON (Expecting value: line 1 column 24 (char 23)); {REBUILD_DERIVED}",
+}
+# what reads each damaged file: a snapshot is read only by an incremental add, state.json also by check
+READERS = {
+    "documents_part": ["add", "add_full", "check", "explain", "inspect"],
+    "snapshot_part": ["add"],
+    "state_json": ["add", "check"],
+}
+
+
+def _command(name: str, out: Path, later: Path) -> list[str]:
+    return {
+        "add": ["add", str(later), "--output", str(out)],
+        "add_full": ["add", str(later), "--output", str(out), "--full-rebuild"],
+        "check": ["check", str(later), "--against", str(out / "_storage"), "--report", str(out.parent / "c.parquet")],
+        "explain": ["explain", "billing-canonical", "billing-mirror", "--output", str(out)],
+        "inspect": ["inspect", "billing-canonical", "--output", str(out)],
+    }[name]
+
+
+@pytest.mark.parametrize(
+    "damage, command", [(damage, command) for damage, commands in READERS.items() for command in commands]
+)
+def test_a_damaged_storage_file_is_named_with_its_remedy(corpus, tmp_path, capsys, damage, command):
+    out = _copy(corpus, tmp_path)
+    relative, spoil = DAMAGES[damage]
+    spoil(out / "_storage" / relative)
+    capsys.readouterr()
+    assert main(_command(command, out, corpus[1])) == 2
+    err = capsys.readouterr().err
+    assert err == f"webdedup: error: damaged storage: {out / '_storage' / relative}: {PROBLEMS[damage]}\n"
+
+
+@pytest.mark.parametrize("damage", ["snapshot_part", "state_json", "body_blocks"])
+def test_a_full_rebuild_gets_past_damaged_incremental_files(corpus, tmp_path, capsys, damage):
+    out = _copy(corpus, tmp_path)
+    if damage == "body_blocks":
+        _cut_short(next((out / "_storage" / "incremental" / "bodies").glob("part-2026-03.*.blocks")))
+    else:
+        relative, spoil = DAMAGES[damage]
+        spoil(out / "_storage" / relative)
+    assert main(["verify", "--output", str(out)]) == 2
+    capsys.readouterr()
+    assert main(_command("add_full", out, corpus[1])) == 0
+    assert "documents                   26" in capsys.readouterr().out
+    assert main(["verify", "--output", str(out)]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(_command("add", out, corpus[1])) == 0  # and the next update is incremental again
+    assert ": nothing changed" in capsys.readouterr().out
+
+
+def test_verify_names_each_damaged_file_and_output(corpus, tmp_path, capsys):
+    out = _copy(corpus, tmp_path)
+    assert main(["verify", "--output", str(out)]) == 0
+    assert capsys.readouterr() == ("", f"webdedup verify: 0 problem(s) in {out / '_storage'} and {out}\n")
+    storage = out / "_storage"
+    _cut_short(storage / "documents" / "part-2026-04.parquet")
+    (storage / "incremental" / "state.json").write_text("[1, 2")
+    blocks = next((storage / "incremental" / "bodies").glob("part-2026-03.*.blocks"))
+    _cut_short(blocks, 100)
+    with open(out / "clusters.csv", "a", encoding="utf-8") as handle:
+        handle.write("extra,row\n")
+    (out / "duplicate_pairs.csv").unlink()
+    assert main(["verify", "--output", str(out)]) == 2
+    captured = capsys.readouterr()
+    size = (out / "clusters.csv").stat().st_size
+    assert captured.out.splitlines() == [
+        f"{storage / 'documents' / 'part-2026-04.parquet'}: no Parquet footer at its end (300 bytes): cut short or "
+        f"overwritten; {REBUILD_CORPUS}",
+        f"{blocks}: holds 100 bytes, its index points to 4,210: cut short; {REBUILD_DERIVED}",
+        f"{storage / 'incremental' / 'state.json'}: not valid JSON (Expecting ',' delimiter: line 1 column 6 "
+        f"(char 5)); {REBUILD_DERIVED}",
+        f"{out / 'clusters.csv'}: {size:,} bytes, manifest.json lists {size - 10:,}; publish again (`webdedup run`, "
+        "or `webdedup add`)",
+        f"{out / 'duplicate_pairs.csv'}: listed in manifest.json but missing; publish again (`webdedup run`, or "
+        "`webdedup add`)",
+    ]
+    assert captured.err == f"webdedup verify: 5 problem(s) in {storage} and {out}\n"
+
+
+def test_verify_compares_the_rows_of_outputs_and_stored_files_with_their_records(corpus, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    out = _copy(corpus, tmp_path)
+    clusters = out / "_storage" / "clusters" / "data.parquet"
+    table = pq.read_table(clusters)
+    pq.write_table(table.slice(0, 5), clusters)  # a whole file, with fewer rows than its stage wrote
+    lines = (out / "clusters.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (out / "clusters.csv").write_text("".join(lines[:-1]), encoding="utf-8")
+    manifest = out / "manifest.json"
+    manifest.write_text(
+        manifest.read_text().replace(
+            f'"clusters.csv": {sum(map(len, lines))}', f'"clusters.csv": {sum(map(len, lines[:-1]))}'
+        )
+    )
+    assert main(["verify", "--output", str(out)]) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        f"{clusters}: holds 5 rows, stats.json records 26; `webdedup add --full-rebuild` (or `webdedup run` over "
+        "the whole input) rebuilds it",
+        f"{out / 'clusters.csv'}: 25 rows, manifest.json counts 26 documents; publish again (`webdedup run`, or "
+        "`webdedup add`)",
+    ]
