@@ -164,3 +164,11 @@ def test_verify_compares_the_rows_of_outputs_and_stored_files_with_their_records
         f"{out / 'clusters.csv'}: 25 rows, manifest.json counts 26 documents; publish again (`webdedup run`, or "
         "`webdedup add`)",
     ]
+
+
+def test_full_rebuild_reports_the_documents_it_added(tmp_path, capsys):
+    later = _later_day(tmp_path / "later.csv")
+    assert main(["add", str(FIXTURE), "--output", str(tmp_path / "out")]) == 0
+    assert "documents added 24, removed 0;" in capsys.readouterr().out
+    assert main(["add", str(later), "--output", str(tmp_path / "out"), "--full-rebuild"]) == 0
+    assert "documents added 2, removed 0;" in capsys.readouterr().out
