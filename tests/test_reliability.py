@@ -7,6 +7,7 @@ import csv
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from webdedup_assets.cli import main
@@ -172,3 +173,83 @@ def test_full_rebuild_reports_the_documents_it_added(tmp_path, capsys):
     assert "documents added 24, removed 0;" in capsys.readouterr().out
     assert main(["add", str(later), "--output", str(tmp_path / "out"), "--full-rebuild"]) == 0
     assert "documents added 2, removed 0;" in capsys.readouterr().out
+
+
+def _folder_commands(corpus: Path, later: Path, spot: Path) -> dict[str, list[str]]:
+    return {
+        "run_output": ["run", str(FIXTURE), "--output", str(spot), "--quiet"],
+        "run_storage": ["run", str(FIXTURE), "--output", str(spot.parent / "o"), "--storage", str(spot), "--quiet"],
+        "add_output": ["add", str(later), "--output", str(spot)],
+        "check_report": ["check", str(later), "--against", str(corpus / "_storage"), "--report", str(spot / "c.pq")],
+        "evaluate_dir": ["evaluate", "--output", str(corpus), "--evaluation-dir", str(spot), "--no-plots"],
+        "tune_dir": ["tune", "--output", str(corpus), "--evaluation-dir", str(spot)],
+    }
+
+
+@pytest.mark.parametrize("command", list(_folder_commands(Path(), Path(), Path("x"))))
+def test_a_folder_given_as_an_existing_file_is_refused_in_one_line(corpus, tmp_path, capsys, command):
+    spot = tmp_path / "a-file"
+    spot.write_text("mine\n")
+    capsys.readouterr()
+    assert main(_folder_commands(corpus[0], corpus[1], spot)[command]) == 2
+    assert capsys.readouterr().err == f"webdedup: error: {spot}: cannot be used as a folder: it is an existing file\n"
+    assert spot.read_text() == "mine\n"
+
+
+def test_a_folder_under_a_file_or_that_cannot_be_made_is_refused_in_one_line(corpus, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("mine\n")
+    spot = blocker / "evaluation"
+    capsys.readouterr()
+    assert main(["evaluate", "--output", str(corpus[0]), "--evaluation-dir", str(spot), "--no-plots"]) == 2
+    assert capsys.readouterr().err == (
+        f"webdedup: error: {spot}: cannot be used as a folder: {blocker} is an existing file\n"
+    )
+    too_long = tmp_path / ("x" * 300)
+    assert main(["evaluate", "--output", str(corpus[0]), "--evaluation-dir", str(too_long), "--no-plots"]) == 2
+    assert capsys.readouterr().err == f"webdedup: error: {too_long}: cannot create this folder (File name too long)\n"
+
+
+def _identical_pages(path: Path, count: int, words: int = 24, day: str = "2026-03-01") -> Path:
+    body = " ".join(f"word{i}" for i in range(words))
+    return _csv(
+        path,
+        [
+            {
+                "doc_id": f"same-{i:05d}",
+                "source": "s",
+                "domain": f"d{i}.example",
+                "crawled_at": day,
+                "title": "t",
+                "body": body,
+            }
+            for i in range(count)
+        ],
+    )
+
+
+def test_evaluate_refuses_an_exact_reference_over_its_pair_budget(tmp_path, capsys):
+    pages = _identical_pages(tmp_path / "same.csv", 200)  # 24 words: 20 shingles, a prefix of 11 at J >= 0.5
+    assert main(["add", str(pages), "--output", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    evaluate = ["evaluate", "--output", str(tmp_path / "out"), "--no-plots", "--json"]
+    assert main([*evaluate, "--max-pair-slots", "200000"]) == 2
+    assert capsys.readouterr().err == (
+        "webdedup: error: the exact reference would verify 218,900 pair slots, over the budget of 200,000 "
+        "(--max-pair-slots): 200 documents share a shingle of their prefix (a cluster of identical or nearly "
+        "identical pages); give --sample N, or raise --max-pair-slots\n"
+    )
+    assert main([*evaluate, "--max-pair-slots", "218900"]) == 0
+    assert '"exact_pairs_at_floor": 19900' in capsys.readouterr().out
+
+
+def test_similarity_join_counts_its_pair_slots_before_joining():
+    from webdedup_assets.core.exact import PairBudgetExceeded, similarity_join
+
+    sets = [np.arange(10, dtype=np.uint64)] * 50 + [np.arange(100, 110, dtype=np.uint64)]
+    flat, offsets = np.concatenate(sets), np.r_[0, np.cumsum([len(s) for s in sets])].astype(np.int64)
+    with pytest.raises(PairBudgetExceeded) as over:
+        similarity_join(flat, offsets, 0.5, max_pair_slots=1000)
+    assert (over.value.slots, over.value.budget, over.value.most_shared) == (6 * 1225, 1000, 50)
+    left, _, _, _ = similarity_join(flat, offsets, 0.5, max_pair_slots=6 * 1225)
+    assert len(left) == 1225

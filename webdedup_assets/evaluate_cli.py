@@ -76,6 +76,13 @@ def add_evaluate_parser(sub) -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--no-reference", action="store_true", help="skip the exact reference")
     evaluate.add_argument(
+        "--max-pair-slots",
+        type=_positive,
+        default=None,
+        help="the exact reference is refused when its join would verify more pair slots (pairs of documents "
+        "sharing a rare shingle; a cluster of n identical pages makes n^2/2) (default 50,000,000)",
+    )
+    evaluate.add_argument(
         "--giant-size", type=_positive, default=50, help="clusters of this size or more are flagged giant (default 50)"
     )
     evaluate.add_argument("--no-plots", action="store_true", help="tables only, no PNGs")
@@ -179,6 +186,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 giant_size=args.giant_size,
                 seed=args.seed,
                 plots=not args.no_plots,
+                max_pair_slots=args.max_pair_slots,
             )
     except WebdedupError as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
