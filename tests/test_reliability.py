@@ -253,3 +253,48 @@ def test_similarity_join_counts_its_pair_slots_before_joining():
     assert (over.value.slots, over.value.budget, over.value.most_shared) == (6 * 1225, 1000, 50)
     left, _, _, _ = similarity_join(flat, offsets, 0.5, max_pair_slots=6 * 1225)
     assert len(left) == 1225
+
+
+def _one_token_pages(path: Path, count: int, vocabulary: int) -> Path:
+    rows = [
+        {
+            "doc_id": f"p{i:05d}",
+            "source": "s",
+            "domain": f"d{i % 50}.example",
+            "crawled_at": "2026-03-01",
+            "title": "t",
+            "body": f"token{i % vocabulary}",
+        }
+        for i in range(count)
+    ]
+    return _csv(path, rows)
+
+
+def test_the_pair_budget_names_the_hot_bucket_size_that_star_needs(tmp_path, capsys):
+    """5,000 one-token pages of 10 tokens: 260 buckets of 500 pages, under the default hot_bucket_size
+    (1000), so star linked none of them and its advice was wrong; it now names the size that fits."""
+    pages = _one_token_pages(tmp_path / "pages.csv", 5000, 10)
+    capsys.readouterr()
+    assert main(["add", str(pages), "--output", str(tmp_path / "a"), "--bucket-policy", "star"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("webdedup: error: candidate join would create 32,435,000 pair slots, over the budget of ")
+    assert err.endswith(
+        "bucket_policy='star' links only buckets over hot_bucket_size (1000) to their first member: set "
+        "bucket_policy='star' with hot_bucket_size 499 (--bucket-policy star --hot-bucket-size 499), strip the "
+        "shared boilerplate from the input, or raise the budget\n"
+    )
+    star = ["--bucket-policy", "star", "--hot-bucket-size", "499"]
+    assert main(["add", str(pages), "--output", str(tmp_path / "b"), *star]) == 0
+    assert "clusters                    10\n" in capsys.readouterr().out
+
+
+def test_budget_advice_follows_the_bucket_sizes():
+    from webdedup_assets.engine.candidates import budget_advice
+    from webdedup_assets.params import CandidateParams
+
+    fail, star = CandidateParams(), CandidateParams(bucket_policy="star", hot_bucket_size=100)
+    # one bucket of 5,000 (4,999 star slots) and 100 buckets of 50 (1,225 pairs or 49 star slots each)
+    sizes = [(5000, 1), (50, 100)]
+    assert budget_advice(sizes, 200_000, fail).startswith("Set bucket_policy='star' to link hot buckets")
+    assert "set bucket_policy='star' with hot_bucket_size 49 " in budget_advice(sizes, 100_000, star)
+    assert budget_advice(sizes, 9_000, star).startswith("Even bucket_policy='star' with hot_bucket_size 2 exceeds")
