@@ -298,3 +298,42 @@ def test_budget_advice_follows_the_bucket_sizes():
     assert budget_advice(sizes, 200_000, fail).startswith("Set bucket_policy='star' to link hot buckets")
     assert "set bucket_policy='star' with hot_bucket_size 49 " in budget_advice(sizes, 100_000, star)
     assert budget_advice(sizes, 9_000, star).startswith("Even bucket_policy='star' with hot_bucket_size 2 exceeds")
+
+
+def test_a_doc_id_with_a_nul_byte_is_refused_naming_the_file_and_the_id(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = {"source": ["s", "s"], "domain": ["d.example"] * 2, "crawled_at": ["2026-03-01"] * 2, "title": ["t"] * 2}
+    pq.write_table(pa.table({"doc_id": ["a\x00b", "c"], **rows, "body": ["one two", "three"]}), tmp_path / "in.parquet")
+    csv_input = _csv(tmp_path / "in.csv", [{"doc_id": "a\x00b", **{k: v[0] for k, v in rows.items()}, "body": "x"}])
+    for path in (tmp_path / "in.parquet", csv_input):
+        capsys.readouterr()
+        assert main(["add", str(path), "--output", str(tmp_path / "out")]) == 2
+        assert capsys.readouterr().err == (
+            f"webdedup: error: {path.name}: 1 doc_id(s) contain a NUL byte, first: 'a\\x00b'; remove the NUL bytes "
+            "from the doc_ids\n"
+        )
+    assert not (tmp_path / "out" / "clusters.csv").exists()
+
+
+def test_csv_outputs_keep_values_a_spreadsheet_would_read_as_formulas(tmp_path, capsys):
+    """Decision (docs/reliability.md): the CSV outputs hold the values exactly, as the Parquet ones do;
+    a doc_id is a key that must join back to the input, so no quote is prefixed."""
+    import pyarrow.parquet as pq
+
+    ids = ["=1+1", "+SUM(A1)", "-2", "@cmd"]
+    body = "the same page text of a dozen words or so, shared by every row here"
+    rows = [
+        {"doc_id": d, "source": "s", "domain": f"=d{i}.example", "crawled_at": "2026-03-01", "title": "t", "body": body}
+        for i, d in enumerate(ids)
+    ]
+    assert main(["add", str(_csv(tmp_path / "in.csv", rows)), "--output", str(tmp_path / "out")]) == 0
+    with open(tmp_path / "out" / "clusters.csv", newline="", encoding="utf-8") as handle:
+        clusters = list(csv.DictReader(handle))
+    assert sorted(r["doc_id"] for r in clusters) == sorted(ids)
+    assert {r["cluster_id"] for r in clusters} == {"cluster-+SUM(A1)"}  # the smallest doc_id
+    with open(tmp_path / "out" / "duplicate_pairs.csv", newline="", encoding="utf-8") as handle:
+        pairs = list(csv.DictReader(handle))
+    assert len(pairs) == 6 and {r["left_domain"] for r in pairs} <= {f"=d{i}.example" for i in range(4)}
+    assert sorted(pq.read_table(tmp_path / "out" / "fingerprinted.parquet")["doc_id"].to_pylist()) == sorted(ids)
