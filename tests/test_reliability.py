@@ -4,6 +4,7 @@ CSV cells a spreadsheet would run; the full rebuild's report (docs/reliability.m
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 from pathlib import Path
 
@@ -337,3 +338,22 @@ def test_csv_outputs_keep_values_a_spreadsheet_would_read_as_formulas(tmp_path, 
         pairs = list(csv.DictReader(handle))
     assert len(pairs) == 6 and {r["left_domain"] for r in pairs} <= {f"=d{i}.example" for i in range(4)}
     assert sorted(pq.read_table(tmp_path / "out" / "fingerprinted.parquet")["doc_id"].to_pylist()) == sorted(ids)
+
+
+def test_an_add_keeps_the_parameters_the_held_global_assets_were_built_with(tmp_path, capsys):
+    """No incremental state (a storage written by `run`, or state.json lost): the first add used the
+    defaults (threshold 0.7 instead of the run's 0.95) without a word; it keeps the held ones now."""
+    later = _later_day(tmp_path / "later.csv")
+    out = tmp_path / "out"
+    assert main(["run", str(FIXTURE), "--output", str(out), "--threshold", "0.95", "--quiet"]) == 1  # pinned counts
+    held = json.loads((out / "manifest.json").read_text())["counts"]["duplicate_pairs"]
+    capsys.readouterr()
+    assert main(["add", str(later), "--output", str(out)]) == 0
+    assert "full rebuild (no incremental state in this storage yet)" in capsys.readouterr().out
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["scored_pairs"]["threshold"] == 0.95
+    # the identical billing pages (1 pair at 0.95) are 4 with their later copies: 6 pairs (at 0.7, 25 in all)
+    assert manifest["counts"]["duplicate_pairs"] == held + 5
+    (out / "_storage" / "incremental" / "state.json").write_text("{")
+    assert main(["add", str(later), "--output", str(out), "--full-rebuild"]) == 0
+    assert json.loads((out / "manifest.json").read_text())["parameters"]["scored_pairs"]["threshold"] == 0.95

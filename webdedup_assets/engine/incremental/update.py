@@ -45,9 +45,9 @@ def update(
     state = load_state(store, damaged_as_absent=full_rebuild_flag)  # what a full rebuild writes again
     if not full_rebuild_flag:
         check_fixed_params(store, state)
-    candidates = stored_choice(state, "candidates", CandidateParams, candidates)
-    scoring = stored_choice(state, "scoring", ScoringParams, scoring)
-    representative = stored_choice(state, "representative", RepresentativeParams, representative)
+    candidates = stored_choice(store, state, "candidates", CandidateParams, candidates)
+    scoring = stored_choice(store, state, "scoring", ScoringParams, scoring)
+    representative = stored_choice(store, state, "representative", RepresentativeParams, representative)
     days_before = set(state["days"]) if state else set()
     days_now = set(held_days(store))
     reason = (
