@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
 from .incremental import bodies
-from .incremental.layout import DAILY, INCREMENTAL_DIR
+from .incremental.layout import GLOBAL, INCREMENTAL_DIR
 from .storage import Store
 
 REBUILD_CORPUS = "rebuild the storage with `webdedup run` over the corpus' whole input"
@@ -37,13 +37,13 @@ OUTPUT_ROWS = {
 
 def _remedy(store: Store, path: Path) -> str:
     top = path.relative_to(store.root).parts[0]
-    if top in DAILY or path.name == "corpus_state.json":
-        return REBUILD_CORPUS
+    if top in GLOBAL or top == "manifest":
+        return REBUILD_GLOBAL
     if top == INCREMENTAL_DIR:
         return REBUILD_DERIVED
     if top == "published":
         return "a derived copy: delete it, the next publish makes it again"
-    return REBUILD_GLOBAL
+    return REBUILD_CORPUS  # the daily assets, the corpus state, a converted input
 
 
 def parquet_problem(path: Path) -> str | None:
