@@ -68,7 +68,7 @@ PROBLEMS = {
 }
 # what reads each damaged file: a snapshot is read only by an incremental add, state.json also by check
 READERS = {
-    "documents_part": ["add", "add_full", "check", "explain", "inspect"],
+    "documents_part": ["add", "add_full", "check", "explain", "inspect", "evaluate"],
     "snapshot_part": ["add"],
     "state_json": ["add", "check"],
 }
@@ -81,6 +81,7 @@ def _command(name: str, out: Path, later: Path) -> list[str]:
         "check": ["check", str(later), "--against", str(out / "_storage"), "--report", str(out.parent / "c.parquet")],
         "explain": ["explain", "billing-canonical", "billing-mirror", "--output", str(out)],
         "inspect": ["inspect", "billing-canonical", "--output", str(out)],
+        "evaluate": ["evaluate", "--output", str(out), "--no-plots"],
     }[name]
 
 
@@ -119,6 +120,8 @@ def test_verify_names_each_damaged_file_and_output(corpus, tmp_path, capsys):
     out = _copy(corpus, tmp_path)
     assert main(["verify", "--output", str(out)]) == 0
     assert capsys.readouterr() == ("", f"webdedup verify: 0 problem(s) in {out / '_storage'} and {out}\n")
+    assert main(["verify", "--storage", str(out / "_storage")]) == 0  # the storage alone
+    assert capsys.readouterr().err == f"webdedup verify: 0 problem(s) in {out / '_storage'}\n"
     storage = out / "_storage"
     _cut_short(storage / "documents" / "part-2026-04.parquet")
     (storage / "incremental" / "state.json").write_text("[1, 2")

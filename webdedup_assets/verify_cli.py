@@ -18,7 +18,9 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
         "every output it lists present with its size and the row counts of its counts. One line per problem "
         "(the file, what is wrong, the remedy) on stdout. Exit 0 when all is whole, 2 otherwise.",
     )
-    verify.add_argument("--output", default="output", help="output folder of the corpus (default: output)")
+    verify.add_argument(
+        "--output", default=None, help="output folder of the corpus (default: output, unless --storage is given)"
+    )
     verify.add_argument("--storage", default=None, help="storage root (default: OUTPUT/_storage)")
     verify.add_argument("--storage-only", action="store_true", help="check the storage only, not the outputs")
     return verify
@@ -28,16 +30,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from .engine.storage import Store
     from .engine.verify_storage import output_problems, storage_problems
 
-    output_dir = Path(args.output).expanduser().resolve()
+    output_dir = Path(args.output or "output").expanduser().resolve()
     root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
+    storage_only = args.storage_only or (args.storage and not args.output)
     if not root.is_dir():
         print(f"webdedup: error: no storage under {root}", file=sys.stderr)
         return EXIT_ERROR
     problems = storage_problems(Store(root))
-    if not args.storage_only:
+    if not storage_only:
         problems += output_problems(output_dir)
     for problem in problems:
         print(problem)
-    shown = f"{root}" if args.storage_only else f"{root} and {output_dir}"
+    shown = f"{root}" if storage_only else f"{root} and {output_dir}"
     print(f"webdedup verify: {len(problems)} problem(s) in {shown}", file=sys.stderr)
     return EXIT_ERROR if problems else EXIT_OK
