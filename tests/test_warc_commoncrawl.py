@@ -307,6 +307,7 @@ class ScriptedHandler(RangeHandler):
     (headers and half the body, then silence past the client's timeout)."""
 
     script: dict[str, list] = {}
+    stopped: threading.Event
 
     def do_GET(self):  # noqa: N802
         pending = self.script.get(self.path)
@@ -314,6 +315,19 @@ class ScriptedHandler(RangeHandler):
             return super().do_GET()
         action = pending.pop(0)
         self.requests.append(self.path)
+        if action == "drip":  # headers at once, then one byte of the body every half second
+            self.send_response(206)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            try:
+                for byte in (b"\x1f\x8b\x08" + b"x" * 997)[:1000]:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    if self.stopped.wait(0.5):
+                        return
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up: what the test wants
+                pass
+            return
         if action == "stall":
             self.send_response(206)
             self.send_header("Content-Length", "1000")
@@ -329,7 +343,11 @@ class ScriptedHandler(RangeHandler):
 
 @pytest.fixture
 def scripted(crawl):
-    handler = type("Handler", (ScriptedHandler,), {"root": crawl["root"], "requests": [], "script": {}})
+    handler = type(
+        "Handler",
+        (ScriptedHandler,),
+        {"root": crawl["root"], "requests": [], "script": {}, "stopped": threading.Event()},
+    )
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -337,6 +355,7 @@ def scripted(crawl):
     try:
         yield handler, f"http://127.0.0.1:{server.server_address[1]}/"
     finally:
+        handler.stopped.set()  # a dripping answer ends too
         stop(server, thread)
 
 
@@ -386,6 +405,45 @@ def test_a_stalled_body_is_retried_under_the_same_policy(crawl, scripted):
     with pytest.raises(FetchError) as err:
         fetch_range(url, WARC_PATH, start, length, options)
     assert "timeout fetching" in str(err.value) and str(err.value).endswith("(after 2 attempts)")
+    assert len(handler.requests) == 2
+
+
+def test_cc_timeout_bounds_the_whole_request_not_each_read(crawl, scripted):
+    """A server sending one byte every half second: every read succeeds within the timeout, so
+    only a deadline over the whole request ends it (before, the fetch took 1000 x 0.5 s)."""
+    from webdedup_assets.ingest.commoncrawl import FetchError, fetch_range
+
+    handler, url = scripted
+    start, length = crawl["spans"][0]
+    expected = (crawl["root"] / WARC_PATH).read_bytes()[start : start + length]
+    options = WarcOptions(cc_max_retries=1, cc_retry_backoff_seconds=0, cc_timeout_seconds=1.2)
+    handler.script["/" + WARC_PATH] = ["drip", "drip"]
+    outcome: list = []
+
+    def fetch() -> None:
+        try:
+            outcome.append(fetch_range(url, WARC_PATH, start, length, options))
+        except FetchError as err:
+            outcome.append(err)
+
+    began = time.perf_counter()
+    worker = threading.Thread(target=fetch, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    took = time.perf_counter() - began
+    assert not worker.is_alive(), "the fetch was still running after 20 s"
+    assert isinstance(outcome[0], FetchError) and outcome[0].kind == "fetch_failed"
+    assert re.fullmatch(
+        rf"timeout fetching {re.escape(url + WARC_PATH)}: \d of {length} bytes received before the request's deadline "
+        r"\(after 2 attempts\)",
+        str(outcome[0]),
+    ), str(outcome[0])
+    assert 2.4 <= took < 4.5  # two attempts of 1.2 s each
+    assert len(handler.requests) == 2
+
+    handler.requests.clear()  # one slow attempt, then a whole answer: the retry gets it
+    handler.script["/" + WARC_PATH] = ["drip"]
+    assert fetch_range(url, WARC_PATH, start, length, options) == expected
     assert len(handler.requests) == 2
 
 

@@ -19,6 +19,7 @@ from .exiting import end_process
 from .explain_cli import add_explain_parsers, cmd_explain, cmd_inspect
 from .incremental_cli import add_incremental_parsers, cmd_add, cmd_check
 from .progress_cli import progress_shown
+from .verify_cli import add_verify_parser, cmd_verify
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -112,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     add_tune_parser(sub)
     add_explain_parsers(sub)
     add_incremental_parsers(sub, _add_params)
+    add_verify_parser(sub)
     return parser
 
 
@@ -279,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_tune(args)
     if args.command in ("add", "check"):
         return cmd_add(args) if args.command == "add" else cmd_check(args)
+    if args.command == "verify":
+        return cmd_verify(args)
     if args.command in ("explain", "inspect"):
         return cmd_explain(args) if args.command == "explain" else cmd_inspect(args)
     return cmd_probability(args)

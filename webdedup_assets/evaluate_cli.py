@@ -76,6 +76,13 @@ def add_evaluate_parser(sub) -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--no-reference", action="store_true", help="skip the exact reference")
     evaluate.add_argument(
+        "--max-pair-slots",
+        type=_positive,
+        default=None,
+        help="the exact reference is refused when its join would verify more pair slots (pairs of documents "
+        "sharing a rare shingle; a cluster of n identical pages makes n^2/2) (default 50,000,000)",
+    )
+    evaluate.add_argument(
         "--giant-size", type=_positive, default=50, help="clusters of this size or more are flagged giant (default 50)"
     )
     evaluate.add_argument("--no-plots", action="store_true", help="tables only, no PNGs")
@@ -163,25 +170,28 @@ def _folders(args: argparse.Namespace) -> tuple[Path | None, Path]:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .engine.evaluate import evaluate_run
     from .engine.storage import Store
+    from .engine.verify_storage import damage_named
     from .errors import WebdedupError
 
     storage_root, evaluation_dir = _folders(args)
     if storage_root is None:
         return EXIT_ERROR
     try:
-        summary = evaluate_run(
-            Store(storage_root),
-            evaluation_dir,
-            labels_path=Path(args.labels) if args.labels else None,
-            label_column=args.label_column,
-            thresholds=args.thresholds,
-            sample=args.sample,
-            reference=not args.no_reference,
-            reference_floor=args.reference_floor,
-            giant_size=args.giant_size,
-            seed=args.seed,
-            plots=not args.no_plots,
-        )
+        with damage_named(Store(storage_root)):
+            summary = evaluate_run(
+                Store(storage_root),
+                evaluation_dir,
+                labels_path=Path(args.labels) if args.labels else None,
+                label_column=args.label_column,
+                thresholds=args.thresholds,
+                sample=args.sample,
+                reference=not args.no_reference,
+                reference_floor=args.reference_floor,
+                giant_size=args.giant_size,
+                seed=args.seed,
+                plots=not args.no_plots,
+                max_pair_slots=args.max_pair_slots,
+            )
     except WebdedupError as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
@@ -252,23 +262,25 @@ def add_tune_parser(sub) -> argparse.ArgumentParser:
 def cmd_tune(args: argparse.Namespace) -> int:
     from .engine.storage import Store
     from .engine.tune import tune
+    from .engine.verify_storage import damage_named
     from .errors import WebdedupError
 
     storage_root, evaluation_dir = _folders(args)
     if storage_root is None:
         return EXIT_ERROR
     try:
-        summary = tune(
-            Store(storage_root),
-            evaluation_dir,
-            threshold=args.threshold,
-            target_recall=args.target_recall,
-            num_perms=args.num_perm,
-            sample=args.sample,
-            seed=args.seed,
-            max_pair_slots=args.max_pair_slots,
-            min_probability=args.min_probability,
-        )
+        with damage_named(Store(storage_root)):
+            summary = tune(
+                Store(storage_root),
+                evaluation_dir,
+                threshold=args.threshold,
+                target_recall=args.target_recall,
+                num_perms=args.num_perm,
+                sample=args.sample,
+                seed=args.seed,
+                max_pair_slots=args.max_pair_slots,
+                min_probability=args.min_probability,
+            )
     except WebdedupError as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR

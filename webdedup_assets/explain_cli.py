@@ -55,6 +55,7 @@ def _store(args: argparse.Namespace):
 
 def _answer(args: argparse.Namespace, compute) -> tuple[int, Any]:
     from .engine.state import writer_lock
+    from .engine.verify_storage import damage_named
     from .errors import WebdedupError
 
     try:
@@ -62,7 +63,10 @@ def _answer(args: argparse.Namespace, compute) -> tuple[int, Any]:
         from .progress_cli import announce_cold_kernels
 
         announce_cold_kernels()
-        with writer_lock(store.root, exclusive=False, timeout=30.0, purpose=f"webdedup {args.command}"):
+        with (
+            writer_lock(store.root, exclusive=False, timeout=30.0, purpose=f"webdedup {args.command}"),
+            damage_named(store),
+        ):
             return EXIT_OK, compute(store)
     except (WebdedupError, FileNotFoundError) as err:
         print(f"webdedup: error: {err}", file=sys.stderr)

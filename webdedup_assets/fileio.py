@@ -11,13 +11,28 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
+from .errors import WebdedupError
 from .threads import thread_count
+
+
+def make_folder(path: Path) -> Path:
+    """Create a folder (and its parents) unless it exists; a WebdedupError says why it cannot be
+    (a file of that name, or above it; no permission), never a traceback."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        what = "it is" if blocker == path else f"{blocker} is"
+        raise WebdedupError(f"{path}: cannot be used as a folder: {what} an existing file") from None
+    except OSError as err:
+        raise WebdedupError(f"{path}: cannot create this folder ({err.strerror or err})") from None
+    return path
 
 
 @contextmanager
 def atomic_path(target: Path):
     """Yield a temporary sibling path; move it onto target only if the block succeeds."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(target.parent)
     temp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         yield temp

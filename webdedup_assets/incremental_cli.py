@@ -127,12 +127,14 @@ def corpus_folders(against: Path, report: str | None) -> tuple[Path, Path]:
 def cmd_check(args: argparse.Namespace) -> int:
     from .engine.incremental import check_input
     from .engine.storage import Store
+    from .engine.verify_storage import damage_named
     from .errors import WebdedupError
 
     storage_root, report = corpus_folders(Path(args.against).expanduser().resolve(), args.report)
     store = Store(storage_root)
     try:
-        summary = check_input(store, args.input, args.input_format, report)
+        with damage_named(store):
+            summary = check_input(store, args.input, args.input_format, report)
     except (WebdedupError, params.ParamError) as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR

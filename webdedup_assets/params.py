@@ -68,7 +68,9 @@ class InputParams(ParamGroup):
         default=False,
         description="Must be true to fetch from Common Crawl: you accept https://commoncrawl.org/terms-of-use.",
     )
-    cc_timeout_seconds: float = Field(default=30.0, gt=0, description="Seconds one range request may take.")
+    cc_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="Seconds one attempt of a range request may take in all (not each read)."
+    )
     cc_max_retries: int = Field(default=3, ge=0, description="Retries of a range request after a timeout, 5xx or 429.")
     cc_retry_backoff_seconds: float = Field(
         default=1.0, ge=0, description="Seconds before the first retry; doubles with each retry."

@@ -81,25 +81,33 @@ def _grow(values, cap):
 
 
 @njit(cache=True)
-def _join(ranks, offsets, first_shared, n_elements, threshold):
-    # ranks below first_shared belong to one set only: they can never pair two sets, so they get
-    # no index slot (on web text most shingles are such singletons)
+def _prefixes(ranks, offsets, first_shared, n_slots, threshold):
+    """Each set's prefix length, and how many prefixes hold each shared element (ranks from
+    first_shared on: those below belong to one set only and can never pair two sets, so they get
+    no index slot; on web text most shingles are such singletons)."""
     n_sets = offsets.shape[0] - 1
-    n_slots = n_elements - first_shared
     sizes = offsets[1:] - offsets[:-1]
-    order = np.argsort(sizes, kind="mergesort")  # ascending size: indexed sets are never larger
-    # inverted index over the prefixes of the sets seen so far: element -> set ids (CSR built
-    # in two passes, filled in processing order)
     prefix_len = np.zeros(n_sets, dtype=np.int64)
-    head = np.zeros(n_slots + 1, dtype=np.int64)
+    holders = np.zeros(n_slots, dtype=np.int64)
     for s in range(n_sets):
         if sizes[s] > 0:
             prefix_len[s] = sizes[s] - _min_overlap(sizes[s], threshold) + 1
             for k in range(offsets[s], offsets[s] + prefix_len[s]):
                 if ranks[k] >= first_shared:
-                    head[ranks[k] - first_shared + 1] += 1
-    for e in range(n_slots):
-        head[e + 1] += head[e]
+                    holders[ranks[k] - first_shared] += 1
+    return prefix_len, holders
+
+
+@njit(cache=True)
+def _join(ranks, offsets, first_shared, prefix_len, holders, threshold):
+    n_sets = offsets.shape[0] - 1
+    n_slots = holders.shape[0]
+    sizes = offsets[1:] - offsets[:-1]
+    order = np.argsort(sizes, kind="mergesort")  # ascending size: indexed sets are never larger
+    # inverted index over the prefixes of the sets seen so far: element -> set ids (CSR, filled
+    # in processing order)
+    head = np.zeros(n_slots + 1, dtype=np.int64)
+    head[1:] = np.cumsum(holders)
     fill = head[:-1].copy()
     postings = np.empty(head[n_slots], dtype=np.int64)
     seen = np.full(n_sets, -1, dtype=np.int64)
@@ -150,20 +158,38 @@ def _join(ranks, offsets, first_shared, n_elements, threshold):
     return out_a[:count].copy(), out_b[:count].copy(), out_j[:count].copy(), compared
 
 
-def similarity_join(flat: np.ndarray, offsets: np.ndarray, threshold: float) -> tuple[np.ndarray, ...]:
+class PairBudgetExceeded(ValueError):
+    """The join would verify more pair slots than its budget allows (nothing was joined)."""
+
+    def __init__(self, slots: int, budget: int, most_shared: int) -> None:
+        super().__init__(f"{slots:,} pair slots, over the budget of {budget:,}")
+        self.slots, self.budget, self.most_shared = slots, budget, most_shared
+
+
+def similarity_join(
+    flat: np.ndarray, offsets: np.ndarray, threshold: float, max_pair_slots: int | None = None
+) -> tuple[np.ndarray, ...]:
     """All pairs (a, b), a < b (set indexes), of non-empty sets with Jaccard >= threshold.
 
     flat holds each set's unique values (any order) at flat[offsets[i]:offsets[i + 1]].
     Returns (left, right, jaccard, compared) sorted by (left, right); compared is how many
     pairs were verified (the work prefix filtering left). The Jaccard is computed as
     scoring does (common / (|a| + |b| - common)), so the same pairs pass the same threshold.
+    max_pair_slots: the pairs of sets sharing a prefix element, counted before the join (they
+    bound both the pairs verified and the pairs returned, like candidate_pairs' slots); over it,
+    PairBudgetExceeded is raised instead of joining (n identical sets make n^2 / 2 pairs).
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     ranks, frequency = rank_by_frequency(flat, offsets)
     first_shared = int(np.searchsorted(frequency, 2))  # ranks are ordered by frequency: singletons first
-    left, right, jaccard, compared = _join(ranks, offsets, first_shared, len(frequency), float(threshold))
+    prefix_len, holders = _prefixes(ranks, offsets, first_shared, len(frequency) - first_shared, float(threshold))
+    if max_pair_slots is not None:
+        slots = int((holders * (holders - 1) // 2).sum())
+        if slots > max_pair_slots:
+            raise PairBudgetExceeded(slots, max_pair_slots, int(holders.max(initial=0)))
+    left, right, jaccard, compared = _join(ranks, offsets, first_shared, prefix_len, holders, float(threshold))
     order = np.lexsort((right, left))
     return left[order], right[order], jaccard[order], int(compared)
 

@@ -37,6 +37,10 @@ class EvaluateConfig(dg.Config):
     seed: int = Field(default=0, description="Seed of the sample.")
     giant_size: int = Field(default=engine_evaluate.DEFAULT_GIANT_SIZE, description="Cluster size flagged giant.")
     plots: bool = Field(default=True, description="Draw the PNG plots.")
+    max_pair_slots: int = Field(
+        default=engine_evaluate.MAX_PAIR_SLOTS,
+        description="Budget of the exact reference's join (pair slots); over it, refused.",
+    )
 
 
 @dg.asset(
@@ -66,6 +70,7 @@ def evaluation(config: EvaluateConfig, storage: WebdedupStorage) -> dg.Materiali
             giant_size=config.giant_size,
             seed=config.seed,
             plots=config.plots,
+            max_pair_slots=config.max_pair_slots,
         )
 
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from ..engine.storage import Store
+from ..fileio import make_folder
 from ..params import EngineParams
 
 DEFAULT_STORAGE_ROOT = os.environ.get("WEBDEDUP_STORAGE_ROOT", ".webdedup/storage")
@@ -41,9 +42,7 @@ class WebdedupStorage(dg.ConfigurableResource):
         return Store(Path(self.storage_root))
 
     def outputs(self) -> Path:
-        path = Path(self.output_dir).expanduser().resolve()
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return make_folder(Path(self.output_dir).expanduser().resolve())
 
 
 _ENGINE_FIELDS = EngineParams.model_fields

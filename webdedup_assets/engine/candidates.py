@@ -3,6 +3,8 @@ candidate_scope is `domain`)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import WebdedupError
 from ..params import CandidateParams
 from .publish import report_path
@@ -26,6 +28,34 @@ MIN_PAIR_SLOTS = 1_000_000  # the scaled budget never goes below this (small cor
 def pair_slot_budget(max_pair_slots: int, pair_slots_per_document: int, documents: int) -> int:
     """max_pair_slots when set, else pair_slots_per_document x documents, at least MIN_PAIR_SLOTS."""
     return max_pair_slots or max(MIN_PAIR_SLOTS, pair_slots_per_document * documents)
+
+
+def budget_advice(sizes: list[tuple[int, int]], budget: int, params: CandidateParams) -> str:
+    """What brings a band join over its budget within it, from the histogram (bucket size, number of
+    buckets) of the buckets of two or more. The star policy links only buckets over hot_bucket_size to
+    their first member (size - 1 slots); below it a bucket still makes all its pairs, so many buckets
+    of a few hundred documents overrun the budget under star too: the advice names the largest
+    hot_bucket_size that fits."""
+    size = np.array([s for s, _ in sizes] or [2], dtype=np.int64)
+    count = np.array([n for _, n in sizes] or [0], dtype=np.int64)
+    order = np.argsort(size)
+    size, count = size[order], count[order]
+    all_pairs, star = count * (size * (size - 1) // 2), count * (size - 1)
+    # hot_bucket_size from size[i] up to size[i + 1] - 1: buckets up to size[i] make all their pairs,
+    # the larger ones star edges (the first entry: every bucket starred)
+    slots = np.r_[star.sum(), np.cumsum(all_pairs) + (star.sum() - np.cumsum(star))]
+    highest = np.r_[size - 1, max(params.hot_bucket_size, int(size[-1]))]
+    rest = "strip the shared boilerplate from the input, or raise the budget"
+    if slots[0] > budget:
+        return f"Even bucket_policy='star' with hot_bucket_size 2 exceeds the budget: {rest}"
+    hot = max(2, int(highest[slots <= budget].max()))
+    if params.bucket_policy != "star" and hot >= params.hot_bucket_size:
+        return f"Set bucket_policy='star' to link hot buckets to their first member, {rest}"
+    return (
+        f"bucket_policy='star' links only buckets over hot_bucket_size ({params.hot_bucket_size}) to their first "
+        f"member: set bucket_policy='star' with hot_bucket_size {hot} (--bucket-policy star --hot-bucket-size {hot}), "
+        f"{rest}"
+    )
 
 
 def stage_candidate_pairs(store: Store, params: CandidateParams | None = None) -> StageResult:
@@ -87,8 +117,8 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         raise WebdedupError(
             f"candidate join would create {slots:,} pair slots, over the budget of {budget:,} ({how}); "
             f"the largest bucket holds {max_bucket:,} documents (band {band}, key {key}; e.g. "
-            f"{', '.join(sample)}): text they all share, such as boilerplate. Set bucket_policy='star' to link "
-            f"hot buckets to their first member, strip the shared boilerplate from the input, or raise the budget"
+            f"{', '.join(sample)}): text they all share, such as boilerplate. "
+            + budget_advice(con.execute("SELECT size, count(*) FROM buckets GROUP BY size").fetchall(), budget, params)
         )
     star_edges = ""
     small_filter = ""

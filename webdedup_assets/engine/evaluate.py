@@ -33,11 +33,11 @@ import pyarrow.compute as pc
 
 from ..core.minhash import candidate_probability
 from ..errors import WebdedupError
-from ..fileio import atomic_path
+from ..fileio import atomic_path, make_folder
 from .evaluate_clusters import cluster_diagnostics
 from .evaluate_common import rounded, run_info, write_csv
 from .evaluate_labels import evaluate_labels
-from .evaluate_reference import exact_reference
+from .evaluate_reference import MAX_PAIR_SLOTS, exact_reference
 from .state import writer_lock
 from .storage import Store, connect
 
@@ -65,6 +65,7 @@ def _evaluate_run(
     giant_size: int = DEFAULT_GIANT_SIZE,
     seed: int = 0,
     plots: bool = True,
+    max_pair_slots: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate the run stored in store; write tables and plots into out_dir; return the figures."""
     started = time.perf_counter()
@@ -73,8 +74,7 @@ def _evaluate_run(
     for t in thresholds:
         if not 0.0 < t <= 1.0:
             raise WebdedupError(f"thresholds must lie in (0, 1], got {t}")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_folder(Path(out_dir))
     con = connect(store)
     try:
         docs = con.sql(f"""SELECT f.doc_id, f.shingle_count, d.domain
@@ -157,6 +157,7 @@ def _evaluate_run(
             sample,
             seed,
             labelled="labels" in summary,
+            max_pair_slots=max_pair_slots or MAX_PAIR_SLOTS,
         )
         if "labels" not in summary:  # without labels the sweep is against the exact reference
             sweep_rows = reference_sweep

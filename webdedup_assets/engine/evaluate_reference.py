@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..core.exact import similarity_join
+from ..core.exact import PairBudgetExceeded, similarity_join
 from ..core.minhash import candidate_probability
 from ..errors import WebdedupError
 from .evaluate_common import RunInfo, rounded, rows_table, write_csv
@@ -20,6 +20,7 @@ from .storage import Store, connect
 
 BIN_WIDTH = 0.05
 MAX_REFERENCE_DOCUMENTS = 100_000
+MAX_PAIR_SLOTS = 50_000_000  # of the exact join (core.exact.similarity_join), like tune's band join
 MISSED_PAIRS_LISTED = 1000
 
 
@@ -43,13 +44,14 @@ def exact_reference(
     sample: int | None,
     seed: int,
     labelled: bool,
+    max_pair_slots: int = MAX_PAIR_SLOTS,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], ShingleSets | None]:
     """Every pair of documents (all, or `sample` of those with shingles) with exact shingle
     Jaccard >= the floor (core.exact.similarity_join, not LSH), compared with the run's scored
     candidates (left, right: document nodes in docs' doc_id order): the LSH miss rate per
     Jaccard bin, the recall of every banding of the stored signatures, the pairs missed; without
-    labels, a threshold sweep of the candidates' recall. Writes jaccard_bins.csv,
-    missed_pairs.csv, banding_recall.csv and (without labels) threshold_sweep.csv, named in
+    labels, a threshold sweep of the candidates' recall. Refused over max_pair_slots (exact_join). Writes
+    jaccard_bins.csv, missed_pairs.csv, banding_recall.csv and (without labels) threshold_sweep.csv, named in
     files. Returns the summary's `reference` entry, the bin rows, the sweep rows (none when
     labelled) and the shingle sets of every document when no sample was drawn (else None)."""
     doc_ids = docs["doc_id"].combine_chunks().cast(pa.string())
@@ -78,7 +80,7 @@ def exact_reference(
     sizes = sets.ends - sets.starts
     offsets = np.r_[0, np.cumsum(sizes[base])].astype(np.int64)
     flat = np.concatenate([sets.flat[sets.starts[i] : sets.ends[i]] for i in base]) if len(base) else sets.flat
-    ref_a, ref_b, ref_j, compared = similarity_join(flat, offsets, floor)
+    ref_a, ref_b, ref_j, compared = exact_join(flat, offsets, floor, max_pair_slots, "the exact reference")
     ref_left, ref_right = chosen[ref_a], chosen[ref_b]  # document nodes (chosen is sorted)
     candidate_key = np.sort(left * n_docs + right)
     ref_key = ref_left * n_docs + ref_right
@@ -182,6 +184,19 @@ def exact_reference(
         )
         files["threshold_sweep"] = str(out_dir / "threshold_sweep.csv")
     return summary_reference, reference_rows, sweep_rows, sets_all
+
+
+def exact_join(flat: np.ndarray, offsets: np.ndarray, floor: float, max_pair_slots: int, what: str) -> tuple:
+    """core.exact.similarity_join under a pair budget, failing closed with the remedies: a giant
+    cluster of identical pages would make its pairs (n^2 / 2) without bound."""
+    try:
+        return similarity_join(flat, offsets, floor, max_pair_slots)
+    except PairBudgetExceeded as over:
+        raise WebdedupError(
+            f"{what} would verify {over.slots:,} pair slots, over the budget of {over.budget:,} (--max-pair-slots): "
+            f"{over.most_shared:,} documents share a shingle of their prefix (a cluster of identical or nearly "
+            "identical pages); give --sample N, or raise --max-pair-slots"
+        ) from None
 
 
 def banding_recall(

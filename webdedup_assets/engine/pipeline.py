@@ -51,6 +51,7 @@ from .stage import DUCKDB, StageResult
 from .state import clear_days, held_days, months_of, remove_leftovers, reset_outdated, writer_lock
 from .storage import Store
 from .transaction import StorageTransaction, discard, storage_transaction
+from .verify_storage import damage_message, damage_named
 
 PROGRESS = logging.getLogger("webdedup.progress")
 Notice = Callable[[str], None]
@@ -143,8 +144,11 @@ class _Steps:
         except WebdedupError as err:
             PROGRESS.info("%-18s failed", name)
             raise StageFailed(name, str(err)) from None
-        except Exception as err:  # a bug or the machine (memory, disk): one line, the stage named
+        except Exception as err:  # a damaged file, a bug or the machine (memory, disk): one line
             PROGRESS.info("%-18s failed", name)
+            damaged = damage_message(self.store)
+            if damaged is not None:
+                raise WebdedupError(damaged) from None
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             raise StageFailed(name, f"{type(err).__name__}: {first}") from err
         self.seconds[timed_as or name] = round(time.perf_counter() - started, 3)
@@ -225,8 +229,8 @@ def run(
     input_format = params.input.input_format
     engine = engine or EngineParams()
     resolve_input(input_path, input_format)  # a missing input is named before anything is touched
-    with _writing(storage_root, output_dir, f"webdedup run {input_path}", notice) as transaction:
-        store = Store(storage_root)
+    store = Store(storage_root)
+    with damage_named(store), _writing(storage_root, output_dir, f"webdedup run {input_path}", notice) as transaction:
         if reset_outdated(store):
             notice(f"{storage_root} was written by an earlier webdedup in another layout: rebuilt from the input")
         warc_options = warc_options_of(params.input)
@@ -306,10 +310,11 @@ def held_params(store: Store, given: dict[str, dict[str, Any]]) -> tuple[Fingerp
     return fingerprint, banding
 
 
-def global_params(store: Store, given: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def global_params(store: Store, given: dict[str, dict[str, Any]], full_rebuild: bool = False) -> dict[str, Any]:
     """candidates, scoring and representative of an `add`: the values given over the held
-    corpus' (a group not given: None, the update keeps the held one)."""
-    state = incremental.load_state(store)
+    corpus' (a group not given: None, the update keeps the held one). A full rebuild gets past a
+    damaged state (it writes it again)."""
+    state = incremental.load_state(store, damaged_as_absent=full_rebuild)
     held = state["parameters"] if state else {}
     chosen: dict[str, Any] = {}
     for group, model in (
@@ -339,12 +344,12 @@ def add(
     of the parameters given; the global groups not given keep the held corpus' values. Raises
     StageFailed or WebdedupError (then nothing was changed)."""
     resolve_input(input_path, input_format)
-    with _writing(storage_root, output_dir, f"webdedup add {input_path}", notice) as transaction:
-        store = Store(storage_root)
+    store = Store(storage_root)
+    with damage_named(store), _writing(storage_root, output_dir, f"webdedup add {input_path}", notice) as transaction:
         if not store.files("documents"):
             notice(f"{storage_root} held no corpus: a new one is started with {input_path}")
         fingerprint, banding = held_params(store, given)
-        chosen = global_params(store, given)
+        chosen = global_params(store, given, full_rebuild)
         days = input_days(input_path, input_format, store=store)
         if not days:
             raise WebdedupError(f"{input_path}: no crawl day found in the input (is crawled_at a date?)")

@@ -324,6 +324,14 @@ def _validate_rows(con: duckdb.DuckDBPyConnection) -> None:
     if bad_ids:
         count = scalar(con, "SELECT count(*) FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
         raise WebdedupError(f"{count} row(s) have an empty doc_id (first in file {bad_ids[0][0]})")
+    # a doc_id is written as it is into the CSV outputs, where a NUL byte breaks most readers
+    with_nul = _offenders(con, "SELECT doc_id, __source_file FROM keys WHERE contains(doc_id, chr(0)) ORDER BY doc_id")
+    if with_nul:
+        total = scalar(con, "SELECT count(*) FROM keys WHERE contains(doc_id, chr(0))")
+        raise WebdedupError(
+            f"{with_nul[0][1]}: {total} doc_id(s) contain a NUL byte, first: "
+            f"{', '.join(repr(d) for d, _ in with_nul)}; remove the NUL bytes from the doc_ids"
+        )
     dupes = _offenders(
         con,
         "SELECT doc_id, count(*) AS n, string_agg(DISTINCT __source_file, ', ') FROM keys "

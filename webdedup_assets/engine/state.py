@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
-from ..fileio import write_text
+from ..fileio import make_folder, write_text
 from .storage import Store
 
 STATE_FILE = "corpus_state.json"
@@ -120,7 +120,7 @@ def writer_lock(folder: Path, exclusive: bool = True, timeout: float = 0.0, purp
         finally:
             held.depth -= 1
         return
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     deadline = time.monotonic() + max(0.0, timeout)

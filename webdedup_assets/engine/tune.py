@@ -25,13 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ..core.exact import similarity_join
 from ..core.fingerprint import fingerprint_texts, shingling
 from ..core.minhash import MinHashParams, band_keys
 from ..core.tuning import banded_hits, bandings, probability_at, recommend
 from ..errors import WebdedupError
-from ..fileio import atomic_path
-from .evaluate_reference import MAX_REFERENCE_DOCUMENTS
+from ..fileio import atomic_path, make_folder
+from .evaluate_reference import MAX_REFERENCE_DOCUMENTS, exact_join
 from .shingle_sets import load_shingle_sets
 from .state import writer_lock
 from .storage import Store, connect
@@ -105,6 +104,7 @@ def _tune(
     min_probability: float = 0.0,
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    out_dir = make_folder(Path(out_dir))  # before the work: a folder that cannot be made is said at once
     fingerprint = store.params("fingerprinted")["fingerprint"]
     if threshold is None:
         threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
@@ -136,7 +136,7 @@ def _tune(
     if not sets.doc_ids.equals(ids):
         raise WebdedupError("documents and fingerprinted hold different doc_ids; re-run the pipeline")
     offsets = np.r_[0, sets.ends].astype(np.int64)  # sets of ids, contiguous in doc_id order
-    ref_left, ref_right, _, _ = similarity_join(sets.flat, offsets, threshold)
+    ref_left, ref_right, _, _ = exact_join(sets.flat, offsets, threshold, max_pair_slots, "tune's exact join")
     rows: list[dict[str, Any]] = []
     for num_perm in num_perms:
         signatures = _signatures(store, ids, (size, unit), num_perm, int(fingerprint["seed"]))
@@ -177,8 +177,6 @@ def _tune(
         "bandings": rows,
         "seconds": round(time.perf_counter() - started, 3),
     }
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     columns = list(rows[0]) if rows else ["num_perm", "bands", "rows"]
     table = pa.table({c: [row.get(c) for row in rows] for c in columns})
     with atomic_path(out_dir / "tune.csv") as temp:

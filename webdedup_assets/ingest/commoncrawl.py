@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import re
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -209,6 +210,7 @@ def fetch_range(
     attempts = f"after {options.cc_max_retries + 1} attempts"
     retries = None  # the client's own policy for the first request
     while True:
+        deadline = time.monotonic() + options.cc_timeout_seconds  # of this attempt, its last byte included
         try:
             response = client.request(
                 "GET",
@@ -235,8 +237,8 @@ def fetch_range(
                 raise FetchError("fetch_failed", f"HTTP {status} for {url}")
             if status != 206:
                 raise FetchError("fetch_failed", f"HTTP {status} instead of 206: the server ignored the Range")
-            data = response.read(length + 1)
-        except (ReadTimeoutError, ProtocolError) as err:  # the body stalled or broke off: retried like the request
+            data = _read_by(response, length + 1, deadline)
+        except (ReadTimeoutError, TimeoutError, ProtocolError) as err:  # stalled, too slow or broke off: retried
             response.close()
             try:
                 retries = (response.retries or retry_policy(options)).increment("GET", url, error=err)
@@ -252,6 +254,26 @@ def fetch_range(
             raise FetchError("fetch_failed", f"range returned {len(data)} bytes, expected {length}")
         response.release_conn()
         return data
+
+
+def _read_by(response: urllib3.BaseHTTPResponse, limit: int, deadline: float) -> bytes:
+    """At most `limit` bytes of the body, all of them before `deadline`: the client's read timeout
+    bounds each read only, so a server sending a byte now and then would hold the fetch forever."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < limit:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{got} of {limit - 1} bytes received before the request's deadline")
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        if sock is not None:
+            sock.settimeout(left)  # the next read waits no longer than the deadline either
+        chunk = response.read1(min(limit - got, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
 def _failure(url: str, reason: BaseException | None) -> str:

@@ -70,12 +70,39 @@ def _blocks_path(directory: Path, stem: str) -> Path:
     return directory / f"{stem}.blocks"
 
 
-def sync(store: Store) -> int:
-    """Index every documents file that has no current index; remove the stale indexes. Returns
-    the number of files indexed."""
+def index_files(store: Store) -> list[tuple[Path, Path]]:
+    """(index, blocks) of every body index held, current or stale."""
+    directory = bodies_dir(store)
+    return [
+        (index, _blocks_path(directory, index.name.removesuffix(".index.parquet")))
+        for index in sorted(directory.glob("*.index.parquet"))
+    ]
+
+
+def index_problem(index: Path, blocks: Path) -> str | None:
+    """What is wrong with a body index (None when it is whole): its blocks file must hold every
+    block its index points to."""
+    if not blocks.exists():
+        return "missing: its index lists blocks"
+    try:
+        ends = pq.read_table(index, columns=["block_offset", "block_bytes"])
+    except (OSError, pa.ArrowException) as err:
+        return f"its index {index.name} is not readable ({str(err).splitlines()[0]})"
+    end = max((o + b for o, b in zip(ends["block_offset"].to_pylist(), ends["block_bytes"].to_pylist())), default=0)
+    size = blocks.stat().st_size
+    return f"holds {size:,} bytes, its index points to {end:,}: cut short" if size < end else None
+
+
+def sync(store: Store, rebuild_damaged: bool = False) -> int:
+    """Index every documents file that has no current index; remove the stale indexes (and, with
+    rebuild_damaged, those index_problem finds damaged). Returns the number of files indexed."""
     directory = bodies_dir(store)
     directory.mkdir(parents=True, exist_ok=True)
     wanted = {index_stem(f): f for f in store.data_files("documents")}
+    if rebuild_damaged:
+        for index, blocks in index_files(store):
+            if index_problem(index, blocks):
+                index.unlink()
     for path in directory.iterdir():
         stem = path.name.removesuffix(".index.parquet").removesuffix(".blocks")
         if stem not in wanted or path.name.startswith("."):

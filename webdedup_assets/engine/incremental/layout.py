@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...errors import WebdedupError
 from ..storage import Store, sql_string
 
 INCREMENTAL_DIR = "incremental"
@@ -72,11 +73,23 @@ def snapshot_dir(store: Store, asset: str) -> Path:
     return incremental_dir(store) / "snapshot" / asset
 
 
-def load_state(store: Store) -> dict[str, Any] | None:
+def load_state(store: Store, damaged_as_absent: bool = False) -> dict[str, Any] | None:
+    """The state of the last update; None when there is none (or, with damaged_as_absent, when it
+    cannot be read: a full rebuild writes it again). A damaged one is refused, naming the file."""
     path = incremental_dir(store) / STATE_NAME
     if not path.exists():
         return None
-    state = json.loads(path.read_text())
+    try:
+        state = json.loads(path.read_bytes())
+        if not isinstance(state, dict):
+            raise ValueError(f"a JSON {type(state).__name__}, not an object")
+    except (ValueError, UnicodeDecodeError) as err:
+        if damaged_as_absent:
+            return None
+        raise WebdedupError(
+            f"damaged storage: {path}: not valid JSON ({err}); it is derived from the other files: "
+            "`webdedup add --full-rebuild` rebuilds it"
+        ) from None
     return state if state.get("format") == STATE_FORMAT else None
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from ...errors import WebdedupError
-from ..candidates import pair_slot_budget
+from ..candidates import budget_advice, pair_slot_budget
 from ..publish import report_path
 from ..rows import listing
 from ..storage import scalar, sql_string, write_csv
@@ -190,11 +190,13 @@ class LinksStep:
             self.slots = figures["all_pairs_slots"]
         self.budget = pair_slot_budget(params.max_pair_slots, params.pair_slots_per_document, self.documents)
         if self.slots > self.budget:
+            bands = self.store.scan_sql("band_memberships")
+            sizes = con.execute(f"""SELECT size, count(*) FROM (SELECT count(*) AS size FROM {bands}
+                GROUP BY band_index, band_hash HAVING count(*) > 1) GROUP BY size""").fetchall()
             raise WebdedupError(
                 f"candidate join would create {self.slots:,} pair slots, over the budget of {self.budget:,}; the "
                 f"largest bucket holds {figures['max_bucket_size'] or 'many'} documents: text they all share, such "
-                "as boilerplate. Set bucket_policy='star', strip the shared boilerplate, or raise the budget "
-                "(the corpus was left unchanged)"
+                f"as boilerplate. {budget_advice(sizes, self.budget, params)} (the corpus was left unchanged)"
             )
 
     def _collision_report(self) -> None:

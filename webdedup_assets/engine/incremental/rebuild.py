@@ -33,13 +33,27 @@ from .layout import (
 # Runs one global stage with its parameters (None: the stage's own from upstream).
 StageRunner = Callable[[str, Any], StageResult]
 
+# where a global asset records the parameter group an update chooses (engine.stage's groups)
+HELD_GROUPS = {
+    "candidates": ("candidate_pairs", "candidates"),
+    "scoring": ("scored_pairs", "scoring"),
+    "representative": ("deduped_documents", "representatives"),
+}
 
-def stored_choice(state: dict[str, Any] | None, key: str, model, given):
+
+def stored_choice(store: Store, state: dict[str, Any] | None, key: str, model, given):
+    """The parameters given, else those of the last update, else those the held global asset was
+    built with (a storage written by `webdedup run`, or whose state.json was lost), else the defaults."""
     if given is not None:
         return given
     if state is not None and key in state["parameters"]:
         return from_stored(model, state["parameters"][key])
-    return model()
+    asset, group = HELD_GROUPS[key]
+    try:
+        held = store.params(asset).get(group) if store.files(asset) else None
+    except (OSError, ValueError):  # a damaged asset: a full rebuild writes it again
+        held = None
+    return from_stored(model, held) if held else model()
 
 
 def full_rebuild(

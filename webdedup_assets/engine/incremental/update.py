@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
@@ -16,7 +17,7 @@ from ..invariants import measured_key
 from ..rows import listing
 from ..stage import DUCKDB, STAGES, StageRun, check_uniform
 from ..state import check_consistent, held_days
-from ..storage import Store, connect, quote_ident, write_batches
+from ..storage import Store, connect, quote_ident, scalar, sql_string, write_batches
 from . import bodies
 from .changes import changed_documents, daily_changes
 from .components import ComponentsStep
@@ -42,12 +43,12 @@ def update(
     check_consistent(store)
     for asset in ("fingerprinted", "band_memberships"):
         check_uniform(STAGES["candidate_pairs"], store, asset, store.params(asset))
-    state = load_state(store)
+    state = load_state(store, damaged_as_absent=full_rebuild_flag)  # what a full rebuild writes again
     if not full_rebuild_flag:
         check_fixed_params(store, state)
-    candidates = stored_choice(state, "candidates", CandidateParams, candidates)
-    scoring = stored_choice(state, "scoring", ScoringParams, scoring)
-    representative = stored_choice(state, "representative", RepresentativeParams, representative)
+    candidates = stored_choice(store, state, "candidates", CandidateParams, candidates)
+    scoring = stored_choice(store, state, "scoring", ScoringParams, scoring)
+    representative = stored_choice(store, state, "representative", RepresentativeParams, representative)
     days_before = set(state["days"]) if state else set()
     days_now = set(held_days(store))
     reason = (
@@ -56,13 +57,16 @@ def update(
         else rebuild_reason(store, state, candidates, scoring, representative)
     )
     if reason is not None:
+        added, removed = _documents_since_last_build(store)
         full_rebuild(store, candidates, scoring, representative, run_stage)
-        bodies.sync(store)  # for the next update (engine.incremental.bodies)
+        bodies.sync(store, rebuild_damaged=full_rebuild_flag)  # for the next update (engine.incremental.bodies)
         return UpdateReport(
             "full",
             reason,
             days_added=sorted(days_now - days_before),
             days_removed=sorted(days_before - days_now),
+            documents_added=added,
+            documents_removed=removed,
             seconds={"total": round(time.perf_counter() - started, 4)},
         )
     changes = daily_changes(store)
@@ -78,6 +82,25 @@ def update(
     _Updater(store, state, changes, candidates, scoring, representative, report).run()
     report.seconds["total"] = round(time.perf_counter() - started, 4)
     return report
+
+
+def _documents_since_last_build(store: Store) -> tuple[int, int]:
+    """Documents added and removed since the global assets were last built (their clusters list
+    every document then; none built, or not readable: every document is new)."""
+    con = connect()
+    try:
+        documents = f"(SELECT doc_id FROM {store.scan_sql('documents')})"
+        built = store.path("clusters")
+        try:
+            before = f"(SELECT doc_id FROM read_parquet({sql_string(str(built))}))"
+            added, removed = con.execute(f"""
+                SELECT (SELECT count(*) FROM {documents} d ANTI JOIN {before} b USING (doc_id)),
+                       (SELECT count(*) FROM {before} b ANTI JOIN {documents} d USING (doc_id))""").fetchall()[0]
+            return added, removed
+        except duckdb.Error:  # a full rebuild gets past a missing or damaged clusters file
+            return scalar(con, f"SELECT count(*) FROM {documents}"), 0
+    finally:
+        con.close()
 
 
 class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):

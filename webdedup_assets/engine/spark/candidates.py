@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from ...errors import WebdedupError
 from ...params import CandidateParams
-from ..candidates import pair_slot_budget
+from ..candidates import budget_advice, pair_slot_budget
 from ..publish import report_path
 from ..stage import StageOutput, StageRun
 from ..storage import connect, write_csv
@@ -89,13 +89,13 @@ def candidate_pairs(run: StageRun) -> StageOutput:
             if params.max_pair_slots
             else f"{params.pair_slots_per_document:,} per document x {documents:,} documents (pair_slots_per_document)"
         )
+        sizes = [(r["size"], r["count"]) for r in buckets.groupBy("size").count().collect()]  # one row per size
         buckets.unpersist()
         raise WebdedupError(
             f"candidate join would create {slots:,} pair slots, over the budget of {budget:,} ({how}); "
             f"the largest bucket holds {max_bucket:,} documents (band {largest['band_index']}, key "
-            f"{largest['band_hash']}; e.g. {', '.join(sample)}): text they all share, such as boilerplate. Set "
-            f"bucket_policy='star' to link hot buckets to their first member, strip the shared boilerplate from the "
-            f"input, or raise the budget"
+            f"{largest['band_hash']}; e.g. {', '.join(sample)}): text they all share, such as boilerplate. "
+            + budget_advice(sizes, budget, params)
         )
 
     # Band rows of buckets of two or more, each with its bucket's block count; members are
