@@ -173,7 +173,7 @@ def test_output_naming_a_file_is_refused_in_one_line(tmp_path, capsys):
     target = tmp_path / "out.txt"
     target.write_text("mine")
     assert main(["run", str(FIXTURE), "--output", str(target), "--quiet"]) == 2
-    assert f"webdedup: error: --output {target} is a file, not a folder" in capsys.readouterr().err
+    assert f"webdedup: error: {target}: cannot be used as a folder: it is an existing file" in capsys.readouterr().err
     assert target.read_text() == "mine"
 
 

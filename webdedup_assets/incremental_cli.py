@@ -89,10 +89,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             outcome = pipeline.add(
                 args.input, args.input_format, storage_root, output_dir, given, args.full_rebuild, notice=notice
             )
-    except pipeline.StageFailed as err:
-        print(f"webdedup: error in {err.stage}: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    except (params.ParamError, WebdedupError) as err:
+    except (params.ParamError, WebdedupError) as err:  # a stage's error too: an add's stages are one update
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
     report, manifest, steps = outcome.report, outcome.manifest, outcome.step_seconds

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
+from ..fileio import make_folder
 from ..ingest.inputs import resolve_input
 from ..params import (
     BandingParams,
@@ -186,8 +187,8 @@ class _Steps:
 def _writing(storage_root: Path, output_dir: Path, purpose: str, notice: Notice) -> Iterator[StorageTransaction]:
     """The writer locks of both folders, what dead commands left tidied, and the storage
     transaction of this command (rolled back, and said so, when the block fails)."""
-    if output_dir.exists() and not output_dir.is_dir():
-        raise WebdedupError(f"--output {output_dir} is a file, not a folder")
+    make_folder(output_dir)
+    make_folder(storage_root)
     with writer_lock(output_dir, purpose=purpose) as output_lock, writer_lock(storage_root, purpose=purpose) as lock:
         for report in (output_lock, lock):
             for stale in report.stale:
