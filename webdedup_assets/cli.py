@@ -86,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "input",
-        help="CSV, Parquet, .warc or .warc.gz file, a folder of them, or a glob (quote it); with "
+        help="CSV, Parquet, JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst, .json.gz, .json.zst), .warc or .warc.gz "
+        "file, a folder of them, or a glob (quote it); with "
         "--format commoncrawl a CSV of warc_filename,warc_offset,warc_length targets",
     )
     run.add_argument("--output", default="output", help="folder for the published outputs (default: output)")
@@ -288,7 +289,9 @@ def _execute_locked(input_path: str, config: dict[str, Any], input_format: str, 
     storage = Store(storage_root)
     if reset_outdated(storage):
         _notice(f"{storage_root} was written by an earlier webdedup in another layout: rebuilt from the input")
-    days = input_days(input_path, input_format, store=storage, warc_options=documents.warc_options())
+    days = input_days(
+        input_path, input_format, store=storage, warc_options=documents.warc_options(), mapping=documents.mapping()
+    )
     stale = [day for day in held_days(storage) if day not in set(days)]
     if stale:
         clear_days(storage, stale)

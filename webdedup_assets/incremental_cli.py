@@ -36,11 +36,14 @@ def add_incremental_parsers(sub, add_params) -> None:
         "A change of a candidates, scoring or representative parameter, a storage written by `webdedup run` "
         "since, or --full-rebuild rebuilds the global assets from scratch (and says so).",
     )
-    add.add_argument("input", help="CSV, Parquet, .warc or .warc.gz file, a folder of them, or a glob (quote it)")
+    add.add_argument(
+        "input", help="CSV, Parquet, JSON Lines, .warc or .warc.gz file, a folder of them, or a glob (quote it)"
+    )
     add.add_argument("--output", default="output", help="folder of the corpus' published outputs (default: output)")
     add.add_argument("--storage", default=None, help="storage root (default: OUTPUT/_storage)")
     add.add_argument("--format", dest="input_format", default="auto", help="input format (default: auto)")
     add.add_argument("--full-rebuild", action="store_true", help="rebuild every global asset from scratch")
+    add_params(add, params.ColumnParams, **{f: {"default": None} for f in params.ColumnParams.model_fields})
     for name in ("fingerprint", "banding", "candidates", "scoring", "representative"):
         add_params(
             add, params.STAGE_GROUPS[name], **{f: {"default": None} for f in params.STAGE_GROUPS[name].model_fields}
@@ -118,7 +121,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
     hash_in_background(args.input, args.input_format)  # while the engine is imported
     from .engine import incremental
-    from .engine.documents import stage_documents
+    from .engine.documents import mapping_for_add, stage_documents
     from .engine.fingerprint import stage_band_memberships, stage_fingerprinted
     from .engine.manifest import stage_manifest
     from .engine.publish import publication_prepared
@@ -138,7 +141,9 @@ def cmd_add(args: argparse.Namespace) -> int:
             remove_leftovers(storage_root)
             fingerprint, banding = _daily_params(store, args)
             candidates, scoring, representative = _global_params(args)
-            days = input_days(args.input, args.input_format, store=store)
+            given = {k: getattr(args, k) for k in params.ColumnParams.model_fields if getattr(args, k) is not None}
+            mapping = mapping_for_add(store, params.ColumnParams.checked(given) if given else None)
+            days = input_days(args.input, args.input_format, store=store, mapping=mapping)
             if not days:
                 raise WebdedupError(f"{args.input}: no crawl day found in the input (is crawled_at a date?)")
             months = months_of(days)  # the held days of these months that INPUT lacks are kept
@@ -150,7 +155,16 @@ def cmd_add(args: argparse.Namespace) -> int:
                 steps[name] = round(time.perf_counter() - started, 3)
                 return result
 
-            timed("documents", stage_documents, store, args.input, args.input_format, months=months, extend=True)
+            timed(
+                "documents",
+                stage_documents,
+                store,
+                args.input,
+                args.input_format,
+                months=months,
+                extend=True,
+                mapping=mapping,
+            )
             timed("fingerprinted", stage_fingerprinted, store, fingerprint, months)
             timed("band_memberships", stage_band_memberships, store, banding, months)
             # the day's fingerprints are final: their publication is built while the update runs
