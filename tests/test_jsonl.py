@@ -260,3 +260,21 @@ def test_add_with_another_mapping_is_refused_naming_both(tmp_path, capsys):
     assert main(["add", str(more), "--output", str(out), "--json"]) == 0, capsys.readouterr().err
     summary = json.loads(capsys.readouterr().out)
     assert summary["counts"]["documents"] == len(fixture_rows()) + 1
+
+
+def test_fields_of_mixed_types_are_read_as_text(tmp_path):
+    records = [
+        {"id": 1, "text": "a b c", "created": "2026-03-01", "meta": {"url": "https://x.example/1"}},
+        {"id": "two", "text": "d e f", "created": "2026-03-02", "meta": {"url": "https://y.example/", "n": [1]}},
+        {"id": "three", "text": "g h", "created": 1772409600, "meta": "not an object"},
+    ]
+    path = write_shard(tmp_path / "mixed.jsonl", records)
+    mapping = ColumnParams(id_column="id", text_column="text", date_column="created", url_column="meta.url")
+    store = Store(tmp_path / "s")
+    stage_documents(store, str(path), months=["2026-03"], mapping=mapping)
+    stored = {r["doc_id"]: (r["domain"], str(r["crawled_at"]), r["meta"]) for r in stored_documents(store)}
+    assert stored == {
+        "1": ("x.example", "2026-03-01", '{"url":"https://x.example/1"}'),
+        "two": ("y.example", "2026-03-02", '{"url":"https://y.example/","n":[1]}'),
+        "three": (None, "2026-03-02", '"not an object"'),
+    }

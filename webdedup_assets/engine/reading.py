@@ -235,9 +235,9 @@ def field_sql(rel: duckdb.DuckDBPyRelation, path: str) -> tuple[str, duckdb.Duck
         return None
     sql, kind = quote_ident(head), types[head]
     for index, part in enumerate(rest):
-        if str(kind) == "JSON":  # an object of mixed shapes, kept as JSON text: read by JSON path
+        if is_json(kind):  # an object of mixed shapes, kept as JSON: read by JSON path
             json_path = "$." + ".".join('"' + p.replace('"', '\\"') + '"' for p in rest[index:])
-            return f"json_extract_string({sql}, {sql_string(json_path)})", kind
+            return f"json_extract({sql}, {sql_string(json_path)})", kind
         if kind.id != "struct":
             return None
         children = dict(kind.children)
@@ -245,6 +245,16 @@ def field_sql(rel: duckdb.DuckDBPyRelation, path: str) -> tuple[str, duckdb.Duck
             return None
         sql, kind = f"struct_extract({sql}, {sql_string(part)})", children[part]
     return sql, kind
+
+
+def is_json(kind: duckdb.DuckDBPyType) -> bool:
+    """A field DuckDB keeps as JSON: its values are of mixed types (1 and "two") or shapes."""
+    return str(kind) == "JSON"
+
+
+def text_sql(sql: str, kind: duckdb.DuckDBPyType) -> str:
+    """A field as text: a JSON value's text, a string without its quotes."""
+    return f"json_extract_string({sql}, '$')" if is_json(kind) else sql
 
 
 @dataclass
@@ -276,7 +286,8 @@ def map_columns(f: InputFile, rel: duckdb.DuckDBPyRelation, mapping: ColumnParam
         if column == "domain" and name == column and m.url_column:
             url = field_sql(rel, m.url_column)
             if url is not None:  # no domain field: the URL's host
-                fields[column], labels[column] = (HOST_SQL.format(url=url[0]), url[1]), f"{m.url_column} (as URL)"
+                host = HOST_SQL.format(url=text_sql(*url))
+                fields[column], labels[column] = (host, duckdb.sqltype("VARCHAR")), f"{m.url_column} (as URL)"
                 continue
             missing.append(f"{m.url_column} (as URL)")
         else:
@@ -378,7 +389,9 @@ def _contract_sql(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, mappe
             out[column] = "CAST(NULL AS VARCHAR)"
             continue
         name, kind = found[0], found[1].id
-        if kind == "varchar":
+        if is_json(found[1]):
+            out[column] = text_sql(*found)
+        elif kind == "varchar":
             out[column] = name
         elif kind == "blob":
             _require_utf8(con, f, view, name, mapped.labels[column], label)
@@ -398,10 +411,15 @@ def _contract_sql(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, mappe
                 )
             )
     date = mapped.fields["crawled_at"]
+    epoch = f"CAST(TRY(to_timestamp(TRY_CAST({out['crawled_at']} AS DOUBLE))) AS DATE)"
+    text = crawl_day_sql(f"trim({out['crawled_at']})")  # an offset becomes UTC (the session time zone)
     if date is not None and date[1].id in NUMBER_TYPES:  # epoch seconds
-        out["crawled_day"] = f"CAST(TRY(to_timestamp(CAST({date[0]} AS DOUBLE))) AS DATE)"
-    else:  # timestamps with an offset become their UTC day (the session time zone is UTC)
-        out["crawled_day"] = crawl_day_sql(f"trim({out['crawled_at']})")
+        out["crawled_day"] = epoch
+    elif date is not None and is_json(date[1]):  # numbers and strings mixed: each by its JSON type
+        numeric = f"json_type({date[0]}) IN ('BIGINT', 'UBIGINT', 'DOUBLE')"
+        out["crawled_day"] = f"CASE WHEN {numeric} THEN {epoch} ELSE {text} END"
+    else:
+        out["crawled_day"] = text
     return out
 
 
