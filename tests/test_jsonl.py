@@ -183,6 +183,7 @@ def test_fineweb_like_parquet_is_read_through_the_mapping(tmp_path):
             "date": [r["crawled_at"] + "T10:11:12Z" for r in rows],
             "language": ["en"] * len(rows),
             "language_score": [0.97] * len(rows),
+            "token_count": [len(r["body"].split()) for r in rows],
         }
     )
     path = tmp_path / "000_00000.parquet"
@@ -198,6 +199,8 @@ def test_fineweb_like_parquet_is_read_through_the_mapping(tmp_path):
     ]
     assert [r["url"] for r in stored] == [f"https://{r['domain']}/page" for r in rows]
     assert stored[0]["language_score"] == 0.97 and "dump" not in stored[0]
+    # deduped_documents adds its own token_count: the input's is kept beside it
+    assert [r["input_token_count"] for r in stored] == [len(r["body"].split()) for r in rows]
     assert read_params(store.files("documents")[0])["input"]["source_column"] == "dump"
 
 

@@ -306,6 +306,17 @@ def map_columns(f: InputFile, rel: duckdb.DuckDBPyRelation, mapping: ColumnParam
     return MappedInput(fields, labels, extra)
 
 
+# Columns the pipeline adds beside the documents' own (deduped_documents' cluster_id, cluster_size
+# and token_count; DuckDB's filename and file_row_number where the stored files are read).
+ADDED_DOWNSTREAM = ("cluster_id", "cluster_size", "token_count", "filename", "file_row_number")
+
+
+def stored_name(column: str) -> str:
+    """The name an input's own column is stored under: its own, or `input_<name>` for a name the
+    pipeline adds downstream (FineWeb's token_count), so that both are kept."""
+    return f"input_{column}" if column.lower() in ADDED_DOWNSTREAM else column
+
+
 def _offenders(con: duckdb.DuckDBPyConnection, sql: str, limit: int = 5) -> list[tuple]:
     return con.execute(f"{sql} LIMIT {limit}").fetchall()
 
@@ -334,7 +345,7 @@ def load_input(
         cols = [f"{text[c]} AS {quote_ident(c)}" for c in TEXT_COLUMNS]
         cols.append(f"{text['crawled_at']} AS crawled_at_raw")
         cols.append(f"{text['crawled_day']} AS crawled_day")
-        cols += [(f"{quote_ident(c)}" if c in m.extra else f"NULL AS {quote_ident(c)}") for c in extra]
+        cols += [f"{quote_ident(c) if c in m.extra else 'NULL'} AS {quote_ident(stored_name(c))}" for c in extra]
         cols.append(f"{sql_string(f.path.name)} AS __source_file, {index} AS __file_index")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
     fallback = f"DATE {sql_string(mapping.default_date)}" if mapping.default_date else "NULL"
@@ -350,7 +361,7 @@ def load_input(
     except duckdb.Error as err:  # a malformed CSV or JSON Lines file fails here, on its first bad record
         raise read_error(err, files) from None
     _validate_rows(con, dated=not mapping.default_date)
-    return extra, scalar(con, "SELECT count(*) FROM keys WHERE crawled_day IS NULL")
+    return [stored_name(c) for c in extra], scalar(con, "SELECT count(*) FROM keys WHERE crawled_day IS NULL")
 
 
 INTEGER_TYPES = {
