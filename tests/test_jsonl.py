@@ -281,3 +281,18 @@ def test_fields_of_mixed_types_are_read_as_text(tmp_path):
         "two": ("y.example", "2026-03-02", '{"url":"https://y.example/","n":[1]}'),
         "three": (None, "2026-03-02", '"not an object"'),
     }
+
+
+def test_invalid_utf8_and_a_cut_compressed_stream_are_named(tmp_path):
+    good = json.dumps(dolma_record(fixture_rows()[0])).encode() + b"\n"
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(good + b'{"id": "b", "text": "caf\xe9", "created": "2026-03-01"}\n')
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s"), str(path), mapping=DOLMA)
+    assert str(caught.value) == f"{path}: line 2: invalid UTF-8 at byte 24 of the line"
+    whole = gzip.compress(good * 2000)
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s2"), str(path), mapping=DOLMA)
+    assert str(caught.value) == f"{path}: cannot decompress: Truncated compressed stream"

@@ -24,8 +24,12 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 def has_records(path: Path) -> bool:
-    """Whether the file holds a line that is not blank."""
-    return any(line.strip() for _, line in _lines(path))
+    """Whether the file holds a line that is not blank (a stream that cannot be decompressed is
+    left to the read, whose error names it)."""
+    try:
+        return any(line.strip() for _, line in _lines(path))
+    except OSError:
+        return True
 
 
 def first_problem(path: Path) -> str | None:
