@@ -181,8 +181,7 @@ def source_sql(f: InputFile, strict: bool = True) -> str:
     """DuckDB table expression reading one input file. CSV: comma-separated (tab for .tsv), RFC 4180
     double quotes, the header read by us, every column as text; no dialect sniffing, so a
     malformed file fails with its line instead of being read as one column. JSON Lines: one object
-    per line, decompressed by its suffix (.gz, .zst); the types are inferred from every record
-    (sample_size -1), so a field first seen late is neither dropped nor refused."""
+    per line, decompressed by its suffix (.gz, .zst), with the types of _json_columns."""
     if f.format == "csv":
         columns = ", ".join(f"{sql_string(name)}: 'VARCHAR'" for name in csv_header(f.path))
         return (
@@ -191,8 +190,25 @@ def source_sql(f: InputFile, strict: bool = True) -> str:
             f"max_line_size = {MAX_LINE_BYTES}, strict_mode = {'true' if strict else 'false'})"
         )
     if f.format == "jsonl":
-        return f"read_json({sql_string(str(f.path))}, format = 'newline_delimited', records = true, sample_size = -1)"
+        return f"read_json({sql_string(str(f.path))}, {JSON_LINES}, columns = {{{_json_columns(f)}}})"
     return f"read_parquet({sql_string(str(f.path))})"
+
+
+JSON_LINES = "format = 'newline_delimited', records = true"
+_json_schemas: dict[tuple[str, str], str] = {}  # (path, sha256) -> the columns read_json is given
+
+
+def _json_columns(f: InputFile) -> str:
+    """The fields of a JSON Lines file and their types, inferred once from every record (so a field
+    first seen late is neither dropped nor refused); each later read is then one pass over the file."""
+    key = (str(f.path), f.sha256)
+    if key not in _json_schemas:
+        with duckdb.connect() as con:
+            rel = con.sql(f"SELECT * FROM read_json({sql_string(str(f.path))}, {JSON_LINES}, sample_size = -1)")
+            _json_schemas[key] = ", ".join(
+                f"{sql_string(c)}: {sql_string(str(t))}" for c, t in zip(rel.columns, rel.types)
+            )
+    return _json_schemas[key]
 
 
 def without_empty_shards(files: list[InputFile]) -> list[InputFile]:
