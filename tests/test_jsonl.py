@@ -263,6 +263,29 @@ def test_add_with_another_mapping_is_refused_naming_both(tmp_path, capsys):
     assert main(["add", str(more), "--output", str(out), "--json"]) == 0, capsys.readouterr().err
     summary = json.loads(capsys.readouterr().out)
     assert summary["counts"]["documents"] == len(fixture_rows()) + 1
+    # check reads its input with the corpus' mapping too: the late copy duplicates the corpus
+    copy = write_shard(tmp_path / "check" / "copy.jsonl.gz", [{**dolma_record(fixture_rows()[0]), "id": "new-copy"}])
+    report = tmp_path / "check.parquet"
+    args = ["check", str(copy), "--against", str(out / "_storage"), "--report", str(report), "--json"]
+    assert main(args) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["duplicates"] == 1
+
+
+def test_the_mapping_flags_and_the_dagster_config(capsys):
+    from webdedup_assets.defs.config import DocumentsConfig
+
+    assert DocumentsConfig(id_column="id", url_column="metadata.url").mapping() == ColumnParams(
+        id_column="id", url_column="metadata.url"
+    )
+    assert main(["run", str(FIXTURE), "--default-date", "2026-02-30"]) == 2
+    assert capsys.readouterr().err.strip() == "webdedup: error: --default-date '2026-02-30': not a calendar date"
+
+
+def test_a_glob_of_shards(tmp_path):
+    dolma_shards(tmp_path / "shards")
+    days = input_days(str(tmp_path / "shards" / "*.json.*"), mapping=DOLMA)  # .json.gz and .json.zst: 3 shards
+    rows = [r for shard in (3, 4, 6) for r in fixture_rows()[shard :: len(SUFFIXES)]]
+    assert days == sorted({r["crawled_at"] for r in rows})
 
 
 def test_fields_of_mixed_types_are_read_as_text(tmp_path):
