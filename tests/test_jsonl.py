@@ -254,7 +254,7 @@ def test_add_with_another_mapping_is_refused_naming_both(tmp_path, capsys):
     assert main(["add", str(more), "--output", str(out), *other]) == 2
     err = capsys.readouterr().err
     assert err.strip() == (
-        f"webdedup: error: add: the corpus in {out / '_storage'} was read with id_column='id', "
+        f"webdedup: error: the 22 crawl day(s) held in {out / '_storage'} were read with id_column='id', "
         "text_column='text', date_column='created', url_column='metadata.url', this input with id_column='id', "
         "text_column='text', date_column='created', url_column='url': one corpus is read with one column "
         "mapping; give the held one, or `webdedup run` the whole input with the new one"

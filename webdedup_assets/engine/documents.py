@@ -91,18 +91,12 @@ def describe_mapping(mapping: ColumnParams) -> str:
 
 
 def mapping_for_add(store: Store, given: ColumnParams | None) -> ColumnParams:
-    """The column mapping of `webdedup add`: the held corpus' (given none); a different one is refused,
-    naming both (one corpus is read with one mapping)."""
-    held = held_mapping(store)
-    if held is None:
-        return given or ColumnParams()
-    if given is not None and given != held:
-        raise WebdedupError(
-            f"add: the corpus in {store.root} was read with {describe_mapping(held)}, this input with "
-            f"{describe_mapping(given)}: one corpus is read with one column mapping; give the held one, or "
-            f"`webdedup run` the whole input with the new one"
-        )
-    return held
+    """The column mapping of `webdedup add`: the held corpus' when none is given; one that differs
+    from it is refused, naming both (before the input is read with it)."""
+    if given is None:
+        return held_mapping(store) or ColumnParams()
+    _require_same_mapping(store, given, [], extend=True)
+    return given
 
 
 def warc_options_of(p: InputParams) -> WarcOptions:
@@ -237,8 +231,9 @@ def _require_same_mapping(store: Store, mapping: ColumnParams, months: list[str]
     kept = [d for d in load_state(store)["days"] if extend or crawl_month(d) not in set(months)]
     if kept:
         raise WebdedupError(
-            f"documents: the {len(kept)} crawl day(s) held in {store.root} were read with {describe_mapping(held)}, "
-            f"this input with {describe_mapping(mapping)}: one corpus is read with one column mapping"
+            f"the {len(kept)} crawl day(s) held in {store.root} were read with {describe_mapping(held)}, this input "
+            f"with {describe_mapping(mapping)}: one corpus is read with one column mapping; give the held one, or "
+            "`webdedup run` the whole input with the new one"
         )
 
 
