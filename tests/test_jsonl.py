@@ -147,7 +147,10 @@ def test_epoch_seconds_and_the_default_date(tmp_path):
     mapping = ColumnParams(id_column="id", text_column="text", date_column="ts", url_column="metadata.url")
     with pytest.raises(WebdedupError) as caught:
         stage_documents(Store(tmp_path / "s"), str(path), mapping=mapping)
-    assert str(caught.value).startswith("crawled_at is missing for 2 document(s), first doc_id(s): 'c', 'd'")
+    assert str(caught.value).startswith(
+        "crawled_at is missing for 2 document(s), first doc_id(s): 'c', 'd' (in epoch.jsonl.zst, field ts); every "
+        "document needs its crawl date"
+    )
     assert str(caught.value).endswith("or set a default date for them (default_date; CLI: --default-date)")
     mapping = mapping.model_copy(update={"default_date": "2026-02-01"})
     assert input_days(str(path), mapping=mapping) == ["2026-02-01", "2026-03-01"]

@@ -376,7 +376,8 @@ def load_input(
         )
     except duckdb.Error as err:  # a malformed CSV or JSON Lines file fails here, on its first bad record
         raise read_error(err, files) from None
-    _validate_rows(con, dated=not mapping.default_date)
+    date_fields = {f.path.name: "crawled_at" if f.stored else mapping.date_column for f in files}
+    _validate_rows(con, dated=not mapping.default_date, date_fields=date_fields)
     return [stored_name(c) for c in extra], scalar(con, "SELECT count(*) FROM keys WHERE crawled_day IS NULL")
 
 
@@ -462,8 +463,16 @@ def _require_utf8(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, name:
         )
 
 
-def _validate_rows(con: duckdb.DuckDBPyConnection, dated: bool = True) -> None:
-    """doc_ids present and unique; with `dated` (no default date), every crawl date present and a date."""
+def _validate_rows(
+    con: duckdb.DuckDBPyConnection, dated: bool = True, date_fields: dict[str, str] | None = None
+) -> None:
+    """doc_ids present and unique; with `dated` (no default date), every crawl date present and a date.
+    date_fields: file name -> the field its crawl dates are read from, named when it is not crawled_at."""
+
+    def where(file: str) -> str:
+        field = (date_fields or {}).get(file, "crawled_at")
+        return file if field == "crawled_at" else f"{file}, field {field}"
+
     bad_ids = _offenders(con, "SELECT __source_file FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
     if bad_ids:
         count = scalar(con, "SELECT count(*) FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
@@ -489,8 +498,8 @@ def _validate_rows(con: duckdb.DuckDBPyConnection, dated: bool = True) -> None:
         total = scalar(con, "SELECT count(*) FROM keys WHERE crawled_at_raw IS NULL OR trim(crawled_at_raw) = ''")
         raise WebdedupError(
             f"crawled_at is missing for {total} document(s), first doc_id(s): "
-            f"{', '.join(repr(d) for d, _ in undated)} (in {undated[0][1]}); every document needs its crawl date, "
-            f"{fallback}"
+            f"{', '.join(repr(d) for d, _ in undated)} (in {where(undated[0][1])}); every document needs its crawl "
+            f"date, {fallback}"
         )
     unparsable = _offenders(
         con, "SELECT doc_id, crawled_at_raw, __source_file FROM keys WHERE crawled_at IS NULL ORDER BY doc_id"
@@ -500,7 +509,7 @@ def _validate_rows(con: duckdb.DuckDBPyConnection, dated: bool = True) -> None:
         listed = ", ".join(f"{d!r} ({raw!r})" for d, raw, _ in unparsable)
         raise WebdedupError(
             f"crawled_at is not a date or timestamp for {total} document(s), first: {listed} "
-            f"in {unparsable[0][2]}; use ISO 8601 such as 2026-03-01 or 2026-03-01T12:00:00Z, or epoch seconds "
+            f"in {where(unparsable[0][2])}; use ISO 8601 such as 2026-03-01 or 2026-03-01T12:00:00Z, or epoch seconds "
             f"(a number), {fallback}"
         )
 
