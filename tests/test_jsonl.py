@@ -322,3 +322,23 @@ def test_invalid_utf8_and_a_cut_compressed_stream_are_named(tmp_path):
     with pytest.raises(WebdedupError) as caught:
         stage_documents(Store(tmp_path / "s2"), str(path), mapping=DOLMA)
     assert str(caught.value) == f"{path}: cannot decompress: Truncated compressed stream"
+
+
+def test_a_month_read_with_another_mapping_beside_held_months_is_refused(tmp_path):
+    """A Dagster run of one crawl month must read it as the held months were read."""
+    rows = fixture_rows()
+    records = [{**dolma_record(r), "url": "https://elsewhere.example/"} for r in rows]
+    records.append({**records[0], "id": "feb", "created": "2026-02-10T00:00:00Z"})
+    path = write_shard(tmp_path / "pages.jsonl", records)
+    store = Store(tmp_path / "s")
+    stage_documents(store, str(path), months=["2026-03"], mapping=DOLMA)
+    # the same month again with another mapping: it replaces what was held
+    stage_documents(store, str(path), months=["2026-03"], mapping=DOLMA.model_copy(update={"title_column": ""}))
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(store, str(path), months=["2026-02"], mapping=DOLMA.model_copy(update={"url_column": "url"}))
+    assert str(caught.value) == (
+        f"the 22 crawl day(s) held in {store.root} were read with id_column='id', text_column='text', "
+        "date_column='created', url_column='metadata.url', title_column='', this input with id_column='id', "
+        "text_column='text', date_column='created', url_column='url': one corpus is read with one column mapping; "
+        "give the held one, or `webdedup run` the whole input with the new one"
+    )
