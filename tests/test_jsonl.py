@@ -342,3 +342,22 @@ def test_a_month_read_with_another_mapping_beside_held_months_is_refused(tmp_pat
         "text_column='text', date_column='created', url_column='url': one corpus is read with one column mapping; "
         "give the held one, or `webdedup run` the whole input with the new one"
     )
+
+
+def test_the_default_date_of_a_parquet_file_with_undated_rows(tmp_path):
+    """A Parquet footer does not see the rows a default date is given to: the column is read."""
+    path = tmp_path / "dated.parquet"
+    day = datetime.date(2026, 3, 1)
+    table = pa.table(
+        {
+            "doc_id": ["a", "b"],
+            "source": ["s", "s"],
+            "domain": ["a.example", "b.example"],
+            "crawled_at": pa.array([day, None], pa.date32()),
+            "title": ["t", "t"],
+            "body": ["alpha beta", "gamma delta"],
+        }
+    )
+    pq.write_table(table, path)
+    assert input_days(str(path)) == ["2026-03-01"]
+    assert input_days(str(path), mapping=ColumnParams(default_date="2026-02-01")) == ["2026-02-01", "2026-03-01"]

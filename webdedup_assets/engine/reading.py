@@ -3,10 +3,10 @@
 Input contract: columns doc_id, source, domain, crawled_at, title, body (any order), each read
 from the input's field the column mapping names (ColumnParams: the contract's own names by
 default, dotted paths into nested objects); every other column is kept as is. doc_id must be
-present and unique; crawled_at must be a date, a timestamp or epoch seconds (stored as its UTC day;
-mapping.default_date for a record without one, when it is given); a NULL body is stored as the empty string (such
-a document gets no shingles and can never be a candidate). CSV files must be UTF-8. Every
-problem is an error naming the file and the row, column or doc_ids.
+present and unique; crawled_at must be a date, a timestamp or epoch seconds (stored as its UTC
+day; mapping.default_date for a record without one, when it is given); a NULL body is stored as
+the empty string (such a document gets no shingles and can never be a candidate). CSV files must
+be UTF-8. Every problem is an error naming the file and the row, column or doc_ids.
 """
 
 from __future__ import annotations
@@ -559,12 +559,12 @@ def input_days(
 
 def file_days(con: duckdb.DuckDBPyConnection, f: InputFile, mapping: ColumnParams) -> set[str]:
     """The crawl days of one input file (its Parquet footer tells them when it can)."""
-    unmapped = f.stored or mapping.date_column == "crawled_at"
-    from_footer = days_from_statistics(f) if f.format == "parquet" and unmapped else None
+    own_dates = f.stored or (mapping.date_column == "crawled_at" and not mapping.default_date)
+    from_footer = days_from_statistics(f) if f.format == "parquet" and own_dates else None
     if from_footer is not None:
         return from_footer
     rel = con.sql(f"SELECT * FROM {source_sql(f, strict=False)}")
-    view = f"days_{abs(hash(str(f.path)))}"
+    view = "file_of_days"  # one file at a time
     rel.create_view(view, replace=True)
     day = _contract_sql(con, f, view, map_columns(f, rel, mapping))["crawled_day"]
     if mapping.default_date and not f.stored:
