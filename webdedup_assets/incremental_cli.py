@@ -43,7 +43,9 @@ def add_incremental_parsers(sub, add_params) -> None:
     add.add_argument("--storage", default=None, help="storage root (default: OUTPUT/_storage)")
     add.add_argument("--format", dest="input_format", default="auto", help="input format (default: auto)")
     add.add_argument("--full-rebuild", action="store_true", help="rebuild every global asset from scratch")
-    add_params(add, params.ColumnParams, **{f: {"default": None} for f in params.ColumnParams.model_fields})
+    held = " Default: the mapping the held corpus was read with (another one is refused)."
+    mapping = {n: {"default": None, "help": f.description + held} for n, f in params.ColumnParams.model_fields.items()}
+    add_params(add, params.ColumnParams, **mapping)
     for name in ("fingerprint", "banding", "candidates", "scoring", "representative"):
         add_params(
             add, params.STAGE_GROUPS[name], **{f: {"default": None} for f in params.STAGE_GROUPS[name].model_fields}
