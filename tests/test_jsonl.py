@@ -262,6 +262,13 @@ def test_add_with_another_mapping_is_refused_naming_both(tmp_path, capsys):
         "text_column='text', date_column='created', url_column='url': one corpus is read with one column "
         "mapping; give the held one, or `webdedup run` the whole input with the new one"
     )
+    # a shard without the held mapping's fields is named by add, before anything changes
+    bare = write_shard(tmp_path / "bare" / "x.jsonl", [{"id": "x", "body": "words", "created": "2026-03-25"}])
+    assert main(["add", str(bare), "--output", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"webdedup: error: {bare}: missing required column(s) metadata.url (as URL), text (as body); found "
+        "columns: id, body, created"
+    )
     # without mapping flags, add reads the new input as the corpus was read
     assert main(["add", str(more), "--output", str(out), "--json"]) == 0, capsys.readouterr().err
     summary = json.loads(capsys.readouterr().out)

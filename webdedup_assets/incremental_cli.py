@@ -145,7 +145,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             candidates, scoring, representative = _global_params(args)
             given = {k: getattr(args, k) for k in params.ColumnParams.model_fields if getattr(args, k) is not None}
             mapping = mapping_for_add(store, params.ColumnParams.checked(given) if given else None)
-            days = input_days(args.input, args.input_format, store=store, mapping=mapping)
+            days = input_days(args.input, args.input_format, store=store, mapping=mapping, explain=True)
             if not days:
                 raise WebdedupError(f"{args.input}: no crawl day found in the input (is crawled_at a date?)")
             months = months_of(days)  # the held days of these months that INPUT lacks are kept

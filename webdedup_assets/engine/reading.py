@@ -527,12 +527,15 @@ def input_days(
     store: Store | None = None,
     warc_options: WarcOptions | None = None,
     mapping: ColumnParams | None = None,
+    explain: bool = False,
 ) -> list[str]:
     """The distinct crawl days (UTC) present in an input, read from its date field alone
     (mapping.default_date for a record without a usable date, when it is given).
 
     Rows without a usable date are not listed here; the documents stage reports them by doc_id.
-    Returns [] when the input cannot be read this way (the documents stage then says why).
+    Returns [] when the input cannot be read this way (the documents stage then says why), or
+    with `explain` raises the error naming the problem (for a caller that runs no documents stage
+    when no day is found: `add`, `check`).
     WARC input is converted once into `store` (the documents stage then reuses that conversion).
     """
     mapping = mapping or ColumnParams()
@@ -544,13 +547,20 @@ def input_days(
             files = stage_warc(store, files, warc_options, None)[0]
         files = without_empty_shards(files)
     except WebdedupError:
+        if explain:
+            raise
         return []
     days: set[str] = set()
     con = connect()
     try:
         for f in files:
-            days.update(file_days(con, f, mapping))
-    except (duckdb.Error, WebdedupError):  # the documents stage names the problem
+            try:
+                days.update(file_days(con, f, mapping))
+            except duckdb.Error as err:
+                raise read_error(err, [f]) from None
+    except WebdedupError:
+        if explain:
+            raise
         return []
     finally:
         con.close()

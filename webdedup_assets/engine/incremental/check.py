@@ -159,7 +159,7 @@ def check_input(store: Store, input_path: str, input_format: str, report: Path) 
     try:
         new = Store(scratch)
         mapping = held_mapping(store)  # the new input is read as the corpus was
-        days = input_days(input_path, input_format, store=new, mapping=mapping)
+        days = input_days(input_path, input_format, store=new, mapping=mapping, explain=True)
         if not days:
             raise WebdedupError(f"{input_path}: no crawl day found in the input (is crawled_at a date?)")
         months = months_of(days)
