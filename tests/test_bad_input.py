@@ -125,7 +125,7 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 2
-    assert "missing required column(s) source, domain, crawled_at, title" in proc.stderr
+    assert "missing required column(s) domain, crawled_at; found columns: doc_id, body" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -85,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "input",
-        help="CSV, Parquet, .warc or .warc.gz file, a folder of them, or a glob (quote it); with "
+        help="CSV, Parquet, JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst, .json.gz, .json.zst), .warc or .warc.gz "
+        "file, a folder of them, or a glob (quote it); with "
         "--format commoncrawl a CSV of warc_filename,warc_offset,warc_length targets",
     )
     run.add_argument("--output", default="output", help="folder for the published outputs (default: output)")

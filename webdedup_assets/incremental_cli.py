@@ -36,11 +36,16 @@ def add_incremental_parsers(sub, add_params) -> None:
         "A change of a candidates, scoring or representative parameter, a storage written by `webdedup run` "
         "since, or --full-rebuild rebuilds the global assets from scratch (and says so).",
     )
-    add.add_argument("input", help="CSV, Parquet, .warc or .warc.gz file, a folder of them, or a glob (quote it)")
+    add.add_argument(
+        "input", help="CSV, Parquet, JSON Lines, .warc or .warc.gz file, a folder of them, or a glob (quote it)"
+    )
     add.add_argument("--output", default="output", help="folder of the corpus' published outputs (default: output)")
     add.add_argument("--storage", default=None, help="storage root (default: OUTPUT/_storage)")
     add.add_argument("--format", dest="input_format", default="auto", help="input format (default: auto)")
     add.add_argument("--full-rebuild", action="store_true", help="rebuild every global asset from scratch")
+    held = " Default: the mapping the held corpus was read with (another one is refused)."
+    mapping = {n: {"default": None, "help": f.description + held} for n, f in params.ColumnParams.model_fields.items()}
+    add_params(add, params.ColumnParams, **mapping)
     for name in ("fingerprint", "banding", "candidates", "scoring", "representative"):
         add_params(
             add, params.STAGE_GROUPS[name], **{f: {"default": None} for f in params.STAGE_GROUPS[name].model_fields}
@@ -83,6 +88,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
     groups = ("fingerprint", "banding", "candidates", "scoring", "representative")
     given = {group: _given(args, group) for group in groups}
+    given["columns"] = {k: getattr(args, k) for k in params.ColumnParams.model_fields if getattr(args, k) is not None}
     notice = lambda message: print(f"webdedup: {message}", file=sys.stderr)  # noqa: E731
     try:
         with progress_shown(args.quiet):

@@ -10,13 +10,15 @@ CLI shows the parameter as its flag (`--num-perm 0: ...`), Dagster as its config
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
+from datetime import date
 from typing import Any, Literal
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 MIB = 1024 * 1024
@@ -48,10 +50,55 @@ class ParamGroup(BaseModel):
             raise param_error(cls, err) from None
 
 
-class InputParams(ParamGroup):
-    """How the input is read: its format, and the WARC and Common Crawl options."""
+class ColumnParams(ParamGroup):
+    """Which field of a tabular input (CSV, Parquet, JSON Lines) gives each column of the input contract.
 
-    input_format: Literal["auto", "csv", "parquet", "warc", "commoncrawl"] = Field(
+    A field name, or a dotted path into nested objects (`metadata.url`; a column whose own name holds
+    the dots is taken first). The defaults are the contract's own names."""
+
+    id_column: str = Field(default="doc_id", min_length=1, description="Field holding the document id.")
+    text_column: str = Field(default="body", min_length=1, description="Field holding the text fingerprinted.")
+    date_column: str = Field(
+        default="crawled_at",
+        min_length=1,
+        description="Field holding the crawl date: an ISO 8601 date or timestamp, or a number of epoch seconds.",
+    )
+    url_column: str = Field(
+        default="",
+        description="Field holding the page URL; the domain is its host when the input has no domain field. "
+        "Empty: none.",
+    )
+    domain_column: str = Field(default="domain", min_length=1, description="Field holding the site's domain.")
+    title_column: str = Field(
+        default="title", description="Field holding the title; an absent `title` field (or empty: none) gives none."
+    )
+    source_column: str = Field(
+        default="source",
+        description="Field holding the source (crawl or feed name); an absent `source` field (or empty: none) gives "
+        "none.",
+    )
+    default_date: str = Field(
+        default="",
+        description="Crawl date (YYYY-MM-DD) of a record without a usable date; empty: such a record stops the run.",
+    )
+
+    @field_validator("default_date")
+    @classmethod
+    def _a_day(cls, value: str) -> str:
+        if value and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+            raise ParamError(("default_date",), "{p0} {value!r}: must be a date YYYY-MM-DD", value=value)
+        if value:
+            try:
+                date.fromisoformat(value)
+            except ValueError:
+                raise ParamError(("default_date",), "{p0} {value!r}: not a calendar date", value=value) from None
+        return value
+
+
+class InputParams(ColumnParams):
+    """How the input is read: its format, its column mapping, and the WARC and Common Crawl options."""
+
+    input_format: Literal["auto", "csv", "parquet", "jsonl", "warc", "commoncrawl"] = Field(
         default="auto",
         description="Input format; auto: from each file's suffix; commoncrawl: fetch WARC byte ranges of the "
         "targets listed in a CSV.",

@@ -190,7 +190,8 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
         signature = combined_sha256(files)
         if signature == context.cursor:
             return dg.SkipReason("input unchanged")
-        added = new_months(context.instance, input_days(config.input_path, config.input_format))
+        days = input_days(config.input_path, config.input_format, mapping=config.mapping())
+        added = new_months(context.instance, days)
         context.update_cursor(signature)
         if not added:
             return dg.SkipReason("no new crawl month in the input")

@@ -213,9 +213,10 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
     @dg.asset(
         **daily,
         description=(
-            "Validated input documents of one crawl month (CSV, Parquet or WARC: file, folder or glob; or Common "
-            "Crawl byte ranges). Requires doc_id, source, domain, crawled_at, title, body; keeps every extra column; "
-            "crawled_at typed as a date. Partitions are the crawl months present (dynamic partitions "
+            "Validated input documents of one crawl month (CSV, Parquet, JSON Lines or WARC: file, folder or glob; "
+            "or Common Crawl byte ranges). Columns doc_id, source, domain, crawled_at, title, body, read through the "
+            "column mapping (id_column, text_column, ...); keeps every other field; crawled_at typed as a date. "
+            "Partitions are the crawl months present (dynamic partitions "
             "`crawl_months`); documents dated outside them are counted and named in the metadata; WARC records "
             "that are not pages are counted by kind and listed in rejected_records."
         ),
@@ -236,6 +237,7 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
                 months=months,
                 coverage=coverage,
                 warc_options=config.warc_options(),
+                mapping=config.mapping(),
             ),
         )
         warc = {}

@@ -78,18 +78,24 @@ class _InputConfig(StageConfig):
 
         return warc_options_of(self.params())
 
+    def mapping(self):
+        from ..engine.documents import mapping_of
+
+        return mapping_of(self.params())
+
 
 _INPUT_PATH = Field(
     default=DEFAULT_INPUT,
     min_length=1,
-    description="CSV, Parquet, .warc or .warc.gz file, folder or glob; for commoncrawl a CSV of "
+    description="CSV, Parquet, JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst, .json.gz, .json.zst), .warc or .warc.gz "
+    "file, folder or glob; for commoncrawl a CSV of "
     "(warc_filename, warc_offset, warc_length) targets. Default: WEBDEDUP_INPUT, else the fixture.",
 )
 
 DocumentsConfig = _config_class(
     "DocumentsConfig",
     InputParams,
-    "Input of the documents asset: path and format, WARC and Common Crawl options.",
+    "Input of the documents asset: path and format, column mapping, WARC and Common Crawl options.",
     base=_InputConfig,
     input_path=(str, _INPUT_PATH),
 )

@@ -26,6 +26,7 @@ def adoptable_files(
     files: list[InputFile],
     stored_schema: pa.Schema,
     wanted: set[str],
+    unmapped: bool = True,
     held: Callable[[InputFile, str, str], bool] = lambda file, month, first_day: False,
 ) -> dict[int, tuple[str, str, int]]:
     """Input files whose stored form can be a byte copy: a Parquet file whose columns, order and
@@ -37,8 +38,14 @@ def adoptable_files(
     held(file, month, first day): the store already holds a byte copy of this very file (same
     sha256) as that segment, so its text was checked when it was adopted and is not read again
     (a second run over the same daily exports).
+    unmapped: the input is read with the contract's own column names and no default date (else only
+    files already in the stored form qualify: a mapped file's bytes are not its stored form).
     Returns file index -> (month, first day, rows)."""
-    candidates = {i for i, f in enumerate(files) if f.format == "parquet" and _same_layout(f.path, stored_schema)}
+    candidates = {
+        i
+        for i, f in enumerate(files)
+        if f.format == "parquet" and (unmapped or f.stored) and _same_layout(f.path, stored_schema)
+    }
     if not candidates:
         return {}
     shared = "SELECT crawled_at FROM keys GROUP BY crawled_at HAVING count(DISTINCT __file_index) > 1"

@@ -23,23 +23,34 @@ from ..fileio import atomic_path, file_sha256
 from ..ingest.contract import REQUIRED_COLUMNS
 from ..ingest.inputs import WARC_FORMATS, InputFile, day_of_file, resolve_input
 from ..ingest.options import WarcOptions
-from ..params import InputParams
+from ..params import ColumnParams, InputParams
 from ..progress import Task
 from .adopt import MONTH_SQL, adoptable_files
 from .parallel import prefetch, thread_count
 from .partitioned import write_split
-from .reading import combine_checksums, combined_sha256, crawl_day_sql, load_input, read_error, select_sql, source_sql
+from .reading import (
+    combine_checksums,
+    combined_sha256,
+    file_days,
+    load_input,
+    read_error,
+    select_sql,
+    without_empty_shards,
+)
 from .stage import DUCKDB, StageOutput, StageRun
 from .state import crawl_month, load_state, record_documents, require_same_input
 from .storage import Store, connect, copy_query, scalar, sql_string
 from .warc_staging import clear_rejections, discard_staging, stage_warc
 
 
-def input_params(input_format: str = "auto", warc_options: WarcOptions | None = None) -> InputParams:
-    """The documents stage's parameters (stored with its data) from the input format and the
-    WARC options."""
+def input_params(
+    input_format: str = "auto", warc_options: WarcOptions | None = None, mapping: ColumnParams | None = None
+) -> InputParams:
+    """The documents stage's parameters (stored with its data) from the input format, the column
+    mapping and the WARC options (a WARC record's fallback date is the mapping's default_date)."""
     w = warc_options or WarcOptions()
     return InputParams(
+        **(mapping or ColumnParams(default_date=w.default_date)).model_dump(),
         input_format=input_format,
         warc_max_record_bytes=w.max_record_bytes,
         cc_base_url=w.cc_base_url,
@@ -52,8 +63,45 @@ def input_params(input_format: str = "auto", warc_options: WarcOptions | None = 
     )
 
 
+def mapping_of(p: InputParams) -> ColumnParams:
+    """The column mapping of the documents stage's parameters."""
+    return ColumnParams(**{name: getattr(p, name) for name in ColumnParams.model_fields})
+
+
+def stored_mapping(stored: dict[str, Any]) -> ColumnParams:
+    """The column mapping of stored input parameters (stored before mappings existed: the defaults)."""
+    return ColumnParams(**{k: v for k, v in stored.items() if k in ColumnParams.model_fields})
+
+
+def mapping_given(stored: dict[str, Any]) -> dict[str, Any]:
+    """The mapping's values other than the defaults (what the manifest shows)."""
+    return stored_mapping(stored).model_dump(exclude_defaults=True)
+
+
+def held_mapping(store: Store) -> ColumnParams | None:
+    """The column mapping the held corpus was read with (None: no corpus held)."""
+    if not store.files("documents"):
+        return None
+    return stored_mapping(store.params("documents").get("input") or {})
+
+
+def describe_mapping(mapping: ColumnParams) -> str:
+    changed = mapping_given(mapping.model_dump())
+    return ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "the default columns"
+
+
+def mapping_for_add(store: Store, given: ColumnParams | None) -> ColumnParams:
+    """The column mapping of `webdedup add`: the held corpus' when none is given; one that differs
+    from it is refused, naming both (before the input is read with it)."""
+    if given is None:
+        return held_mapping(store) or ColumnParams()
+    _require_same_mapping(store, given, [], extend=True)
+    return given
+
+
 def warc_options_of(p: InputParams) -> WarcOptions:
     return WarcOptions(
+        default_date=p.default_date,
         max_record_bytes=p.warc_max_record_bytes,
         cc_base_url=p.cc_base_url,
         cc_accept_terms_of_use=p.cc_accept_terms_of_use,
@@ -73,10 +121,15 @@ def stage_documents(
     coverage: tuple[str, str] | None = None,
     warc_options: WarcOptions | None = None,
     extend: bool = False,
+    mapping: ColumnParams | None = None,
 ) -> dict[str, Any]:
     """The documents stage through the contract; returns its figures with the stored input
-    parameters (input_path, input_files, input_sha256, extra_columns, warc) as one dict."""
-    params = input_params(input_format, warc_options)
+    parameters (input_path, input_files, input_sha256, extra_columns, warc) as one dict.
+    `mapping`: which input fields are the contract's columns (None: the contract's own names;
+    with `extend`, the held corpus' mapping, and another one is refused)."""
+    if extend and months is not None:
+        mapping = mapping_for_add(store, mapping)
+    params = input_params(input_format, warc_options, mapping)
     result = DUCKDB.run("documents", store, params, months, input_path=input_path, coverage=coverage, extend=extend)
     return {**result.parameters["input"], **result.figures, "rows": result.rows, "seconds": result.seconds}
 
@@ -102,12 +155,14 @@ def documents_stage(run: StageRun) -> StageOutput:
     coverage = run.options.get("coverage")
     extend = bool(run.options.get("extend"))
     input_format = run.params.input_format
+    mapping = mapping_of(run.params)
     all_files = resolve_input(input_path, input_format)
     files = all_files
     uncovered_files: list[str] = []
     if months is not None:
         if not extend:
             require_same_input(store, input_path, input_format, months)
+        _require_same_mapping(store, mapping, months, extend)
         wanted = set(months)
         files = [f for f in all_files if (day := day_of_file(f.path)) is None or crawl_month(day) in wanted]
         if coverage is not None:
@@ -121,9 +176,10 @@ def documents_stage(run: StageRun) -> StageOutput:
         files, described, warc_summary = stage_warc(store, files, warc_options_of(run.params), None)
     else:
         clear_rejections(store, None)
+    files = without_empty_shards(files)
     retained = Retained()
     if extend and months is not None:
-        retained = _retained(store, files, months)
+        retained = _retained(store, files, months, mapping)
         files = [*files, *retained.staged]
     con = connect(store)
     run.derive(input_path=input_path, input_files=described, **({"warc": warc_summary} if warc_summary else {}))
@@ -136,8 +192,9 @@ def documents_stage(run: StageRun) -> StageOutput:
         )
         con.execute("CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at, __file_index FROM parsed")
     else:
-        extra = load_input(con, files)
+        extra, defaulted = load_input(con, files, mapping)
     run.derive(input_sha256=combined_sha256(sources) if sources else None, extra_columns=extra)
+    dated = {"documents_given_default_date": defaulted} if mapping.default_date and files else {}
     params = run.parameters
     select = select_sql(extra)
     schema = con.sql(f"SELECT {select} FROM parsed LIMIT 0").arrow().schema
@@ -149,21 +206,35 @@ def documents_stage(run: StageRun) -> StageOutput:
                 except duckdb.Error as err:
                     raise read_error(err, files) from None
             rows = scalar(con, "SELECT count(*) FROM keys")
-            return StageOutput(rows, {}, {None: rows}, {None: {}}, schema)
+            return StageOutput(rows, dated, {None: rows}, {None: {}}, schema)
         kept = [p for paths in retained.files.values() for p in paths]
         _refuse_held_doc_ids(con, kept)
-        written = _write_months(con, store, select, months, params, files, retained.files)
+        written = _write_months(con, store, select, months, params, files, retained.files, mapping == ColumnParams())
         for f in retained.staged:  # (a run killed before this leaves a .tmp file: removed with the leftovers)
             f.path.unlink(missing_ok=True)
         entries = {**_day_entries(written.pop("day_rows"), sources), **retained.entries}
         record_documents(store, input_path, input_format, months, entries)
-        figures = written.pop("figures")
+        figures = {**written.pop("figures"), **dated}
         if coverage is not None:
             figures.update(_uncovered(con, coverage, uncovered_files))
         return StageOutput(figures["rows"], figures, written["partition_rows"], written["partition_figures"], schema)
     finally:
         con.close()
         discard_staging(store)
+
+
+def _require_same_mapping(store: Store, mapping: ColumnParams, months: list[str], extend: bool) -> None:
+    """A run of some months (or `add`) must read its input with the mapping of the days it keeps."""
+    held = held_mapping(store)
+    if held is None or held == mapping:
+        return
+    kept = [d for d in load_state(store)["days"] if extend or crawl_month(d) not in set(months)]
+    if kept:
+        raise WebdedupError(
+            f"the {len(kept)} crawl day(s) held in {store.root} were read with {describe_mapping(held)}, this input "
+            f"with {describe_mapping(mapping)}: one corpus is read with one column mapping; give the held one, or "
+            "`webdedup run` the whole input with the new one"
+        )
 
 
 @dataclass
@@ -175,7 +246,7 @@ class Retained:
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)  # state entries of the held days kept
 
 
-def _retained(store: Store, files: list[InputFile], months: list[str]) -> Retained:
+def _retained(store: Store, files: list[InputFile], months: list[str], mapping: ColumnParams) -> Retained:
     """For `webdedup add`: the held days of `months` that the input does not hold stay in the
     corpus. A stored file holding none of the input's days is kept as it is (so it is neither
     re-encoded nor fingerprinted again); the rows of held days in a file that also holds a day
@@ -190,14 +261,7 @@ def _retained(store: Store, files: list[InputFile], months: list[str]) -> Retain
     try:
         new_days: set[str] = set()
         for f in files:
-            new_days.update(
-                d
-                for (d,) in con.execute(
-                    f"SELECT DISTINCT CAST({crawl_day_sql('trim(CAST(crawled_at AS VARCHAR))')} AS VARCHAR) "
-                    f"FROM {source_sql(f, strict=False)}"
-                ).fetchall()
-                if d is not None
-            )
+            new_days.update(file_days(con, f, mapping))
         kept_days = sorted(d for d in held if d not in new_days)
         retained.entries = {d: held[d].get("documents", {}) for d in kept_days}
         changing: list[Path] = []
@@ -221,7 +285,7 @@ def _retained(store: Store, files: list[InputFile], months: list[str]) -> Retain
                 f"COPY (SELECT * FROM read_parquet([{listing}], union_by_name = true) "
                 f"WHERE crawled_at IN ({day_list})) TO {sql_string(str(target))} (FORMAT parquet, COMPRESSION zstd)"
             )
-            retained.staged = [InputFile(target, "parquet", file_sha256(target), target.stat().st_size)]
+            retained.staged = [InputFile(target, "parquet", file_sha256(target), target.stat().st_size, stored=True)]
     finally:
         con.close()
     return retained
@@ -249,6 +313,7 @@ def _write_months(
     params: dict[str, Any],
     files: list[InputFile],
     kept: dict[str, list[Path]] | None = None,
+    unmapped: bool = True,
 ) -> dict[str, Any]:
     """Every month of the run as documents/part-<month>.parquet and segments; months without
     documents lose their files.
@@ -258,7 +323,8 @@ def _write_months(
     _adoptable_files: daily or monthly exports); every other document is written in one pass over
     the input (COPY ... PARTITION_BY month), each month then moved into place. `kept` (`webdedup
     add`): stored files of a month that stay as they are; what is written beside them goes to
-    segments named by their first day."""
+    segments named by their first day. `unmapped`: the input is read with the contract's own column
+    names (else only files already in the stored form can be adopted)."""
     kept = kept or {}
     wanted = set(months)
     month_list = ", ".join(sql_string(m) for m in months)
@@ -275,6 +341,7 @@ def _write_months(
         files,
         stored_schema,
         wanted,
+        unmapped,
         held=lambda file, month, first_day: store.holds_copy_of("documents", month, first_day, file.path, file.sha256),
     )
     adopted_rows: dict[str, int] = {}

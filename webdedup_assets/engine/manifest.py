@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.minhash import candidate_probability
 from ..fileio import write_text
-from .documents import stored_input
+from .documents import mapping_given, stored_input
 from .publish import publish
 from .stage import DUCKDB, StageOutput, StageRun
 from .stage import STAGES as CONTRACT
@@ -57,7 +57,10 @@ def build_manifest(store: Store) -> dict[str, Any]:
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "storage_root": str(store.root),
         "parameters": {
-            "documents": {k: params["documents"]["input"].get(k) for k in ("input_path", "input_format")},
+            "documents": {
+                **{k: params["documents"]["input"].get(k) for k in ("input_path", "input_format")},
+                **mapping_given(params["documents"]["input"]),
+            },
             "fingerprinted": fingerprint,
             "band_memberships": banding,
             "candidate_pairs": params["candidate_pairs"]["candidates"],

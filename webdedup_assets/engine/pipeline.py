@@ -32,6 +32,7 @@ from ..ingest.inputs import resolve_input
 from ..params import (
     BandingParams,
     CandidateParams,
+    ColumnParams,
     EngineParams,
     FingerprintParams,
     ParamError,
@@ -42,7 +43,7 @@ from ..params import (
 )
 from . import incremental
 from .checks import CHECKS, Check, describe_failure
-from .documents import stage_documents, warc_options_of
+from .documents import mapping_for_add, mapping_of, stage_documents, warc_options_of
 from .incremental.layout import UpdateReport
 from .manifest import stage_manifest
 from .publish import publication_prepared, recover
@@ -234,8 +235,8 @@ def run(
     with damage_named(store), _writing(storage_root, output_dir, f"webdedup run {input_path}", notice) as transaction:
         if reset_outdated(store):
             notice(f"{storage_root} was written by an earlier webdedup in another layout: rebuilt from the input")
-        warc_options = warc_options_of(params.input)
-        days = input_days(input_path, input_format, store=store, warc_options=warc_options)
+        warc_options, mapping = warc_options_of(params.input), mapping_of(params.input)
+        days = input_days(input_path, input_format, store=store, warc_options=warc_options, mapping=mapping)
         stale = [day for day in held_days(store) if day not in set(days)]
         if stale:
             clear_days(store, stale)
@@ -257,6 +258,7 @@ def run(
                 months=months,
                 coverage=_month_coverage(months),
                 warc_options=warc_options,
+                mapping=mapping,
             ),
         )
         steps.run("fingerprinted", lambda: runner("fingerprinted", store, params.fingerprint, months))
@@ -351,12 +353,17 @@ def add(
             notice(f"{storage_root} held no corpus: a new one is started with {input_path}")
         fingerprint, banding = held_params(store, given)
         chosen = global_params(store, given, full_rebuild)
-        days = input_days(input_path, input_format, store=store)
+        columns = given.get("columns")
+        mapping = mapping_for_add(store, ColumnParams.checked(columns) if columns else None)
+        days = input_days(input_path, input_format, store=store, mapping=mapping, explain=True)
         if not days:
             raise WebdedupError(f"{input_path}: no crawl day found in the input (is crawled_at a date?)")
         months = months_of(days)  # the held days of these months that the input lacks are kept
         steps = _Steps(store, checked=False)
-        steps.run("documents", lambda: stage_documents(store, input_path, input_format, months=months, extend=True))
+        steps.run(
+            "documents",
+            lambda: stage_documents(store, input_path, input_format, months=months, extend=True, mapping=mapping),
+        )
         steps.run("fingerprinted", lambda: DUCKDB.run("fingerprinted", store, fingerprint, months))
         steps.run("band_memberships", lambda: DUCKDB.run("band_memberships", store, banding, months))
         with publication_prepared(store, output_dir):

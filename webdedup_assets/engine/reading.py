@@ -1,10 +1,12 @@
-"""Reading CSV and Parquet input with DuckDB, validated: the input contract of the documents stage.
+"""Reading CSV, Parquet and JSON Lines input with DuckDB, validated: the input contract of the documents stage.
 
-Input contract: columns doc_id, source, domain, crawled_at, title, body (any order);
-every other column is kept as is. doc_id must be present and unique; crawled_at must be a
-date or timestamp (stored as its UTC day); a NULL body is stored as the empty string (such
-a document gets no shingles and can never be a candidate). CSV files must be UTF-8. Every
-problem is an error naming the file and the row, column or doc_ids.
+Input contract: columns doc_id, source, domain, crawled_at, title, body (any order), each read
+from the input's field the column mapping names (ColumnParams: the contract's own names by
+default, dotted paths into nested objects); every other column is kept as is. doc_id must be
+present and unique; crawled_at must be a date, a timestamp or epoch seconds (stored as its UTC
+day; mapping.default_date for a record without one, when it is given); a NULL body is stored as
+the empty string (such a document gets no shingles and can never be a candidate). CSV files must
+be UTF-8. Every problem is an error naming the file and the row, column or doc_ids.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import codecs
 import csv
 import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -22,7 +25,9 @@ import pyarrow.parquet as pq
 from ..errors import WebdedupError
 from ..ingest.contract import REQUIRED_COLUMNS
 from ..ingest.inputs import WARC_FORMATS, InputFile, format_suffix, resolve_input
+from ..ingest.jsonl import first_problem, has_records
 from ..ingest.options import WarcOptions
+from ..params import ColumnParams
 from .storage import Store, connect, quote_ident, scalar, sql_string
 from .warc_staging import stage_warc
 
@@ -154,27 +159,29 @@ def locate_csv_error(path: Path) -> str | None:
     return None
 
 
-DUCKDB_FILE = re.compile(r"^\s*file = (.+?)\s*$", re.MULTILINE)
+DUCKDB_FILE = re.compile(r"^\s*file = (.+?)\s*$|in file \"(.+?)\"", re.MULTILINE)
 
 
 def read_error(err: Exception, files: list[InputFile]) -> WebdedupError:
     """A DuckDB error while reading the input (duckdb.Error, or what its Arrow stream raises) -> a
-    message naming the file and, for CSV, the line."""
+    message naming the file and, for CSV and JSON Lines, the line."""
     text = str(err).strip()
-    named = DUCKDB_FILE.search(text)
-    suspects = [f for f in files if f.format == "csv" and (named is None or str(f.path) == named.group(1))]
+    match = DUCKDB_FILE.search(text)
+    named = (match.group(1) or match.group(2)) if match else None
+    suspects = [f for f in files if f.format in ("csv", "jsonl") and (named is None or named == str(f.path))]
     for f in suspects:
-        problem = locate_csv_error(f.path)
+        problem = locate_csv_error(f.path) if f.format == "csv" else first_problem(f.path)
         if problem:
             return WebdedupError(f"{f.path}: {problem}")
-    where = f"{named.group(1)}: " if named else ""
+    where = f"{named}: " if named else ""
     return WebdedupError(f"{where}cannot read the input: {text.splitlines()[0]}")
 
 
 def source_sql(f: InputFile, strict: bool = True) -> str:
     """DuckDB table expression reading one input file. CSV: comma-separated (tab for .tsv), RFC 4180
     double quotes, the header read by us, every column as text; no dialect sniffing, so a
-    malformed file fails with its line instead of being read as one column."""
+    malformed file fails with its line instead of being read as one column. JSON Lines: one object
+    per line, decompressed by its suffix (.gz, .zst), with the types of _json_columns."""
     if f.format == "csv":
         columns = ", ".join(f"{sql_string(name)}: 'VARCHAR'" for name in csv_header(f.path))
         return (
@@ -182,7 +189,31 @@ def source_sql(f: InputFile, strict: bool = True) -> str:
             f"delim = {sql_string(_delimiter(f.path))}, quote = '\"', escape = '\"', columns = {{{columns}}}, "
             f"max_line_size = {MAX_LINE_BYTES}, strict_mode = {'true' if strict else 'false'})"
         )
+    if f.format == "jsonl":
+        return f"read_json({sql_string(str(f.path))}, {JSON_LINES}, columns = {{{_json_columns(f)}}})"
     return f"read_parquet({sql_string(str(f.path))})"
+
+
+JSON_LINES = "format = 'newline_delimited', records = true"
+_json_schemas: dict[tuple[str, str], str] = {}  # (path, sha256) -> the columns read_json is given
+
+
+def _json_columns(f: InputFile) -> str:
+    """The fields of a JSON Lines file and their types, inferred once from every record (so a field
+    first seen late is neither dropped nor refused); each later read is then one pass over the file."""
+    key = (str(f.path), f.sha256)
+    if key not in _json_schemas:
+        with duckdb.connect() as con:
+            rel = con.sql(f"SELECT * FROM read_json({sql_string(str(f.path))}, {JSON_LINES}, sample_size = -1)")
+            _json_schemas[key] = ", ".join(
+                f"{sql_string(c)}: {sql_string(str(t))}" for c, t in zip(rel.columns, rel.types)
+            )
+    return _json_schemas[key]
+
+
+def without_empty_shards(files: list[InputFile]) -> list[InputFile]:
+    """A JSON Lines shard without a record holds no document (DuckDB cannot read it as records)."""
+    return [f for f in files if f.format != "jsonl" or has_records(f.path)]
 
 
 def scan_input(con: duckdb.DuckDBPyConnection, f: InputFile) -> duckdb.DuckDBPyRelation:
@@ -194,59 +225,160 @@ def scan_input(con: duckdb.DuckDBPyConnection, f: InputFile) -> duckdb.DuckDBPyR
         raise read_error(err, [f]) from None
 
 
-def _validate_columns(files: list[InputFile], relations: list[duckdb.DuckDBPyRelation]) -> list[str]:
-    extra: list[str] = []
-    for f, rel in zip(files, relations):
-        columns = rel.columns
-        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
-        if missing:
-            raise WebdedupError(
-                f"{f.path}: missing required column(s) {', '.join(missing)}; found columns: {', '.join(columns)}"
-            )
-        dupes = sorted({c for c in columns if columns.count(c) > 1})
-        if dupes:
-            raise WebdedupError(f"{f.path}: duplicate column name(s) {', '.join(dupes)}")
-        extra.extend(c for c in columns if c not in REQUIRED_COLUMNS and c not in extra)
-    return extra
+# ---- the column mapping: the input's fields -> the columns of the contract ----------------
+
+MAPPED_BY = {  # contract column -> the ColumnParams field naming the input's field for it
+    "doc_id": "id_column",
+    "source": "source_column",
+    "domain": "domain_column",
+    "crawled_at": "date_column",
+    "title": "title_column",
+    "body": "text_column",
+}
+OPTIONAL_COLUMNS = ("source", "title")  # absent under their own name (or mapped to ""): NULL
+# The host of a URL (scheme://[user@]host[:port]/...), lower case; NULL when there is none.
+HOST_SQL = "NULLIF(lower(regexp_extract({url}, '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@]*@)?([^/?#:]*)', 1)), '')"
+
+
+def field_sql(rel: duckdb.DuckDBPyRelation, path: str) -> tuple[str, duckdb.DuckDBPyType] | None:
+    """SQL reading one field of an input, with its type: a column, or a dotted path into nested
+    objects (a column whose own name holds the dots is taken first). None: no such field."""
+    types = dict(zip(rel.columns, rel.types))
+    if path in types:
+        return quote_ident(path), types[path]
+    head, *rest = path.split(".")
+    if head not in types or not rest:
+        return None
+    sql, kind = quote_ident(head), types[head]
+    for index, part in enumerate(rest):
+        if is_json(kind):  # an object of mixed shapes, kept as JSON: read by JSON path
+            json_path = "$." + ".".join('"' + p.replace('"', '\\"') + '"' for p in rest[index:])
+            return f"json_extract({sql}, {sql_string(json_path)})", kind
+        if kind.id != "struct":
+            return None
+        children = dict(kind.children)
+        if part not in children:
+            return None
+        sql, kind = f"struct_extract({sql}, {sql_string(part)})", children[part]
+    return sql, kind
+
+
+def is_json(kind: duckdb.DuckDBPyType) -> bool:
+    """A field DuckDB keeps as JSON: its values are of mixed types (1 and "two") or shapes."""
+    return str(kind) == "JSON"
+
+
+def text_sql(sql: str, kind: duckdb.DuckDBPyType) -> str:
+    """A field as text: a JSON value's text, a string without its quotes."""
+    return f"json_extract_string({sql}, '$')" if is_json(kind) else sql
+
+
+@dataclass
+class MappedInput:
+    """One input file read through the column mapping."""
+
+    fields: dict[str, tuple[str, duckdb.DuckDBPyType] | None]  # contract column -> (SQL, type); None: NULL
+    labels: dict[str, str]  # contract column -> the field it is read from, as error messages name it
+    extra: list[str]  # the input's other columns, kept as they are
+
+
+def map_columns(f: InputFile, rel: duckdb.DuckDBPyRelation, mapping: ColumnParams) -> MappedInput:
+    """Where each contract column of one input comes from; an error names the missing fields and the file."""
+    m = ColumnParams() if f.stored else mapping
+    columns = rel.columns
+    dupes = sorted({c for c in columns if columns.count(c) > 1})
+    if dupes:
+        raise WebdedupError(f"{f.path}: duplicate column name(s) {', '.join(dupes)}")
+    fields: dict[str, tuple[str, duckdb.DuckDBPyType] | None] = {}
+    labels, missing, used = {}, [], set()
+    for column in REQUIRED_COLUMNS:
+        name = getattr(m, MAPPED_BY[column])
+        labels[column] = name if name in ("", column) else f"{name} (as {column})"
+        fields[column] = field_sql(rel, name) if name else None
+        if name in columns:
+            used.add(name)
+        if fields[column] is not None or (column in OPTIONAL_COLUMNS and name in ("", column)):
+            continue
+        if column == "domain" and name == column and m.url_column:
+            url = field_sql(rel, m.url_column)
+            if url is not None:  # no domain field: the URL's host
+                host = HOST_SQL.format(url=text_sql(*url))
+                fields[column], labels[column] = (host, duckdb.sqltype("VARCHAR")), f"{m.url_column} (as URL)"
+                continue
+            missing.append(f"{m.url_column} (as URL)")
+        else:
+            missing.append(labels[column])
+    if missing:
+        raise WebdedupError(
+            f"{f.path}: missing required column(s) {', '.join(missing)}; found columns: {', '.join(columns)}"
+        )
+    extra = [c for c in columns if c not in used]
+    clash = [c for c in extra if c.lower() in REQUIRED_COLUMNS]
+    if clash:
+        shown = ", ".join(f"{c} (the {c.lower()} column is read from {labels[c.lower()] or 'nothing'})" for c in clash)
+        raise WebdedupError(
+            f"{f.path}: field(s) {shown} would be kept beside the column of the same name; map them or rename them"
+        )
+    return MappedInput(fields, labels, extra)
+
+
+# Columns the pipeline adds beside the documents' own (deduped_documents' cluster_id, cluster_size
+# and token_count; DuckDB's filename and file_row_number where the stored files are read).
+ADDED_DOWNSTREAM = ("cluster_id", "cluster_size", "token_count", "filename", "file_row_number")
+
+
+def stored_name(column: str) -> str:
+    """The name an input's own column is stored under: its own, or `input_<name>` for a name the
+    pipeline adds downstream (FineWeb's token_count), so that both are kept."""
+    return f"input_{column}" if column.lower() in ADDED_DOWNSTREAM else column
 
 
 def _offenders(con: duckdb.DuckDBPyConnection, sql: str, limit: int = 5) -> list[tuple]:
     return con.execute(f"{sql} LIMIT {limit}").fetchall()
 
 
-def load_input(con: duckdb.DuckDBPyConnection, files: list[InputFile]) -> list[str]:
-    """Define the view `parsed` over the input files and validate it; returns the extra columns.
+def load_input(
+    con: duckdb.DuckDBPyConnection, files: list[InputFile], mapping: ColumnParams | None = None
+) -> tuple[list[str], int]:
+    """Define the view `parsed` over the input files (read through the column mapping) and validate
+    it; returns the extra columns and the number of documents dated by mapping.default_date.
 
     Only a narrow table `keys` (doc_id, dates, file) is materialized for validation; page
     bodies stream from the input straight into the output files, so memory and temporary
     disk do not grow with the corpus' text.
     """
+    mapping = mapping or ColumnParams()
     relations = [scan_input(con, f) for f in files]
-    extra = _validate_columns(files, relations)
+    mapped = [map_columns(f, rel, mapping) for f, rel in zip(files, relations)]
+    extra: list[str] = []
+    for m in mapped:
+        extra.extend(c for c in m.extra if c not in extra)
     typed_parts = []
-    for index, (f, rel) in enumerate(zip(files, relations)):
+    for index, (f, rel, m) in enumerate(zip(files, relations, mapped)):
         view = f"raw_{index}"
         rel.create_view(view)
-        text = _text_columns_sql(con, f, rel, view)
+        text = _contract_sql(con, f, view, m)
         cols = [f"{text[c]} AS {quote_ident(c)}" for c in TEXT_COLUMNS]
         cols.append(f"{text['crawled_at']} AS crawled_at_raw")
-        cols += [(f"{quote_ident(c)}" if c in rel.columns else f"NULL AS {quote_ident(c)}") for c in extra]
+        cols.append(f"{text['crawled_day']} AS crawled_day")
+        cols += [f"{quote_ident(c) if c in m.extra else 'NULL'} AS {quote_ident(stored_name(c))}" for c in extra]
         cols.append(f"{sql_string(f.path.name)} AS __source_file, {index} AS __file_index")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
-    # Timestamps with an offset become their UTC day (the session time zone is UTC).
+    fallback = f"DATE {sql_string(mapping.default_date)}" if mapping.default_date else "NULL"
     con.execute(
-        f"CREATE TEMP VIEW parsed AS SELECT *, {crawl_day_sql('trim(crawled_at_raw)')} AS crawled_at "
+        f"CREATE TEMP VIEW parsed AS SELECT *, COALESCE(crawled_day, {fallback}) AS crawled_at "
         "FROM (" + " UNION ALL BY NAME ".join(typed_parts) + ")"
     )
     try:
         con.execute(
-            "CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at_raw, crawled_at, __source_file, __file_index "
-            "FROM parsed"
+            "CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at_raw, crawled_day, crawled_at, __source_file, "
+            "__file_index FROM parsed"
         )
-    except duckdb.Error as err:  # a malformed CSV fails here, on its first bad record
+    except duckdb.Error as err:  # a malformed CSV or JSON Lines file fails here, on its first bad record
         raise read_error(err, files) from None
-    _validate_rows(con)
-    return extra
+    date_fields = {f.path.name: "crawled_at" if f.stored else mapping.date_column for f in files}
+    _validate_rows(con, dated=not mapping.default_date, date_fields=date_fields)
+    return [stored_name(c) for c in extra], scalar(con, "SELECT count(*) FROM keys WHERE crawled_day IS NULL")
 
 
 INTEGER_TYPES = {
@@ -261,54 +393,66 @@ INTEGER_TYPES = {
     "ubigint",
     "uhugeint",
 }
+NUMBER_TYPES = INTEGER_TYPES | {"float", "double", "decimal"}
 
 
-def _text_columns_sql(
-    con: duckdb.DuckDBPyConnection, f: InputFile, rel: duckdb.DuckDBPyRelation, view: str
-) -> dict[str, str]:
-    """SQL giving each text column (and crawled_at) of one input as VARCHAR, by one rule:
+def _contract_sql(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, mapped: MappedInput) -> dict[str, str]:
+    """SQL giving each text column of one input as VARCHAR, crawled_at's text (`crawled_at`) and its
+    UTC day (`crawled_day`, NULL when it is not a date), by one rule:
 
     - text (VARCHAR; CSV columns always are) is taken as is;
     - binary (BLOB) must hold UTF-8 text: decoded strictly, else refused naming file, column and doc_ids;
     - integers become their decimal text (numeric ids); a column of only NULLs is NULL;
     - any other type (floating point, decimal, boolean, date, list, struct, ...) is refused in a
-      text column, naming the file, the column and its type. crawled_at may also be a date or timestamp.
+      text column, naming the file, the column and its type. crawled_at may also be a date, a
+      timestamp, or a number of seconds since 1970-01-01 UTC.
     """
-    types = {c: t for c, t in zip(rel.columns, rel.types)}
-    doc_id = quote_ident("doc_id")
-    label = (
-        f"COALESCE(TRY(decode({doc_id})), CAST({doc_id} AS VARCHAR))"
-        if types["doc_id"].id == "blob"
-        else (f"CAST({doc_id} AS VARCHAR)")
-    )
+    doc_id, id_type = mapped.fields["doc_id"]
+    label = f"COALESCE(TRY(decode({doc_id})), CAST({doc_id} AS VARCHAR))" if id_type.id == "blob" else doc_id
+    label = f"CAST({label} AS VARCHAR)"
     out = {}
     for column in (*TEXT_COLUMNS, "crawled_at"):
-        name, kind = quote_ident(column), types[column].id
-        if kind == "varchar":
+        found = mapped.fields[column]
+        if found is None:
+            out[column] = "CAST(NULL AS VARCHAR)"
+            continue
+        name, kind = found[0], found[1].id
+        if is_json(found[1]):
+            out[column] = text_sql(*found)
+        elif kind == "varchar":
             out[column] = name
         elif kind == "blob":
-            _require_utf8(con, f, view, column, label)
+            _require_utf8(con, f, view, name, mapped.labels[column], label)
             out[column] = f"decode({name})"
         elif kind in INTEGER_TYPES or kind == "null":
             out[column] = f"CAST({name} AS VARCHAR)"
-        elif column == "crawled_at" and (kind == "date" or kind.startswith("timestamp")):
+        elif column == "crawled_at" and (kind in NUMBER_TYPES or kind == "date" or kind.startswith("timestamp")):
             out[column] = f"CAST({name} AS VARCHAR)"
         else:
             raise WebdedupError(
-                f"{f.path}: column {column} has type {types[column]}; "
+                f"{f.path}: column {mapped.labels[column]} has type {found[1]}; "
                 + (
-                    "crawled_at must be a date, a timestamp or text"
+                    "crawled_at must be a date, a timestamp, a number of epoch seconds or text"
                     if column == "crawled_at"
                     else f"text columns ({', '.join(TEXT_COLUMNS)}) must be strings, binary holding UTF-8 text, "
                     "or integers"
                 )
             )
+    date = mapped.fields["crawled_at"]
+    epoch = f"CAST(TRY(to_timestamp(TRY_CAST({out['crawled_at']} AS DOUBLE))) AS DATE)"
+    text = crawl_day_sql(f"trim({out['crawled_at']})")  # an offset becomes UTC (the session time zone)
+    if date is not None and date[1].id in NUMBER_TYPES:  # epoch seconds
+        out["crawled_day"] = epoch
+    elif date is not None and is_json(date[1]):  # numbers and strings mixed: each by its JSON type
+        numeric = f"json_type({date[0]}) IN ('BIGINT', 'UBIGINT', 'DOUBLE')"
+        out["crawled_day"] = f"CASE WHEN {numeric} THEN {epoch} ELSE {text} END"
+    else:
+        out["crawled_day"] = text
     return out
 
 
-def _require_utf8(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, column: str, label: str) -> None:
+def _require_utf8(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, name: str, column: str, label: str) -> None:
     """A binary column must decode as UTF-8 in every row; else an error naming the first doc_ids."""
-    name = quote_ident(column)
     bad = f"FROM {view} WHERE {name} IS NOT NULL AND TRY(decode({name})) IS NULL"
     first = [d for (d,) in con.execute(f"SELECT {label} AS d {bad} ORDER BY d LIMIT 5").fetchall()]
     if first:
@@ -319,7 +463,16 @@ def _require_utf8(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, colum
         )
 
 
-def _validate_rows(con: duckdb.DuckDBPyConnection) -> None:
+def _validate_rows(
+    con: duckdb.DuckDBPyConnection, dated: bool = True, date_fields: dict[str, str] | None = None
+) -> None:
+    """doc_ids present and unique; with `dated` (no default date), every crawl date present and a date.
+    date_fields: file name -> the field its crawl dates are read from, named when it is not crawled_at."""
+
+    def where(file: str) -> str:
+        field = (date_fields or {}).get(file, "crawled_at")
+        return file if field == "crawled_at" else f"{file}, field {field}"
+
     bad_ids = _offenders(con, "SELECT __source_file FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
     if bad_ids:
         count = scalar(con, "SELECT count(*) FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
@@ -341,6 +494,9 @@ def _validate_rows(con: duckdb.DuckDBPyConnection) -> None:
         total = scalar(con, "SELECT count(*) FROM (SELECT doc_id FROM keys GROUP BY doc_id HAVING count(*) > 1)")
         listed = "; ".join(f"{d!r} x{n} in {src}" for d, n, src in dupes)
         raise WebdedupError(f"doc_id must be unique: {total} doc_id(s) appear more than once, first: {listed}")
+    if not dated:
+        return
+    fallback = "or set a default date for them (default_date; CLI: --default-date)"
     undated = _offenders(
         con,
         "SELECT doc_id, __source_file FROM keys "
@@ -350,7 +506,8 @@ def _validate_rows(con: duckdb.DuckDBPyConnection) -> None:
         total = scalar(con, "SELECT count(*) FROM keys WHERE crawled_at_raw IS NULL OR trim(crawled_at_raw) = ''")
         raise WebdedupError(
             f"crawled_at is missing for {total} document(s), first doc_id(s): "
-            f"{', '.join(repr(d) for d, _ in undated)} (in {undated[0][1]}); every document needs its crawl date"
+            f"{', '.join(repr(d) for d, _ in undated)} (in {where(undated[0][1])}); every document needs its crawl "
+            f"date, {fallback}"
         )
     unparsable = _offenders(
         con, "SELECT doc_id, crawled_at_raw, __source_file FROM keys WHERE crawled_at IS NULL ORDER BY doc_id"
@@ -360,7 +517,8 @@ def _validate_rows(con: duckdb.DuckDBPyConnection) -> None:
         listed = ", ".join(f"{d!r} ({raw!r})" for d, raw, _ in unparsable)
         raise WebdedupError(
             f"crawled_at is not a date or timestamp for {total} document(s), first: {listed} "
-            f"in {unparsable[0][2]}; use ISO 8601 such as 2026-03-01 or 2026-03-01T12:00:00Z"
+            f"in {where(unparsable[0][2])}; use ISO 8601 such as 2026-03-01 or 2026-03-01T12:00:00Z, or epoch seconds "
+            f"(a number), {fallback}"
         )
 
 
@@ -372,39 +530,65 @@ def select_sql(extra: list[str]) -> str:
 
 
 def input_days(
-    input_path: str, input_format: str = "auto", store: Store | None = None, warc_options: WarcOptions | None = None
+    input_path: str,
+    input_format: str = "auto",
+    store: Store | None = None,
+    warc_options: WarcOptions | None = None,
+    mapping: ColumnParams | None = None,
+    explain: bool = False,
 ) -> list[str]:
-    """The distinct crawl days (UTC) present in an input, read from crawled_at alone.
+    """The distinct crawl days (UTC) present in an input, read from its date field alone
+    (mapping.default_date for a record without a usable date, when it is given).
 
     Rows without a usable date are not listed here; the documents stage reports them by doc_id.
-    Returns [] when the input cannot be read this way (the documents stage then says why).
+    Returns [] when the input cannot be read this way (the documents stage then says why), or
+    with `explain` raises the error naming the problem (for a caller that runs no documents stage
+    when no day is found: `add`, `check`).
     WARC input is converted once into `store` (the documents stage then reuses that conversion).
     """
+    mapping = mapping or ColumnParams()
     try:
         files = resolve_input(input_path, input_format)
         if any(f.format in WARC_FORMATS for f in files):
             if store is None:
                 return []
             files = stage_warc(store, files, warc_options, None)[0]
+        files = without_empty_shards(files)
     except WebdedupError:
+        if explain:
+            raise
         return []
     days: set[str] = set()
     con = connect()
-    for f in files:
-        from_footer = days_from_statistics(f) if f.format == "parquet" else None
-        if from_footer is not None:
-            days.update(from_footer)
-            continue
-        day = crawl_day_sql("trim(CAST(crawled_at AS VARCHAR))")
-        try:
-            rows = con.execute(
-                f"SELECT DISTINCT CAST({day} AS VARCHAR) AS day FROM {source_sql(f, strict=False)}"
-            ).fetchall()
-        except (duckdb.Error, WebdedupError):  # the documents stage names the problem
-            return []
-        days.update(d for (d,) in rows if d is not None)
-    con.close()
+    try:
+        for f in files:
+            try:
+                days.update(file_days(con, f, mapping))
+            except duckdb.Error as err:
+                raise read_error(err, [f]) from None
+    except WebdedupError:
+        if explain:
+            raise
+        return []
+    finally:
+        con.close()
     return sorted(days)
+
+
+def file_days(con: duckdb.DuckDBPyConnection, f: InputFile, mapping: ColumnParams) -> set[str]:
+    """The crawl days of one input file (its Parquet footer tells them when it can)."""
+    own_dates = f.stored or (mapping.date_column == "crawled_at" and not mapping.default_date)
+    from_footer = days_from_statistics(f) if f.format == "parquet" and own_dates else None
+    if from_footer is not None:
+        return from_footer
+    rel = con.sql(f"SELECT * FROM {source_sql(f, strict=False)}")
+    view = "file_of_days"  # one file at a time
+    rel.create_view(view, replace=True)
+    day = _contract_sql(con, f, view, map_columns(f, rel, mapping))["crawled_day"]
+    if mapping.default_date and not f.stored:
+        day = f"COALESCE({day}, DATE {sql_string(mapping.default_date)})"
+    rows = con.execute(f"SELECT DISTINCT CAST({day} AS VARCHAR) FROM {view}").fetchall()
+    return {d for (d,) in rows if d is not None}
 
 
 def days_from_statistics(f: InputFile) -> set[str] | None:

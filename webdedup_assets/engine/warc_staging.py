@@ -144,5 +144,5 @@ def stage_warc(
         store.path("rejected_records"),
         output_dir / "rejected_records.csv" if output_dir is not None else None,
     )
-    staged_file = InputFile(staged, "parquet", file_sha256(staged), staged.stat().st_size)
+    staged_file = InputFile(staged, "parquet", file_sha256(staged), staged.stat().st_size, stored=True)
     return others + [staged_file], described, result["summary"]

@@ -26,7 +26,7 @@ from .warc.collect import DOCUMENT_SCHEMA, Collector, FileReport, doc_id_for, re
 from .warc.records import read_warc_file
 
 PROGRESS = logging.getLogger("webdedup.progress")
-CONVERTER_VERSION = 2  # bump when the documents or rejections a conversion yields change
+CONVERTER_VERSION = 3  # bump when the documents or rejections a conversion yields change
 
 
 @dataclass

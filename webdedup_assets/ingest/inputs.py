@@ -12,23 +12,29 @@ from typing import Any
 from ..errors import WebdedupError
 from ..fileio import file_sha256s
 
-FORMATS = ("auto", "csv", "parquet", "warc", "commoncrawl")
+FORMATS = ("auto", "csv", "parquet", "jsonl", "warc", "commoncrawl")
 WARC_FORMATS = ("warc", "commoncrawl")  # converted to a staged Parquet before the documents stage reads them
 SUFFIX_FORMATS = {
     ".csv": "csv",
     ".tsv": "csv",
     ".parquet": "parquet",
     ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".jsonl.gz": "jsonl",
+    ".jsonl.zst": "jsonl",
+    ".json.gz": "jsonl",  # Dolma's shards: one object per line, compressed
+    ".json.zst": "jsonl",
     ".warc": "warc",
     ".warc.gz": "warc",
 }
+COMPOUND_SUFFIXES = tuple(s for s in SUFFIX_FORMATS if s.count(".") > 1)
 DAY_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})")
 
 
 def format_suffix(path: Path) -> str:
-    """The format-bearing suffix: `.warc.gz` counts as one."""
+    """The format-bearing suffix: `.warc.gz` or `.jsonl.zst` counts as one."""
     name = path.name.lower()
-    return ".warc.gz" if name.endswith(".warc.gz") else path.suffix.lower()
+    return next((s for s in COMPOUND_SUFFIXES if name.endswith(s)), path.suffix.lower())
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class InputFile:
     format: str
     sha256: str
     bytes: int
+    stored: bool = False  # already in the stored form (staged WARC, held days): read without the column mapping
 
     def describe(self) -> dict[str, Any]:
         return {"path": str(self.path), "format": self.format, "sha256": self.sha256, "bytes": self.bytes}
@@ -76,7 +83,7 @@ def _wait_for_hashing(key: tuple[str, str]) -> None:
 
 
 def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile]:
-    """A file, a folder (its CSV/Parquet files, recursively) or a glob -> sorted files."""
+    """A file, a folder (its CSV, Parquet, JSON Lines and WARC files, recursively) or a glob -> sorted files."""
     _wait_for_hashing((input_path, input_format))
     if input_format not in FORMATS:
         raise WebdedupError(f"input_format must be one of {', '.join(FORMATS)}, got {input_format!r}")
@@ -95,7 +102,10 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
         if input_format != "auto":
             candidates = [p for p in candidates if SUFFIX_FORMATS[format_suffix(p)] == input_format]
         if not candidates:
-            raise WebdedupError(f"input folder {input_path!r} holds no .csv, .parquet, .warc or .warc.gz file")
+            raise WebdedupError(
+                f"input folder {input_path!r} holds no .csv, .parquet, .jsonl (.gz, .zst), .json.gz, .json.zst, "
+                ".warc or .warc.gz file"
+            )
     elif path.is_file():
         candidates = [path]
     else:
@@ -108,7 +118,8 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
             fmt = SUFFIX_FORMATS.get(format_suffix(candidate), "")
             if not fmt:
                 raise WebdedupError(
-                    f"cannot tell the format of {candidate} from its name; set input_format to csv, parquet or warc"
+                    f"cannot tell the format of {candidate} from its name; "
+                    "set input_format to csv, parquet, jsonl or warc"
                 )
         formats.append(fmt)
     return [

@@ -23,3 +23,4 @@ class WarcOptions:
     cc_concurrency: int = 4
     workers: int = 1  # processes converting local WARC files; 0: one per CPU; never more than files
     max_html_depth: int = DEFAULT_MAX_HTML_DEPTH  # deeper HTML is rejected (html_too_deep) before extraction
+    default_date: str = ""  # YYYY-MM-DD: a record whose date cannot be read at all (see records.lenient_date)

@@ -146,7 +146,7 @@ def check_input(store: Store, input_path: str, input_format: str, report: Path) 
 
     Returns check_against's summary plus the input's crawl days, the report path and the first
     duplicates (`preview`: up to PREVIEW_ROWS rows, by doc_id)."""
-    from ..documents import stage_documents
+    from ..documents import held_mapping, stage_documents
     from ..fingerprint import stage_band_memberships, stage_fingerprinted
     from ..reading import input_days
 
@@ -158,11 +158,12 @@ def check_input(store: Store, input_path: str, input_format: str, report: Path) 
     scratch = Path(tempfile.mkdtemp(prefix="webdedup-check-"))
     try:
         new = Store(scratch)
-        days = input_days(input_path, input_format, store=new)
+        mapping = held_mapping(store)  # the new input is read as the corpus was
+        days = input_days(input_path, input_format, store=new, mapping=mapping, explain=True)
         if not days:
             raise WebdedupError(f"{input_path}: no crawl day found in the input (is crawled_at a date?)")
         months = months_of(days)
-        stage_documents(new, input_path, input_format, months=months)
+        stage_documents(new, input_path, input_format, months=months, mapping=mapping)
         stage_fingerprinted(new, fingerprint, months)
         stage_band_memberships(new, banding, months)
         summary = check_against(store, new, report)

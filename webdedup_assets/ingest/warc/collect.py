@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -93,6 +94,7 @@ class Collector:
         self.documents: dict[str, tuple[str, int, int, str | None]] = {}  # record id -> (file, offset, length, url)
         self.response_digests: set[str] = set()
         self.revisits: list[tuple[str | None, str | None]] = []
+        self.warcinfo_dates: dict[str, datetime | None] = {}  # file -> its first warcinfo record's date
 
     def report(self, name: str) -> FileReport:
         report = self.reports.get(name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mmap
 import re
 from collections import Counter
-from datetime import UTC
+from datetime import UTC, date, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -33,6 +33,34 @@ def host_of(url: str) -> str:
         return (urlsplit(url.strip()).hostname or "").lower()
     except ValueError:
         return ""
+
+
+DATE_PREFIX = re.compile(r"\s*(\d{4})-(\d{2})-(\d{2})")
+
+
+def valid_date_part(value: str | None) -> datetime | None:
+    """The calendar day a malformed WARC-Date starts with (ClueWeb09 has `2008-10-294T05:21:46-0700`:
+    2008-10-29), as midnight UTC; None when it does not start with one."""
+    match = DATE_PREFIX.match(value or "")
+    try:
+        return datetime(*(int(part) for part in match.groups()), tzinfo=UTC) if match else None
+    except ValueError:  # 2008-02-30
+        return None
+
+
+def lenient_date(collector: Collector, name: str, value: str | None) -> tuple[datetime | None, str]:
+    """A record's date when its WARC-Date cannot be parsed: the valid day it starts with, else the
+    file's warcinfo date, else the default date; with the leniency kind it is counted under."""
+    day = valid_date_part(value)
+    if day is not None:
+        return day, "warc_date_valid_part"
+    if collector.warcinfo_dates.get(name) is not None:
+        return collector.warcinfo_dates[name], "warc_date_from_warcinfo"
+    if collector.options.default_date:
+        return datetime.combine(date.fromisoformat(collector.options.default_date), datetime.min.time(), UTC), (
+            "warc_date_default"
+        )
+    return None, ""
 
 
 def _header_value(header: bytes, name: str) -> str | None:
@@ -102,6 +130,9 @@ def handle_record(
         refers = headers.get("WARC-Refers-To") or headers.get("WARC-Refers-To-Target-URI") or "an earlier capture"
         reject("revisit", f"revisit record: duplicate of {refers}", skipped=True)
         return
+    if record.record_type == WarcRecordType.warcinfo:  # its date is the fallback of the file's records
+        info_date = record.record_date or valid_date_part(headers.get("WARC-Date"))
+        collector.warcinfo_dates.setdefault(name, info_date.astimezone(UTC) if info_date else None)
     if record.record_type != WarcRecordType.response:
         kind = rtype if rtype in SKIP_KINDS else "unknown"
         reject(kind, f"{rtype} record", skipped=True)
@@ -157,10 +188,17 @@ def handle_record(
     if not looks_like_html(payload):
         reject("not_html", f"payload of {len(payload)} bytes is not HTML text (Content-Type {content_type!r})")
         return
-    date = record.record_date
-    if date is None:
-        reject("bad_record", f"WARC-Date missing or unparsable: {headers.get('WARC-Date')!r}")
-        return
+    captured = record.record_date
+    if captured is None:
+        captured, leniency = lenient_date(collector, name, headers.get("WARC-Date"))
+        if captured is None:
+            reject(
+                "bad_record",
+                f"WARC-Date missing or unparsable: {headers.get('WARC-Date')!r}, and no warcinfo date or "
+                "default_date to take instead",
+            )
+            return
+        collector.report(name).leniency[leniency] += 1
     text, _codec_used, _source = decode_html(payload, http_charset)
     try:
         title, body = extract(text, collector.options.max_html_depth)
@@ -174,14 +212,14 @@ def handle_record(
         first = collector.documents[record_id]
         reject("duplicate_record_id", f"WARC-Record-ID already a document from {first[0]} at offset {first[1]}")
         return
-    date = date.astimezone(UTC)
+    captured = captured.astimezone(UTC)
     collector.add_document(
         name,
         {
             "doc_id": doc_id_for(record_id),
             "source": "warc",
             "domain": host_of(url or ""),
-            "crawled_at": date.date(),
+            "crawled_at": captured.date(),
             "title": title,
             "body": body,
             "warc_record_id": record_id,
@@ -189,7 +227,7 @@ def handle_record(
             "warc_filename": name,
             "warc_offset": offset,
             "warc_length": length,
-            "warc_date": date.replace(microsecond=0),
+            "warc_date": captured.replace(microsecond=0) if record.record_date is not None else None,
             "http_status": status,
             "content_type": content_type or None,
             "payload_digest": digest,

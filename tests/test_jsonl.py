@@ -1,0 +1,370 @@
+"""JSON Lines input and the column mapping of every tabular input (CSV, Parquet, JSON Lines).
+
+Every corpus here is written by the test from the fixture's documents: Dolma-style shards
+(id, text, source, added, created, metadata.url) in mixed codecs, FineWeb-like Parquet, CSV with
+other column names.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from webdedup_assets.cli import main
+from webdedup_assets.engine.documents import stage_documents
+from webdedup_assets.engine.reading import input_days
+from webdedup_assets.engine.storage import Store, read_params
+from webdedup_assets.errors import WebdedupError
+from webdedup_assets.params import ColumnParams
+
+from .conftest import FIXTURE
+
+DOLMA = ColumnParams(id_column="id", text_column="text", date_column="created", url_column="metadata.url")
+DOLMA_FLAGS = ["--id-column", "id", "--text-column", "text", "--date-column", "created", "--url-column", "metadata.url"]
+SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst", ".jsonl", ".json.gz", ".jsonl.zst")
+
+
+def fixture_rows() -> list[dict]:
+    with open(FIXTURE, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def dolma_record(row: dict) -> dict:
+    return {
+        "id": row["doc_id"],
+        "text": row["body"],
+        "source": row["source"],
+        "added": "2026-04-01",
+        "created": row["crawled_at"] + "T08:00:00Z",
+        "metadata": {"url": f"https://{row['domain']}/{row['doc_id']}", "length": len(row["body"])},
+    }
+
+
+def write_shard(path: Path, records: list[dict] | str) -> Path:
+    """One JSON Lines shard, compressed as its name says."""
+    text = records if isinstance(records, str) else "".join(json.dumps(r) + "\n" for r in records)
+    data = text.encode()
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data)
+    elif path.name.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def dolma_shards(folder: Path) -> Path:
+    """The fixture's documents as 8 Dolma-style shards of mixed codecs."""
+    rows = fixture_rows()
+    for shard, suffix in enumerate(SUFFIXES):
+        write_shard(folder / f"shard-{shard:02d}{suffix}", [dolma_record(r) for r in rows[shard :: len(SUFFIXES)]])
+    return folder
+
+
+def stored_documents(store: Store) -> list[dict]:
+    rows = [r for path in store.files("documents") for r in pq.read_table(path).to_pylist()]
+    return sorted(rows, key=lambda r: r["doc_id"])
+
+
+def test_dolma_shards_of_mixed_codecs_give_the_duplicate_pairs_of_the_csv(tmp_path, capsys):
+    shards = dolma_shards(tmp_path / "shards")
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "csv"), "--quiet"]) == 0
+    assert main(["run", str(shards), "--output", str(tmp_path / "jsonl"), "--quiet", *DOLMA_FLAGS]) == 0, (
+        capsys.readouterr().err
+    )
+    manifest = json.loads((tmp_path / "jsonl" / "manifest.json").read_text())
+    assert manifest["parameters"]["documents"] == {
+        "input_path": str(shards),
+        "input_format": "auto",
+        "id_column": "id",
+        "text_column": "text",
+        "date_column": "created",
+        "url_column": "metadata.url",
+    }
+    for name in ("duplicate_pairs.csv", "clusters.csv"):
+        assert (tmp_path / "jsonl" / name).read_bytes() == (tmp_path / "csv" / name).read_bytes(), name
+    kept = pq.read_table(tmp_path / "jsonl" / "deduped_documents.parquet").to_pylist()
+    first = next(r for r in kept if r["doc_id"] == "billing-mirror")
+    # the domain is the URL's host; every other field is kept, nested ones as they are
+    assert first["domain"] == "pages.copycat.example" and first["source"] == "mirror-crawl"
+    assert first["title"] is None
+    body = next(r["body"] for r in fixture_rows() if r["doc_id"] == "billing-mirror")
+    assert first["metadata"] == {"url": "https://pages.copycat.example/billing-mirror", "length": len(body)}
+    assert first["added"] == datetime.date(2026, 4, 1)
+    assert "id" not in first and "text" not in first and "created" not in first
+
+
+def test_a_malformed_line_names_the_file_and_the_line(tmp_path):
+    good = [dolma_record(r) for r in fixture_rows()[:2]]
+    lines = "".join(json.dumps(r) + "\n" for r in good) + '{"id": "broken", "text": oops}\n'
+    for name in ("bad.jsonl", "bad.jsonl.gz", "bad.json.zst"):
+        path = write_shard(tmp_path / name, lines)
+        with pytest.raises(WebdedupError) as caught:
+            stage_documents(Store(tmp_path / f"s-{name}"), str(path), mapping=DOLMA)
+        assert str(caught.value) == f"{path}: line 3: malformed JSON: Expecting value at column 26"
+
+
+def test_a_line_that_is_not_an_object_is_named(tmp_path):
+    path = write_shard(tmp_path / "array.jsonl", json.dumps(dolma_record(fixture_rows()[0])) + "\n[1, 2]\n")
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s"), str(path), mapping=DOLMA)
+    assert str(caught.value) == f"{path}: line 2: a JSON array, not an object; each line must be one object"
+
+
+def test_a_missing_mapped_field_names_the_field_and_the_file(tmp_path):
+    path = write_shard(tmp_path / "a.jsonl", [dolma_record(r) for r in fixture_rows()[:3]])
+    mapping = DOLMA.model_copy(update={"text_column": "content"})
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s"), str(path), mapping=mapping)
+    assert str(caught.value) == (
+        f"{path}: missing required column(s) content (as body); found columns: id, text, source, added, created, "
+        "metadata"
+    )
+    mapping = DOLMA.model_copy(update={"url_column": "metadata.link"})
+    with pytest.raises(WebdedupError, match=r"missing required column\(s\) metadata.link \(as URL\)"):
+        stage_documents(Store(tmp_path / "s2"), str(path), mapping=mapping)
+
+
+MARCH_1 = int(datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC).timestamp())
+
+
+def test_epoch_seconds_and_the_default_date(tmp_path):
+    records = [
+        {"id": "a", "text": "alpha beta gamma", "ts": MARCH_1, "metadata": {"url": "https://A.example/x"}},
+        {"id": "b", "text": "delta epsilon", "ts": MARCH_1 + 86399.5, "metadata": {"url": "http://b.example:8080/y"}},
+        {"id": "c", "text": "zeta eta theta", "ts": None, "metadata": {"url": "https://c.example"}},
+        {"id": "d", "text": "iota kappa", "metadata": {"url": "https://d.example/"}},
+    ]
+    path = write_shard(tmp_path / "epoch.jsonl.zst", records)
+    mapping = ColumnParams(id_column="id", text_column="text", date_column="ts", url_column="metadata.url")
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s"), str(path), mapping=mapping)
+    assert str(caught.value).startswith(
+        "crawled_at is missing for 2 document(s), first doc_id(s): 'c', 'd' (in epoch.jsonl.zst, field ts); every "
+        "document needs its crawl date"
+    )
+    assert str(caught.value).endswith("or set a default date for them (default_date; CLI: --default-date)")
+    mapping = mapping.model_copy(update={"default_date": "2026-02-01"})
+    assert input_days(str(path), mapping=mapping) == ["2026-02-01", "2026-03-01"]
+    store = Store(tmp_path / "s2")
+    figures = stage_documents(store, str(path), months=["2026-02", "2026-03"], mapping=mapping)
+    assert figures["documents_given_default_date"] == 2
+    rows = {r["doc_id"]: (str(r["crawled_at"]), r["domain"]) for r in stored_documents(store)}
+    assert rows == {
+        "a": ("2026-03-01", "a.example"),
+        "b": ("2026-03-01", "b.example"),
+        "c": ("2026-02-01", "c.example"),
+        "d": ("2026-02-01", "d.example"),
+    }
+
+
+def test_an_empty_shard_holds_no_document(tmp_path):
+    dolma_shards(tmp_path / "shards")
+    write_shard(tmp_path / "shards" / "shard-99.jsonl.gz", "")
+    store = Store(tmp_path / "s")
+    figures = stage_documents(store, str(tmp_path / "shards"), months=["2026-03"], mapping=DOLMA)
+    assert figures["rows"] == len(fixture_rows())
+    assert len(figures["input_files"]) == 9
+
+
+def test_fineweb_like_parquet_is_read_through_the_mapping(tmp_path):
+    rows = fixture_rows()[:4]
+    table = pa.table(
+        {
+            "text": [r["body"] for r in rows],
+            "id": [f"<urn:uuid:{i}>" for i in range(len(rows))],
+            "dump": ["CC-MAIN-2026-09"] * len(rows),
+            "url": [f"https://{r['domain']}/page" for r in rows],
+            "date": [r["crawled_at"] + "T10:11:12Z" for r in rows],
+            "language": ["en"] * len(rows),
+            "language_score": [0.97] * len(rows),
+            "token_count": [len(r["body"].split()) for r in rows],
+        }
+    )
+    path = tmp_path / "000_00000.parquet"
+    pq.write_table(table, path)
+    mapping = ColumnParams(
+        id_column="id", text_column="text", date_column="date", url_column="url", source_column="dump"
+    )
+    store = Store(tmp_path / "s")
+    stage_documents(store, str(path), months=["2026-03"], mapping=mapping)
+    stored = stored_documents(store)
+    assert [(r["doc_id"], r["source"], r["domain"], str(r["crawled_at"])) for r in stored] == [
+        (f"<urn:uuid:{i}>", "CC-MAIN-2026-09", r["domain"], r["crawled_at"]) for i, r in enumerate(rows)
+    ]
+    assert [r["url"] for r in stored] == [f"https://{r['domain']}/page" for r in rows]
+    assert stored[0]["language_score"] == 0.97 and "dump" not in stored[0]
+    # deduped_documents adds its own token_count: the input's is kept beside it
+    assert [r["input_token_count"] for r in stored] == [len(r["body"].split()) for r in rows]
+    assert read_params(store.files("documents")[0])["input"]["source_column"] == "dump"
+
+
+def test_csv_with_other_column_names(tmp_path):
+    rows = fixture_rows()
+    path = tmp_path / "pages.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["page", "site", "fetched", "headline", "content", "lang"])
+        writer.writerows([r["doc_id"], r["domain"], r["crawled_at"], r["title"], r["body"], "en"] for r in rows)
+    mapping = ColumnParams(
+        id_column="page",
+        domain_column="site",
+        date_column="fetched",
+        title_column="headline",
+        text_column="content",
+        source_column="",
+    )
+    store = Store(tmp_path / "s")
+    stage_documents(store, str(path), months=["2026-03"], mapping=mapping)
+    stored = stored_documents(store)
+    expected = sorted(rows, key=lambda r: r["doc_id"])
+    assert [(r["doc_id"], r["domain"], str(r["crawled_at"]), r["title"], r["body"]) for r in stored] == [
+        (r["doc_id"], r["domain"], r["crawled_at"], r["title"], r["body"]) for r in expected
+    ]
+    assert {r["source"] for r in stored} == {None} and {r["lang"] for r in stored} == {"en"}
+
+
+def test_a_field_named_like_a_contract_column_but_not_mapped_is_refused(tmp_path):
+    records = [{**dolma_record(r), "body": "another text"} for r in fixture_rows()[:2]]
+    path = write_shard(tmp_path / "a.jsonl", records)
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s"), str(path), mapping=DOLMA)
+    assert str(caught.value) == (
+        f"{path}: field(s) body (the body column is read from text (as body)) would be kept beside the column of "
+        "the same name; map them or rename them"
+    )
+
+
+def test_add_with_another_mapping_is_refused_naming_both(tmp_path, capsys):
+    shards = dolma_shards(tmp_path / "shards")
+    out = tmp_path / "out"
+    assert main(["run", str(shards), "--output", str(out), "--quiet", *DOLMA_FLAGS]) == 0
+    capsys.readouterr()
+    more = tmp_path / "more"
+    write_shard(
+        more / "extra.jsonl",
+        [{**dolma_record(fixture_rows()[0]), "id": "late-copy", "created": "2026-03-25T00:00:00Z"}],
+    )
+    other = [*DOLMA_FLAGS[:-1], "url"]  # --url-column url
+    assert main(["add", str(more), "--output", str(out), *other]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        f"webdedup: error: the 22 crawl day(s) held in {out / '_storage'} were read with id_column='id', "
+        "text_column='text', date_column='created', url_column='metadata.url', this input with id_column='id', "
+        "text_column='text', date_column='created', url_column='url': one corpus is read with one column "
+        "mapping; give the held one, or `webdedup run` the whole input with the new one"
+    )
+    # a shard without the held mapping's fields is named by add, before anything changes
+    bare = write_shard(tmp_path / "bare" / "x.jsonl", [{"id": "x", "body": "words", "created": "2026-03-25"}])
+    assert main(["add", str(bare), "--output", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"webdedup: error: {bare}: missing required column(s) metadata.url (as URL), text (as body); found "
+        "columns: id, body, created"
+    )
+    # without mapping flags, add reads the new input as the corpus was read
+    assert main(["add", str(more), "--output", str(out), "--json"]) == 0, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["counts"]["documents"] == len(fixture_rows()) + 1
+    # check reads its input with the corpus' mapping too: the late copy duplicates the corpus
+    copy = write_shard(tmp_path / "check" / "copy.jsonl.gz", [{**dolma_record(fixture_rows()[0]), "id": "new-copy"}])
+    report = tmp_path / "check.parquet"
+    args = ["check", str(copy), "--against", str(out / "_storage"), "--report", str(report), "--json"]
+    assert main(args) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["duplicates"] == 1
+
+
+def test_the_mapping_flags_and_the_dagster_config(capsys):
+    from webdedup_assets.defs.config import DocumentsConfig
+
+    assert DocumentsConfig(id_column="id", url_column="metadata.url").mapping() == ColumnParams(
+        id_column="id", url_column="metadata.url"
+    )
+    assert main(["run", str(FIXTURE), "--default-date", "2026-02-30"]) == 2
+    assert capsys.readouterr().err.strip() == "webdedup: error: --default-date '2026-02-30': not a calendar date"
+
+
+def test_a_glob_of_shards(tmp_path):
+    dolma_shards(tmp_path / "shards")
+    days = input_days(str(tmp_path / "shards" / "*.json.*"), mapping=DOLMA)  # .json.gz and .json.zst: 3 shards
+    rows = [r for shard in (3, 4, 6) for r in fixture_rows()[shard :: len(SUFFIXES)]]
+    assert days == sorted({r["crawled_at"] for r in rows})
+
+
+def test_fields_of_mixed_types_are_read_as_text(tmp_path):
+    records = [
+        {"id": 1, "text": "a b c", "created": "2026-03-01", "meta": {"url": "https://x.example/1"}},
+        {"id": "two", "text": "d e f", "created": "2026-03-02", "meta": {"url": "https://y.example/", "n": [1]}},
+        {"id": "three", "text": "g h", "created": 1772409600, "meta": "not an object"},
+    ]
+    path = write_shard(tmp_path / "mixed.jsonl", records)
+    mapping = ColumnParams(id_column="id", text_column="text", date_column="created", url_column="meta.url")
+    store = Store(tmp_path / "s")
+    stage_documents(store, str(path), months=["2026-03"], mapping=mapping)
+    stored = {r["doc_id"]: (r["domain"], str(r["crawled_at"]), r["meta"]) for r in stored_documents(store)}
+    assert stored == {
+        "1": ("x.example", "2026-03-01", '{"url":"https://x.example/1"}'),
+        "two": ("y.example", "2026-03-02", '{"url":"https://y.example/","n":[1]}'),
+        "three": (None, "2026-03-02", '"not an object"'),
+    }
+
+
+def test_invalid_utf8_and_a_cut_compressed_stream_are_named(tmp_path):
+    good = json.dumps(dolma_record(fixture_rows()[0])).encode() + b"\n"
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(good + b'{"id": "b", "text": "caf\xe9", "created": "2026-03-01"}\n')
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s"), str(path), mapping=DOLMA)
+    assert str(caught.value) == f"{path}: line 2: invalid UTF-8 at byte 24 of the line"
+    whole = gzip.compress(good * 2000)
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s2"), str(path), mapping=DOLMA)
+    assert str(caught.value) == f"{path}: cannot decompress: Truncated compressed stream"
+
+
+def test_a_month_read_with_another_mapping_beside_held_months_is_refused(tmp_path):
+    """A Dagster run of one crawl month must read it as the held months were read."""
+    rows = fixture_rows()
+    records = [{**dolma_record(r), "url": "https://elsewhere.example/"} for r in rows]
+    records.append({**records[0], "id": "feb", "created": "2026-02-10T00:00:00Z"})
+    path = write_shard(tmp_path / "pages.jsonl", records)
+    store = Store(tmp_path / "s")
+    stage_documents(store, str(path), months=["2026-03"], mapping=DOLMA)
+    # the same month again with another mapping: it replaces what was held
+    stage_documents(store, str(path), months=["2026-03"], mapping=DOLMA.model_copy(update={"title_column": ""}))
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(store, str(path), months=["2026-02"], mapping=DOLMA.model_copy(update={"url_column": "url"}))
+    assert str(caught.value) == (
+        f"the 22 crawl day(s) held in {store.root} were read with id_column='id', text_column='text', "
+        "date_column='created', url_column='metadata.url', title_column='', this input with id_column='id', "
+        "text_column='text', date_column='created', url_column='url': one corpus is read with one column mapping; "
+        "give the held one, or `webdedup run` the whole input with the new one"
+    )
+
+
+def test_the_default_date_of_a_parquet_file_with_undated_rows(tmp_path):
+    """A Parquet footer does not see the rows a default date is given to: the column is read."""
+    path = tmp_path / "dated.parquet"
+    day = datetime.date(2026, 3, 1)
+    table = pa.table(
+        {
+            "doc_id": ["a", "b"],
+            "source": ["s", "s"],
+            "domain": ["a.example", "b.example"],
+            "crawled_at": pa.array([day, None], pa.date32()),
+            "title": ["t", "t"],
+            "body": ["alpha beta", "gamma delta"],
+        }
+    )
+    pq.write_table(table, path)
+    assert input_days(str(path)) == ["2026-03-01"]
+    assert input_days(str(path), mapping=ColumnParams(default_date="2026-02-01")) == ["2026-02-01", "2026-03-01"]

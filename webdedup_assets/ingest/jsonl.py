@@ -1,0 +1,54 @@
+"""JSON Lines input: one JSON object per line, plain or compressed (.gz, .zst by the file's suffix).
+
+DuckDB's read_json reads the records (engine.reading); this module only looks at a file's lines
+itself where DuckDB cannot answer: whether a shard holds any record (an empty shard is no error),
+and, after a failed read, which line is malformed (DuckDB's own line numbers are not reliable).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+
+JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a file, decompressed as its suffix says; streamed."""
+    with pa.input_stream(str(path), compression="detect") as stream:
+        yield from enumerate(io.BufferedReader(stream, buffer_size=1 << 20), start=1)
+
+
+def has_records(path: Path) -> bool:
+    """Whether the file holds a line that is not blank (a stream that cannot be decompressed is
+    left to the read, whose error names it)."""
+    try:
+        return any(line.strip() for _, line in _lines(path))
+    except OSError:
+        return True
+
+
+def first_problem(path: Path) -> str | None:
+    """The first line that is not one JSON object, as `line N: why`; None when every line is one.
+
+    Blank lines are skipped, as DuckDB skips them. Streams: only used to explain a failed read."""
+    try:
+        for number, line in _lines(path):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except UnicodeDecodeError as err:
+                return f"line {number}: invalid UTF-8 at byte {err.start} of the line"
+            except json.JSONDecodeError as err:
+                return f"line {number}: malformed JSON: {err.msg} at column {err.colno}"
+            if not isinstance(value, dict):
+                kind = JSON_KINDS.get(type(value), "value")
+                return f"line {number}: a JSON {kind}, not an object; each line must be one object"
+    except OSError as err:  # a corrupt or truncated gzip or zstd stream
+        return f"cannot decompress: {err}"
+    return None
