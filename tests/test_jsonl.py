@@ -256,7 +256,7 @@ def test_add_with_another_mapping_is_refused_naming_both(tmp_path, capsys):
     other = [*DOLMA_FLAGS[:-1], "url"]  # --url-column url
     assert main(["add", str(more), "--output", str(out), *other]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == (
+    assert err.splitlines()[-1] == (  # after the notice that nothing was changed
         f"webdedup: error: the 22 crawl day(s) held in {out / '_storage'} were read with id_column='id', "
         "text_column='text', date_column='created', url_column='metadata.url', this input with id_column='id', "
         "text_column='text', date_column='created', url_column='url': one corpus is read with one column "
@@ -265,7 +265,7 @@ def test_add_with_another_mapping_is_refused_naming_both(tmp_path, capsys):
     # a shard without the held mapping's fields is named by add, before anything changes
     bare = write_shard(tmp_path / "bare" / "x.jsonl", [{"id": "x", "body": "words", "created": "2026-03-25"}])
     assert main(["add", str(bare), "--output", str(out)]) == 2
-    assert capsys.readouterr().err.strip() == (
+    assert capsys.readouterr().err.splitlines()[-1] == (
         f"webdedup: error: {bare}: missing required column(s) metadata.url (as URL), text (as body); found "
         "columns: id, body, created"
     )

@@ -79,7 +79,7 @@ class _InputConfig(StageConfig):
         return warc_options_of(self.params())
 
     def mapping(self):
-        from ..engine.documents import mapping_of
+        from ..engine.columns import mapping_of
 
         return mapping_of(self.params())
 

@@ -26,6 +26,7 @@ from ..ingest.options import WarcOptions
 from ..params import ColumnParams, InputParams
 from ..progress import Task
 from .adopt import MONTH_SQL, adoptable_files
+from .columns import mapping_for_add, mapping_of, require_same_mapping
 from .parallel import prefetch, thread_count
 from .partitioned import write_split
 from .reading import (
@@ -61,42 +62,6 @@ def input_params(
         cc_concurrency=w.cc_concurrency,
         warc_workers=w.workers,
     )
-
-
-def mapping_of(p: InputParams) -> ColumnParams:
-    """The column mapping of the documents stage's parameters."""
-    return ColumnParams(**{name: getattr(p, name) for name in ColumnParams.model_fields})
-
-
-def stored_mapping(stored: dict[str, Any]) -> ColumnParams:
-    """The column mapping of stored input parameters (stored before mappings existed: the defaults)."""
-    return ColumnParams(**{k: v for k, v in stored.items() if k in ColumnParams.model_fields})
-
-
-def mapping_given(stored: dict[str, Any]) -> dict[str, Any]:
-    """The mapping's values other than the defaults (what the manifest shows)."""
-    return stored_mapping(stored).model_dump(exclude_defaults=True)
-
-
-def held_mapping(store: Store) -> ColumnParams | None:
-    """The column mapping the held corpus was read with (None: no corpus held)."""
-    if not store.files("documents"):
-        return None
-    return stored_mapping(store.params("documents").get("input") or {})
-
-
-def describe_mapping(mapping: ColumnParams) -> str:
-    changed = mapping_given(mapping.model_dump())
-    return ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "the default columns"
-
-
-def mapping_for_add(store: Store, given: ColumnParams | None) -> ColumnParams:
-    """The column mapping of `webdedup add`: the held corpus' when none is given; one that differs
-    from it is refused, naming both (before the input is read with it)."""
-    if given is None:
-        return held_mapping(store) or ColumnParams()
-    _require_same_mapping(store, given, [], extend=True)
-    return given
 
 
 def warc_options_of(p: InputParams) -> WarcOptions:
@@ -162,7 +127,7 @@ def documents_stage(run: StageRun) -> StageOutput:
     if months is not None:
         if not extend:
             require_same_input(store, input_path, input_format, months)
-        _require_same_mapping(store, mapping, months, extend)
+        require_same_mapping(store, mapping, months, extend)
         wanted = set(months)
         files = [f for f in all_files if (day := day_of_file(f.path)) is None or crawl_month(day) in wanted]
         if coverage is not None:
@@ -221,20 +186,6 @@ def documents_stage(run: StageRun) -> StageOutput:
     finally:
         con.close()
         discard_staging(store)
-
-
-def _require_same_mapping(store: Store, mapping: ColumnParams, months: list[str], extend: bool) -> None:
-    """A run of some months (or `add`) must read its input with the mapping of the days it keeps."""
-    held = held_mapping(store)
-    if held is None or held == mapping:
-        return
-    kept = [d for d in load_state(store)["days"] if extend or crawl_month(d) not in set(months)]
-    if kept:
-        raise WebdedupError(
-            f"the {len(kept)} crawl day(s) held in {store.root} were read with {describe_mapping(held)}, this input "
-            f"with {describe_mapping(mapping)}: one corpus is read with one column mapping; give the held one, or "
-            "`webdedup run` the whole input with the new one"
-        )
 
 
 @dataclass

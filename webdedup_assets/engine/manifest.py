@@ -13,7 +13,8 @@ from typing import Any
 
 from ..core.minhash import candidate_probability
 from ..fileio import write_text
-from .documents import mapping_given, stored_input
+from .columns import mapping_given
+from .documents import stored_input
 from .publish import publish
 from .stage import DUCKDB, StageOutput, StageRun
 from .stage import STAGES as CONTRACT

@@ -43,7 +43,8 @@ from ..params import (
 )
 from . import incremental
 from .checks import CHECKS, Check, describe_failure
-from .documents import mapping_for_add, mapping_of, stage_documents, warc_options_of
+from .columns import mapping_for_add, mapping_of
+from .documents import stage_documents, warc_options_of
 from .incremental.layout import UpdateReport
 from .manifest import stage_manifest
 from .publish import publication_prepared, recover

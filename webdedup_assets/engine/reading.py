@@ -11,28 +11,24 @@ be UTF-8. Every problem is an error naming the file and the row, column or doc_i
 
 from __future__ import annotations
 
-import codecs
-import csv
 import hashlib
 import re
-from dataclasses import dataclass
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
-from ..ingest.contract import REQUIRED_COLUMNS
-from ..ingest.inputs import WARC_FORMATS, InputFile, format_suffix, resolve_input
+from ..ingest.csv_files import MAX_LINE_BYTES, check_utf8, csv_header, delimiter, locate_csv_error
+from ..ingest.inputs import WARC_FORMATS, InputFile, resolve_input
 from ..ingest.jsonl import first_problem, has_records
 from ..ingest.options import WarcOptions
 from ..params import ColumnParams
+from .columns import MappedInput, is_json, map_columns, stored_name, text_sql
 from .storage import Store, connect, quote_ident, scalar, sql_string
 from .warc_staging import stage_warc
 
 TEXT_COLUMNS = ("doc_id", "source", "domain", "title", "body")
-MAX_LINE_BYTES = 1 << 30  # a single CSV record may hold a very large page
 
 
 def combined_sha256(files: list[InputFile]) -> str:
@@ -54,109 +50,6 @@ def crawl_day_sql(raw: str) -> str:
     """SQL for the UTC crawl day of a crawled_at text: a timestamp (an offset is converted to UTC,
     the session time zone) or a plain date; NULL when it is neither."""
     return f"COALESCE(CAST(TRY_CAST({raw} AS TIMESTAMPTZ) AS DATE), TRY_CAST({raw} AS DATE))"
-
-
-def check_utf8(path: Path) -> None:
-    """Fail on the first invalid UTF-8 byte, naming the file, byte offset and line."""
-    decoder = codecs.getincrementaldecoder("utf-8")("strict")
-    offset = 0
-    lines = 1
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 22):
-            try:
-                decoder.decode(chunk)
-            except UnicodeDecodeError as err:
-                bad = offset + err.start
-                line = lines + chunk[: err.start].count(b"\n")
-                raise WebdedupError(
-                    f"{path}: invalid UTF-8 at byte offset {bad} (line {line}): "
-                    f"byte 0x{chunk[err.start]:02x}; convert the file to UTF-8 (for example "
-                    f"`iconv -f latin1 -t utf-8`)"
-                ) from None
-            offset += len(chunk)
-            lines += chunk.count(b"\n")
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            raise WebdedupError(f"{path}: invalid UTF-8: the file ends inside a multi-byte character") from None
-
-
-CSV_DELIMITERS = {".tsv": "\t"}  # every other CSV input is comma-separated
-
-
-def _delimiter(path: Path) -> str:
-    return CSV_DELIMITERS.get(format_suffix(path), ",")
-
-
-def _csv_reader(handle, path: Path):
-    csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
-    return csv.reader(handle, delimiter=_delimiter(path), quotechar='"', doublequote=True, strict=True)
-
-
-def csv_header(path: Path) -> list[str]:
-    """The column names of a CSV file, checked: the file is not empty, and no name is empty or
-    repeated. Reads the first record only."""
-    if path.stat().st_size == 0:
-        raise WebdedupError(
-            f"{path}: the file is empty (0 bytes); a CSV input needs at least its header line "
-            f"({','.join(REQUIRED_COLUMNS)})"
-        )
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        reader = _csv_reader(handle, path)
-        try:
-            header = next(reader, [])
-        except csv.Error as err:
-            raise WebdedupError(f"{path}: line 1: cannot read the header: {_csv_problem(err)}") from None
-    if not any(name.strip() for name in header):
-        raise WebdedupError(f"{path}: line 1: the header line is empty; the first line must name the columns")
-    if len(header) == 1:
-        other = next((d for d in (";", "\t", "|", ",") if d in header[0] and d != _delimiter(path)), None)
-        if other is not None:
-            shown = {"\t": "tabs", ";": "semicolons", "|": "'|'", ",": "commas"}[other]
-            wanted = "tab-separated (.tsv)" if _delimiter(path) == "\t" else "comma-separated (tab for .tsv)"
-            raise WebdedupError(
-                f"{path}: line 1: the header is one column {header[0][:80]!r}, separated by {shown}; "
-                f"webdedup reads {wanted} files"
-            )
-    empty = [str(i + 1) for i, name in enumerate(header) if not name.strip()]
-    if empty:
-        raise WebdedupError(f"{path}: line 1: column(s) {', '.join(empty)} of the header have no name")
-    dupes = sorted({name for name in header if header.count(name) > 1})
-    if dupes:
-        where = "; ".join(
-            f"{d!r} in columns {', '.join(str(i + 1) for i, n in enumerate(header) if n == d)}" for d in dupes
-        )
-        raise WebdedupError(f"{path}: line 1: duplicate column name(s) in the header: {where}")
-    return header
-
-
-def _csv_problem(err: csv.Error) -> str:
-    text = str(err)
-    if "unexpected end of data" in text:
-        return "unterminated quoted field: the quote opened in this record is never closed"
-    if "expected after" in text:
-        return f'text after a closing quote ({text}); a quote inside a quoted field is written twice ("")'
-    return text
-
-
-def locate_csv_error(path: Path) -> str | None:
-    """The first structural problem of a CSV file, with its physical line: a record whose
-    number of fields differs from the header's, or bad quoting. None if there is none.
-
-    Python's csv module, streaming: only used to explain a failed read, never on the fast path."""
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        reader = _csv_reader(handle, path)
-        width, start = None, 1
-        try:
-            for row in reader:
-                if width is None:
-                    width = len(row)
-                elif row and len(row) != width:  # blank lines are skipped, as DuckDB does
-                    return f"line {start}: {len(row)} field(s), but the header has {width}"
-                start = reader.line_num + 1
-        except csv.Error as err:
-            return f"line {start}: {_csv_problem(err)}"
-    return None
 
 
 DUCKDB_FILE = re.compile(r"^\s*file = (.+?)\s*$|in file \"(.+?)\"", re.MULTILINE)
@@ -186,7 +79,7 @@ def source_sql(f: InputFile, strict: bool = True) -> str:
         columns = ", ".join(f"{sql_string(name)}: 'VARCHAR'" for name in csv_header(f.path))
         return (
             f"read_csv({sql_string(str(f.path))}, auto_detect = false, header = true, "
-            f"delim = {sql_string(_delimiter(f.path))}, quote = '\"', escape = '\"', columns = {{{columns}}}, "
+            f"delim = {sql_string(delimiter(f.path))}, quote = '\"', escape = '\"', columns = {{{columns}}}, "
             f"max_line_size = {MAX_LINE_BYTES}, strict_mode = {'true' if strict else 'false'})"
         )
     if f.format == "jsonl":
@@ -223,114 +116,6 @@ def scan_input(con: duckdb.DuckDBPyConnection, f: InputFile) -> duckdb.DuckDBPyR
         return con.sql(f"SELECT * FROM {source_sql(f)}")
     except duckdb.Error as err:
         raise read_error(err, [f]) from None
-
-
-# ---- the column mapping: the input's fields -> the columns of the contract ----------------
-
-MAPPED_BY = {  # contract column -> the ColumnParams field naming the input's field for it
-    "doc_id": "id_column",
-    "source": "source_column",
-    "domain": "domain_column",
-    "crawled_at": "date_column",
-    "title": "title_column",
-    "body": "text_column",
-}
-OPTIONAL_COLUMNS = ("source", "title")  # absent under their own name (or mapped to ""): NULL
-# The host of a URL (scheme://[user@]host[:port]/...), lower case; NULL when there is none.
-HOST_SQL = "NULLIF(lower(regexp_extract({url}, '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@]*@)?([^/?#:]*)', 1)), '')"
-
-
-def field_sql(rel: duckdb.DuckDBPyRelation, path: str) -> tuple[str, duckdb.DuckDBPyType] | None:
-    """SQL reading one field of an input, with its type: a column, or a dotted path into nested
-    objects (a column whose own name holds the dots is taken first). None: no such field."""
-    types = dict(zip(rel.columns, rel.types))
-    if path in types:
-        return quote_ident(path), types[path]
-    head, *rest = path.split(".")
-    if head not in types or not rest:
-        return None
-    sql, kind = quote_ident(head), types[head]
-    for index, part in enumerate(rest):
-        if is_json(kind):  # an object of mixed shapes, kept as JSON: read by JSON path
-            json_path = "$." + ".".join('"' + p.replace('"', '\\"') + '"' for p in rest[index:])
-            return f"json_extract({sql}, {sql_string(json_path)})", kind
-        if kind.id != "struct":
-            return None
-        children = dict(kind.children)
-        if part not in children:
-            return None
-        sql, kind = f"struct_extract({sql}, {sql_string(part)})", children[part]
-    return sql, kind
-
-
-def is_json(kind: duckdb.DuckDBPyType) -> bool:
-    """A field DuckDB keeps as JSON: its values are of mixed types (1 and "two") or shapes."""
-    return str(kind) == "JSON"
-
-
-def text_sql(sql: str, kind: duckdb.DuckDBPyType) -> str:
-    """A field as text: a JSON value's text, a string without its quotes."""
-    return f"json_extract_string({sql}, '$')" if is_json(kind) else sql
-
-
-@dataclass
-class MappedInput:
-    """One input file read through the column mapping."""
-
-    fields: dict[str, tuple[str, duckdb.DuckDBPyType] | None]  # contract column -> (SQL, type); None: NULL
-    labels: dict[str, str]  # contract column -> the field it is read from, as error messages name it
-    extra: list[str]  # the input's other columns, kept as they are
-
-
-def map_columns(f: InputFile, rel: duckdb.DuckDBPyRelation, mapping: ColumnParams) -> MappedInput:
-    """Where each contract column of one input comes from; an error names the missing fields and the file."""
-    m = ColumnParams() if f.stored else mapping
-    columns = rel.columns
-    dupes = sorted({c for c in columns if columns.count(c) > 1})
-    if dupes:
-        raise WebdedupError(f"{f.path}: duplicate column name(s) {', '.join(dupes)}")
-    fields: dict[str, tuple[str, duckdb.DuckDBPyType] | None] = {}
-    labels, missing, used = {}, [], set()
-    for column in REQUIRED_COLUMNS:
-        name = getattr(m, MAPPED_BY[column])
-        labels[column] = name if name in ("", column) else f"{name} (as {column})"
-        fields[column] = field_sql(rel, name) if name else None
-        if name in columns:
-            used.add(name)
-        if fields[column] is not None or (column in OPTIONAL_COLUMNS and name in ("", column)):
-            continue
-        if column == "domain" and name == column and m.url_column:
-            url = field_sql(rel, m.url_column)
-            if url is not None:  # no domain field: the URL's host
-                host = HOST_SQL.format(url=text_sql(*url))
-                fields[column], labels[column] = (host, duckdb.sqltype("VARCHAR")), f"{m.url_column} (as URL)"
-                continue
-            missing.append(f"{m.url_column} (as URL)")
-        else:
-            missing.append(labels[column])
-    if missing:
-        raise WebdedupError(
-            f"{f.path}: missing required column(s) {', '.join(missing)}; found columns: {', '.join(columns)}"
-        )
-    extra = [c for c in columns if c not in used]
-    clash = [c for c in extra if c.lower() in REQUIRED_COLUMNS]
-    if clash:
-        shown = ", ".join(f"{c} (the {c.lower()} column is read from {labels[c.lower()] or 'nothing'})" for c in clash)
-        raise WebdedupError(
-            f"{f.path}: field(s) {shown} would be kept beside the column of the same name; map them or rename them"
-        )
-    return MappedInput(fields, labels, extra)
-
-
-# Columns the pipeline adds beside the documents' own (deduped_documents' cluster_id, cluster_size
-# and token_count; DuckDB's filename and file_row_number where the stored files are read).
-ADDED_DOWNSTREAM = ("cluster_id", "cluster_size", "token_count", "filename", "file_row_number")
-
-
-def stored_name(column: str) -> str:
-    """The name an input's own column is stored under: its own, or `input_<name>` for a name the
-    pipeline adds downstream (FineWeb's token_count), so that both are kept."""
-    return f"input_{column}" if column.lower() in ADDED_DOWNSTREAM else column
 
 
 def _offenders(con: duckdb.DuckDBPyConnection, sql: str, limit: int = 5) -> list[tuple]:

@@ -146,7 +146,8 @@ def check_input(store: Store, input_path: str, input_format: str, report: Path) 
 
     Returns check_against's summary plus the input's crawl days, the report path and the first
     duplicates (`preview`: up to PREVIEW_ROWS rows, by doc_id)."""
-    from ..documents import held_mapping, stage_documents
+    from ..columns import held_mapping
+    from ..documents import stage_documents
     from ..fingerprint import stage_band_memberships, stage_fingerprinted
     from ..reading import input_days
 

@@ -1,0 +1,172 @@
+"""The column mapping: which field of a tabular input (CSV, Parquet, JSON Lines) gives each column
+of the input contract (ColumnParams), how a field or a dotted path into nested objects is read
+with DuckDB, and the mapping a corpus is held with (one corpus is read with one mapping)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from ..errors import WebdedupError
+from ..ingest.contract import REQUIRED_COLUMNS
+from ..ingest.inputs import InputFile
+from ..params import ColumnParams, InputParams
+from .state import crawl_month, load_state
+from .storage import Store, quote_ident, sql_string
+
+MAPPED_BY = {  # contract column -> the ColumnParams field naming the input's field for it
+    "doc_id": "id_column",
+    "source": "source_column",
+    "domain": "domain_column",
+    "crawled_at": "date_column",
+    "title": "title_column",
+    "body": "text_column",
+}
+OPTIONAL_COLUMNS = ("source", "title")  # absent under their own name (or mapped to ""): NULL
+# The host of a URL (scheme://[user@]host[:port]/...), lower case; NULL when there is none.
+HOST_SQL = "NULLIF(lower(regexp_extract({url}, '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@]*@)?([^/?#:]*)', 1)), '')"
+
+
+def field_sql(rel: duckdb.DuckDBPyRelation, path: str) -> tuple[str, duckdb.DuckDBPyType] | None:
+    """SQL reading one field of an input, with its type: a column, or a dotted path into nested
+    objects (a column whose own name holds the dots is taken first). None: no such field."""
+    types = dict(zip(rel.columns, rel.types))
+    if path in types:
+        return quote_ident(path), types[path]
+    head, *rest = path.split(".")
+    if head not in types or not rest:
+        return None
+    sql, kind = quote_ident(head), types[head]
+    for index, part in enumerate(rest):
+        if is_json(kind):  # an object of mixed shapes, kept as JSON: read by JSON path
+            json_path = "$." + ".".join('"' + p.replace('"', '\\"') + '"' for p in rest[index:])
+            return f"json_extract({sql}, {sql_string(json_path)})", kind
+        if kind.id != "struct":
+            return None
+        children = dict(kind.children)
+        if part not in children:
+            return None
+        sql, kind = f"struct_extract({sql}, {sql_string(part)})", children[part]
+    return sql, kind
+
+
+def is_json(kind: duckdb.DuckDBPyType) -> bool:
+    """A field DuckDB keeps as JSON: its values are of mixed types (1 and "two") or shapes."""
+    return str(kind) == "JSON"
+
+
+def text_sql(sql: str, kind: duckdb.DuckDBPyType) -> str:
+    """A field as text: a JSON value's text, a string without its quotes."""
+    return f"json_extract_string({sql}, '$')" if is_json(kind) else sql
+
+
+@dataclass
+class MappedInput:
+    """One input file read through the column mapping."""
+
+    fields: dict[str, tuple[str, duckdb.DuckDBPyType] | None]  # contract column -> (SQL, type); None: NULL
+    labels: dict[str, str]  # contract column -> the field it is read from, as error messages name it
+    extra: list[str]  # the input's other columns, kept as they are
+
+
+def map_columns(f: InputFile, rel: duckdb.DuckDBPyRelation, mapping: ColumnParams) -> MappedInput:
+    """Where each contract column of one input comes from; an error names the missing fields and the file."""
+    m = ColumnParams() if f.stored else mapping
+    columns = rel.columns
+    dupes = sorted({c for c in columns if columns.count(c) > 1})
+    if dupes:
+        raise WebdedupError(f"{f.path}: duplicate column name(s) {', '.join(dupes)}")
+    fields: dict[str, tuple[str, duckdb.DuckDBPyType] | None] = {}
+    labels, missing, used = {}, [], set()
+    for column in REQUIRED_COLUMNS:
+        name = getattr(m, MAPPED_BY[column])
+        labels[column] = name if name in ("", column) else f"{name} (as {column})"
+        fields[column] = field_sql(rel, name) if name else None
+        if name in columns:
+            used.add(name)
+        if fields[column] is not None or (column in OPTIONAL_COLUMNS and name in ("", column)):
+            continue
+        if column == "domain" and name == column and m.url_column:
+            url = field_sql(rel, m.url_column)
+            if url is not None:  # no domain field: the URL's host
+                host = HOST_SQL.format(url=text_sql(*url))
+                fields[column], labels[column] = (host, duckdb.sqltype("VARCHAR")), f"{m.url_column} (as URL)"
+                continue
+            missing.append(f"{m.url_column} (as URL)")
+        else:
+            missing.append(labels[column])
+    if missing:
+        raise WebdedupError(
+            f"{f.path}: missing required column(s) {', '.join(missing)}; found columns: {', '.join(columns)}"
+        )
+    extra = [c for c in columns if c not in used]
+    clash = [c for c in extra if c.lower() in REQUIRED_COLUMNS]
+    if clash:
+        shown = ", ".join(f"{c} (the {c.lower()} column is read from {labels[c.lower()] or 'nothing'})" for c in clash)
+        raise WebdedupError(
+            f"{f.path}: field(s) {shown} would be kept beside the column of the same name; map them or rename them"
+        )
+    return MappedInput(fields, labels, extra)
+
+
+# Columns the pipeline adds beside the documents' own (deduped_documents' cluster_id, cluster_size
+# and token_count; DuckDB's filename and file_row_number where the stored files are read).
+ADDED_DOWNSTREAM = ("cluster_id", "cluster_size", "token_count", "filename", "file_row_number")
+
+
+def stored_name(column: str) -> str:
+    """The name an input's own column is stored under: its own, or `input_<name>` for a name the
+    pipeline adds downstream (FineWeb's token_count), so that both are kept."""
+    return f"input_{column}" if column.lower() in ADDED_DOWNSTREAM else column
+
+
+def mapping_of(p: InputParams) -> ColumnParams:
+    """The column mapping of the documents stage's parameters."""
+    return ColumnParams(**{name: getattr(p, name) for name in ColumnParams.model_fields})
+
+
+def stored_mapping(stored: dict[str, Any]) -> ColumnParams:
+    """The column mapping of stored input parameters (stored before mappings existed: the defaults)."""
+    return ColumnParams(**{k: v for k, v in stored.items() if k in ColumnParams.model_fields})
+
+
+def mapping_given(stored: dict[str, Any]) -> dict[str, Any]:
+    """The mapping's values other than the defaults (what the manifest shows)."""
+    return stored_mapping(stored).model_dump(exclude_defaults=True)
+
+
+def held_mapping(store: Store) -> ColumnParams | None:
+    """The column mapping the held corpus was read with (None: no corpus held)."""
+    if not store.files("documents"):
+        return None
+    return stored_mapping(store.params("documents").get("input") or {})
+
+
+def describe_mapping(mapping: ColumnParams) -> str:
+    changed = mapping_given(mapping.model_dump())
+    return ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "the default columns"
+
+
+def mapping_for_add(store: Store, given: ColumnParams | None) -> ColumnParams:
+    """The column mapping of `webdedup add`: the held corpus' when none is given; one that differs
+    from it is refused, naming both (before the input is read with it)."""
+    if given is None:
+        return held_mapping(store) or ColumnParams()
+    require_same_mapping(store, given, [], extend=True)
+    return given
+
+
+def require_same_mapping(store: Store, mapping: ColumnParams, months: list[str], extend: bool) -> None:
+    """A run of some months (or `add`) must read its input with the mapping of the days it keeps."""
+    held = held_mapping(store)
+    if held is None or held == mapping:
+        return
+    kept = [d for d in load_state(store)["days"] if extend or crawl_month(d) not in set(months)]
+    if kept:
+        raise WebdedupError(
+            f"the {len(kept)} crawl day(s) held in {store.root} were read with {describe_mapping(held)}, this input "
+            f"with {describe_mapping(mapping)}: one corpus is read with one column mapping; give the held one, or "
+            "`webdedup run` the whole input with the new one"
+        )
