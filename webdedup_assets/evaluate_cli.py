@@ -168,10 +168,10 @@ def _folders(args: argparse.Namespace) -> tuple[Path | None, Path]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .engine.evaluate import evaluate_run
     from .engine.storage import Store
     from .engine.verify_storage import damage_named
     from .errors import WebdedupError
+    from .quality.evaluate import evaluate_run
 
     storage_root, evaluation_dir = _folders(args)
     if storage_root is None:
@@ -261,9 +261,9 @@ def add_tune_parser(sub) -> argparse.ArgumentParser:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from .engine.storage import Store
-    from .engine.tune import tune
     from .engine.verify_storage import damage_named
     from .errors import WebdedupError
+    from .quality.tune import tune
 
     storage_root, evaluation_dir = _folders(args)
     if storage_root is None:

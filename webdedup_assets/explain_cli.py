@@ -141,7 +141,7 @@ def format_inspect(c: dict[str, Any]) -> str:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .engine.explain import explain_pair
+    from .quality.explain import explain_pair
 
     code, answer = _answer(args, lambda store: explain_pair(store, args.left, args.right))
     if answer is not None:
@@ -150,7 +150,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .engine.explain import inspect_cluster
+    from .quality.explain import inspect_cluster
 
     code, answer = _answer(args, lambda store: inspect_cluster(store, args.ident))
     if answer is not None:

@@ -15,12 +15,12 @@ import dagster as dg
 
 from .. import engine
 from ..core.minhash import candidate_probability
-from ..engine import charts
 from ..engine.preview import markdown_table, partition_previews, preview
 from ..engine.stage import StageResult
 from ..engine.state import writer_lock
 from ..engine.storage import Store
 from ..params import ParamGroup
+from . import charts
 from .config import (
     BandConfig,
     DocumentsConfig,

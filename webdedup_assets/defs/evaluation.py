@@ -1,7 +1,7 @@
 """The evaluation as a Dagster asset (and its job): `webdedup evaluate` materializable from the UI.
 
-Thin: the config maps onto engine.evaluate.evaluate_run's options; the figures become metadata
-through engine.evaluate_report. Not part of the global job: evaluating costs an exact similarity
+Thin: the config maps onto quality.evaluate.evaluate_run's options; the figures become metadata
+through quality.evaluate_report. Not part of the global job: evaluating costs an exact similarity
 join and is launched on demand (the `webdedup_evaluate` job, or the asset in the catalog).
 """
 
@@ -13,8 +13,8 @@ import dagster as dg
 from pydantic import Field
 
 from .. import engine
-from ..engine import evaluate as engine_evaluate
-from ..engine import evaluate_report
+from ..quality import evaluate as engine_evaluate
+from ..quality import evaluate_report
 from .assets import GROUP
 from .resources import WebdedupStorage
 

@@ -10,14 +10,15 @@ import dagster as dg
 
 from .. import engine
 from ..core.minhash import candidate_probability
-from ..engine import charts, incremental
 from ..engine import diagnostics as engine_diagnostics
+from ..engine import incremental
 from ..engine.preview import markdown_table, pair_preview, preview
 from ..engine.stage import StageResult
 from ..engine.state import writer_lock
 from ..engine.storage import Store
 from ..engine.warc_staging import rejections_by_kind as engine_rejections
 from ..params import ParamGroup, ScoringParams
+from . import charts
 from .assets import (
     GROUP,
     KINDS,

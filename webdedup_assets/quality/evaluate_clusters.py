@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..engine.shingle_sets import ShingleSets, load_shingle_sets
+from ..engine.storage import Store
 from .evaluate_common import RunInfo, rows_table
-from .shingle_sets import ShingleSets, load_shingle_sets
-from .storage import Store
 
 
 def cluster_diagnostics(

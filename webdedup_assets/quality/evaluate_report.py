@@ -1,4 +1,4 @@
-"""The figures of an evaluation summary (engine.evaluate.evaluate_run) in the shapes a UI shows:
+"""The figures of an evaluation summary (quality.evaluate.evaluate_run) in the shapes a UI shows:
 numbers (one per figure, so they can be plotted across materializations), Markdown tables and
 file paths. Pure: no Dagster here (defs/evaluation.py wraps them in MetadataValues)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .preview import markdown_table
+from ..engine.preview import markdown_table
 
 
 def _num(value: Any) -> float | None:

@@ -13,10 +13,10 @@ import pyarrow as pa
 
 from ..core.exact import PairBudgetExceeded, similarity_join
 from ..core.minhash import candidate_probability
+from ..engine.shingle_sets import ShingleSets, load_shingle_sets
+from ..engine.storage import Store, connect
 from ..errors import WebdedupError
 from .evaluate_common import RunInfo, rounded, rows_table, write_csv
-from .shingle_sets import ShingleSets, load_shingle_sets
-from .storage import Store, connect
 
 BIN_WIDTH = 0.05
 MAX_REFERENCE_DOCUMENTS = 100_000

@@ -32,14 +32,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.minhash import candidate_probability
+from ..engine.state import writer_lock
+from ..engine.storage import Store, connect
 from ..errors import WebdedupError
 from ..fileio import atomic_path, make_folder
 from .evaluate_clusters import cluster_diagnostics
 from .evaluate_common import rounded, run_info, write_csv
 from .evaluate_labels import evaluate_labels
 from .evaluate_reference import MAX_PAIR_SLOTS, exact_reference
-from .state import writer_lock
-from .storage import Store, connect
 
 DEFAULT_THRESHOLDS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 DEFAULT_GIANT_SIZE = 50

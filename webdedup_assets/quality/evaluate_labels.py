@@ -13,9 +13,9 @@ import pyarrow.compute as pc
 
 from ..core.components import component_labels
 from ..core.exact import adjusted_rand_index, cluster_pair_counts, pair_metrics
+from ..engine.storage import Store, connect, quote_ident
 from ..errors import WebdedupError
 from .evaluate_common import rounded, rows_table, write_csv
-from .storage import Store, connect, quote_ident
 
 
 class LabelError(WebdedupError):
