@@ -349,3 +349,15 @@ def test_add_shows_its_stages_and_says_when_it_starts_a_corpus(tmp_path, capsys)
     assert "fingerprinted      done: 2 rows" in err
     assert main(["add", str(new_day), "--output", str(tmp_path / "typo"), "--quiet"]) == 0
     assert "fingerprinted" not in capsys.readouterr().err
+
+
+def test_an_output_inside_the_input_folder_is_refused_before_anything_is_written(tmp_path, capsys):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "documents.csv").write_bytes(FIXTURE.read_bytes())
+    assert main(["run", str(folder), "--output", str(folder), "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        f"webdedup: error: --output {folder} is inside the input folder {folder}: the next command would read its "
+        "files back as input; give an --output folder outside the input\n"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == ["documents.csv"]

@@ -212,6 +212,21 @@ def _writing(storage_root: Path, output_dir: Path, purpose: str, notice: Notice)
             raise
 
 
+def _check_input(input_path: str, input_format: str, storage_root: Path, output_dir: Path) -> None:
+    """The input exists, and an input folder does not hold the folders the command writes (the next
+    command would read the outputs back as input)."""
+    resolve_input(input_path, input_format)
+    source = Path(input_path).expanduser()
+    if not source.is_dir():
+        return
+    for folder, flag in ((output_dir, "--output"), (storage_root, "--storage")):
+        if folder.resolve().is_relative_to(source.resolve()):
+            raise WebdedupError(
+                f"{flag} {folder} is inside the input folder {input_path}: the next command would read its files "
+                f"back as input; give an {flag} folder outside the input"
+            )
+
+
 def _month_coverage(months: list[str]) -> tuple[str, str]:
     year, month = (int(part) for part in months[-1].split("-"))
     return f"{months[0]}-01", f"{months[-1]}-{calendar.monthrange(year, month)[1]:02d}"
@@ -231,7 +246,7 @@ def run(
     WebdedupError (then nothing was changed)."""
     input_format = params.input.input_format
     engine = engine or EngineParams()
-    resolve_input(input_path, input_format)  # a missing input is named before anything is touched
+    _check_input(input_path, input_format, storage_root, output_dir)  # before anything is touched
     store = Store(storage_root)
     with damage_named(store), _writing(storage_root, output_dir, f"webdedup run {input_path}", notice) as transaction:
         if reset_outdated(store):
@@ -347,7 +362,7 @@ def add(
     the global stages for the documents that changed, publish. `given`: {group: {field: value}}
     of the parameters given; the global groups not given keep the held corpus' values. Raises
     StageFailed or WebdedupError (then nothing was changed)."""
-    resolve_input(input_path, input_format)
+    _check_input(input_path, input_format, storage_root, output_dir)
     store = Store(storage_root)
     with damage_named(store), _writing(storage_root, output_dir, f"webdedup add {input_path}", notice) as transaction:
         if not store.files("documents"):
