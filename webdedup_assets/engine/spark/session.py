@@ -31,8 +31,9 @@ DEFAULT_CONF = {
 }
 LOCAL_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
 # The share of the machine's memory a local[*] driver takes as its heap (local mode runs every
-# task in the driver's JVM; Spark's own default, 1 GiB, fails on long pages). The rest stays for
-# the Python workers, which hold the shingle sets being scored, and for the page cache.
+# task in the driver's JVM: Spark's own 1 GiB leaves all of them together a few hundred MB, so
+# they spill early). The rest stays for the Python workers, which hold the shingle sets being
+# scored, and for the page cache.
 LOCAL_MEMORY_SHARE = 4
 # Compressed documents per shuffle partition of a run (the partitions are set per stage from the
 # documents' size and the cores; adaptive execution coalesces the small ones).
@@ -74,7 +75,14 @@ def _driver_memory_given() -> bool:
 
 
 def machine_memory_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """Physical memory, or the container's limit (cgroup v2) when that is smaller."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as source:
+            limit = source.read().strip()
+    except OSError:
+        return physical
+    return min(physical, int(limit)) if limit.isdigit() else physical
 
 
 def local_driver_memory(memory_bytes: int | None = None) -> str:
