@@ -559,6 +559,18 @@ def test_a_spark_failure_is_one_line_naming_the_stage_the_cause_and_the_setting(
         "scored_pairs", RuntimeError(BYTES_TO_BYTES_MAP_FAILURE), SparkSettings(master="spark://127.0.0.1:7077")
     )
     assert "spark.executor.memory" in cluster and "SPARK_DRIVER_MEMORY" not in cluster
+    # local mode: an OutOfMemoryError in a task stops the JVM; the driver sees only the stopped context
+    stopped = describe_failure(
+        "scored_pairs",
+        RuntimeError(
+            "An error occurred while calling o900.collectToPython.\n: java.lang.NullPointerException: Cannot invoke "
+            '"org.apache.spark.scheduler.DAGScheduler.cleanupQueryJobs(long)" because the return value of '
+            '"org.apache.spark.SparkContext.dagScheduler()" is null'
+        ),
+        SparkSettings(master="local[2]", conf=(("spark.driver.memory", "512m"),)),
+    )
+    assert stopped.startswith("Spark stopped during scored_pairs: its JVM shut down (usually out of memory")
+    assert "SPARK_DRIVER_MEMORY (now 512m" in stopped and "NullPointerException" not in stopped
     other = describe_failure("clusters", RuntimeError("An error occurred\nCaused by: java.io.IOException: bad"), LOCAL)
     assert other.startswith("Spark failed in clusters: IOException: bad")
 

@@ -291,6 +291,16 @@ _MEMORY_SIGNS = (
 )
 _PYTHON_WORKER_SIGNS = ("Python worker exited unexpectedly", "PYTHON_WORKER_EXITED", "worker crashed")
 _DISK_SIGNS = ("No space left on device",)
+# The driver only sees that the SparkContext or its JVM is gone: in local mode an OutOfMemoryError
+# in a task thread stops the JVM (Spark's uncaught-exception handler), and the job's own error is lost.
+_STOPPED_SIGNS = (
+    "SparkContext was shut down",
+    "stopped SparkContext",
+    'SparkContext.dagScheduler()" is null',
+    "Answer from Java side is empty",
+    "Error while sending or receiving",
+    "Connection refused",
+)
 
 
 def describe_failure(stage: str, error: BaseException, settings: SparkSettings) -> str:
@@ -304,6 +314,11 @@ def describe_failure(stage: str, error: BaseException, settings: SparkSettings) 
             f"a Spark Python worker died in {stage} (killed, usually for lack of memory: it holds its task's Arrow "
             f"batches); leave the workers more memory: fewer tasks at once (--spark-master local[1]) or a smaller "
             f"SPARK_DRIVER_MEMORY on this machine, spark.executor.pyspark.memory on a cluster"
+        )
+    if any(sign in text for sign in _STOPPED_SIGNS):
+        return (
+            f"Spark stopped during {stage}: its JVM shut down (usually out of memory: look for OutOfMemoryError "
+            f"in Spark's log); {_memory_setting(settings)}"
         )
     if any(sign in text for sign in _DISK_SIGNS):
         return f"Spark's scratch disk filled up in {stage}; point spark.local.dir (SPARK_LOCAL_DIRS) at a larger disk"
@@ -341,7 +356,7 @@ def _memory_setting(settings: SparkSettings) -> str:
     if settings.remote:
         return "raise the Spark Connect server's spark.executor.memory (local server: spark.driver.memory)"
     if _local(settings) and not submitted(settings):
-        now = _current_driver_memory()
+        now = _chosen_driver_memory(settings)
         return (
             f"local mode runs every task in the driver's JVM: raise its memory with SPARK_DRIVER_MEMORY "
             f"(now {now}, a quarter of this machine's memory unless set)"
@@ -349,11 +364,12 @@ def _memory_setting(settings: SparkSettings) -> str:
     return "raise spark.executor.memory (spark-submit --conf or the cluster's spark-defaults.conf)"
 
 
-def _current_driver_memory() -> str:
-    from pyspark import SparkContext
-
-    context = SparkContext._active_spark_context
-    return context.getConf().get("spark.driver.memory", "1g") if context is not None else "unknown"
+def _chosen_driver_memory(settings: SparkSettings) -> str:
+    """The local driver's memory as get_session chose it (read here, not from a JVM that may be gone)."""
+    given = dict(settings.conf).get("spark.driver.memory") or os.environ.get("SPARK_DRIVER_MEMORY")
+    if given:
+        return given
+    return "as in PYSPARK_SUBMIT_ARGS" if _driver_memory_given() else local_driver_memory()
 
 
 def spark_failure_types() -> tuple[type[BaseException], ...]:
