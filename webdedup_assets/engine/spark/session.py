@@ -357,10 +357,7 @@ def _memory_setting(settings: SparkSettings) -> str:
         return "raise the Spark Connect server's spark.executor.memory (local server: spark.driver.memory)"
     if _local(settings) and not submitted(settings):
         now = _chosen_driver_memory(settings)
-        return (
-            f"local mode runs every task in the driver's JVM: raise its memory with SPARK_DRIVER_MEMORY "
-            f"(now {now}, a quarter of this machine's memory unless set)"
-        )
+        return f"local mode runs every task in the driver's JVM: raise its memory with SPARK_DRIVER_MEMORY (now {now})"
     return "raise spark.executor.memory (spark-submit --conf or the cluster's spark-defaults.conf)"
 
 
@@ -369,7 +366,9 @@ def _chosen_driver_memory(settings: SparkSettings) -> str:
     given = dict(settings.conf).get("spark.driver.memory") or os.environ.get("SPARK_DRIVER_MEMORY")
     if given:
         return given
-    return "as in PYSPARK_SUBMIT_ARGS" if _driver_memory_given() else local_driver_memory()
+    if _driver_memory_given():
+        return "as in PYSPARK_SUBMIT_ARGS"
+    return f"{local_driver_memory()}, a quarter of this machine's memory"
 
 
 def spark_failure_types() -> tuple[type[BaseException], ...]:
