@@ -26,6 +26,9 @@ DEFAULT_CONF = {
     # Arrow batches to the Python workers bounded in bytes as well as rows: 10,000 long pages
     # (or their shingle sets) would otherwise make one batch of gigabytes.
     "spark.sql.execution.arrow.maxBytesPerBatch": str(32 << 20),
+    # The Parquet reader's batches are counted in rows (4,096 by default): of long pages (the
+    # documents' bodies) that is hundreds of MB of one task's heap.
+    "spark.sql.parquet.columnarReaderBatchSize": "512",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
 }
