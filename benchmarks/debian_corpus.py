@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import argparse
 import gzip
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 
-def documents(limit: int) -> list[dict]:
+def documents(limit: int, keep: Callable[[Path], bool] | None = None) -> list[dict]:
+    """Up to `limit` documents, in path order; `keep`: only the files it accepts (the tests' subsets)."""
     paths = sorted(Path("/usr/share/doc").glob("*/copyright")) + sorted(Path("/usr/share/man").rglob("*.gz"))
     rows = []
     for path in paths:
         if len(rows) >= limit:
             break
+        if keep is not None and not keep(path):
+            continue
         try:
             raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
         except (OSError, EOFError, gzip.BadGzipFile):

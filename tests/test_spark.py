@@ -45,6 +45,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 
 from webdedup_assets.engine.spark import SPARK  # noqa: E402
 from webdedup_assets.engine.spark import candidates as spark_candidates  # noqa: E402
+from webdedup_assets.engine.spark import scoring as spark_scoring  # noqa: E402
 from webdedup_assets.engine.spark.clustering import round_limit  # noqa: E402
 from webdedup_assets.engine.spark.session import SparkSettings, get_session, stop_sessions  # noqa: E402
 
@@ -459,6 +460,137 @@ def test_character_shingles_are_scored_as_character_shingles(spark, tmp_path):
     DUCKDB.run("scored_pairs", theirs, ScoringParams())
     spark_scores, duck_scores = table(ours, "scored_pairs"), table(theirs, "scored_pairs")
     assert spark_scores.num_rows > 0 and spark_scores.equals(duck_scores)
+
+
+# ---- real text: long pages, many candidates ------------------------------------------------
+
+# Real text from this machine (benchmarks.debian_corpus): the Debian copyright files (licence texts,
+# pages up to megabytes) and the first REAL_LIST_PAGES "... list" manual pages of one command-line
+# tool (gcloud's: alike enough that each page has a hundred candidates or more).
+REAL_LIST_PAGES = 600
+
+
+@pytest.fixture(scope="module")
+def debian(tmp_path_factory):
+    """That corpus, with documents, fingerprinted and band_memberships by DuckDB at the default
+    parameters."""
+    from benchmarks.debian_corpus import documents
+
+    licences = documents(10_000, keep=lambda path: path.name == "copyright")
+    lists = documents(REAL_LIST_PAGES, keep=lambda path: path.name.endswith("_list.1.gz"))
+    if len(licences) < 500 or len(lists) < REAL_LIST_PAGES:
+        pytest.skip(f"this machine has {len(licences)} copyright files and {len(lists)} list manual pages")
+    root = tmp_path_factory.mktemp("debian")
+    corpus = pa.Table.from_pylist(licences + lists)
+    pq.write_table(corpus.set_column(3, "crawled_at", corpus["crawled_at"].cast(pa.date32())), root / "input.parquet")
+    store = Store(root / "base")
+    stage_documents(store, str(root / "input.parquet"))
+    DUCKDB.run("fingerprinted", store, FingerprintParams())
+    DUCKDB.run("band_memberships", store, BandingParams())
+    return store
+
+
+def test_long_real_pages_are_scored_block_by_block_as_duckdb_scores_them(spark, debian, tmp_path, monkeypatch):
+    """Real text at the default parameters: the candidates' documents split into many groups (a
+    small set budget), so pairs are scored block by block, each document's set sent to its
+    group's blocks; pairs, scores, clusters and representatives equal DuckDB's."""
+    monkeypatch.setattr(spark_scoring, "GROUP_SET_BYTES", 1 << 20)
+    ours, theirs = two_copies(tmp_path, lambda root: Store(shutil.copytree(debian.root, root)))
+    params = {
+        "candidate_pairs": CandidateParams(),
+        "scored_pairs": ScoringParams(),
+        "duplicate_pairs": None,
+        "clusters": None,
+        "deduped_documents": RepresentativeParams(),
+    }
+    results = run_global(SPARK, ours, params, spark=LOCAL)
+    run_global(DUCKDB, theirs, params)
+    longest = duckdb.sql(f"SELECT max(strlen(body)) FROM {debian.scan_sql('documents')}").fetchall()[0][0]
+    assert longest > 100_000
+    assert results["candidate_pairs"].rows > 50_000
+    assert results["scored_pairs"].figures["groups"] >= 4
+    assert results["duplicate_pairs"].rows > 1000
+    assert_same_tables(ours, theirs)
+
+
+def test_scoring_groups_bound_the_sets_and_the_pairs_of_a_block():
+    from webdedup_assets.engine.spark.scoring import GROUP_SET_BYTES, PAIRS_PER_BLOCK, scoring_groups
+
+    assert scoring_groups(0, 0) == 1
+    assert scoring_groups(GROUP_SET_BYTES, PAIRS_PER_BLOCK // 2) == 1
+    assert scoring_groups(10 * GROUP_SET_BYTES + 1, 0) == 11  # one group's sets within the budget
+    groups = scoring_groups(1, 100 * PAIRS_PER_BLOCK)
+    assert 2 * 100 * PAIRS_PER_BLOCK / groups**2 <= PAIRS_PER_BLOCK  # an off-diagonal block's pairs
+    assert scoring_groups(1, 100 * PAIRS_PER_BLOCK) == 15
+
+
+def test_local_defaults_follow_the_machine():
+    from webdedup_assets.engine.spark.session import local_driver_memory, shuffle_partitions
+
+    assert local_driver_memory(24 << 30) == "6144m"
+    assert local_driver_memory(2 << 30) == "1024m"  # never below Spark's own default
+    assert shuffle_partitions(2, 0) == 8
+    assert shuffle_partitions(2, 10 << 30) == 320  # 32 MiB of compressed documents a partition
+
+
+# The issue's failure, as the driver received it (shortened: the JVM's stack runs to hundreds of lines).
+BYTES_TO_BYTES_MAP_FAILURE = """An error occurred while calling o662.collectToPython.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 3 in stage 41.0 failed 1 times, most recent \
+failure: Lost task 3.0 in stage 41.0 (TID 212) (127.0.0.1 executor driver): java.io.IOException: \
+org.apache.spark.SparkException: Could not allocate memory to grow BytesToBytesMap.
+\tat org.apache.spark.util.SparkErrorUtils.tryOrIOException(SparkErrorUtils.scala:44)
+\tat org.apache.spark.sql.execution.joins.UnsafeHashedRelation.readExternal(HashedRelation.scala:388)
+Caused by: org.apache.spark.SparkException: Could not allocate memory to grow BytesToBytesMap.
+\tat org.apache.spark.sql.errors.QueryExecutionErrors$.cannotAllocateMemoryToGrowBytesToBytesMapError(\
+QueryExecutionErrors.scala:1203)
+\t... 140 more
+"""
+
+
+def test_a_spark_failure_is_one_line_naming_the_stage_the_cause_and_the_setting():
+    from webdedup_assets.engine.spark.session import describe_failure
+
+    local = describe_failure("scored_pairs", RuntimeError(BYTES_TO_BYTES_MAP_FAILURE), SparkSettings(master="local[2]"))
+    assert local.startswith(
+        "Spark ran out of memory in scored_pairs (SparkException: Could not allocate memory to grow"
+    )
+    assert "SPARK_DRIVER_MEMORY" in local and "\n" not in local and "\tat " not in local
+    cluster = describe_failure(
+        "scored_pairs", RuntimeError(BYTES_TO_BYTES_MAP_FAILURE), SparkSettings(master="spark://127.0.0.1:7077")
+    )
+    assert "spark.executor.memory" in cluster and "SPARK_DRIVER_MEMORY" not in cluster
+    # local mode: an OutOfMemoryError in a task stops the JVM; the driver sees only the stopped context
+    stopped = describe_failure(
+        "scored_pairs",
+        RuntimeError(
+            "An error occurred while calling o900.collectToPython.\n: java.lang.NullPointerException: Cannot invoke "
+            '"org.apache.spark.scheduler.DAGScheduler.cleanupQueryJobs(long)" because the return value of '
+            '"org.apache.spark.SparkContext.dagScheduler()" is null'
+        ),
+        SparkSettings(master="local[2]", conf=(("spark.driver.memory", "512m"),)),
+    )
+    assert stopped.startswith("Spark stopped during scored_pairs: its JVM shut down (usually out of memory")
+    assert "SPARK_DRIVER_MEMORY (now 512m" in stopped and "NullPointerException" not in stopped
+    other = describe_failure("clusters", RuntimeError("An error occurred\nCaused by: java.io.IOException: bad"), LOCAL)
+    assert other.startswith("Spark failed in clusters: IOException: bad")
+
+
+def test_a_failed_spark_job_is_reported_as_one_line(spark, debian, tmp_path):
+    """A real failure in the executors (an unreadable candidate_pairs file): one line naming the
+    stage and the cause, not Py4J's text and the Java stack."""
+    store = Store(shutil.copytree(debian.root, tmp_path / "broken"))
+    DUCKDB.run("candidate_pairs", store, CandidateParams())
+    target = store.files("candidate_pairs")[0]
+    data = bytearray(target.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little") + 8
+    data[4 : len(data) - footer] = bytes(len(data) - footer - 4)  # the column chunks zeroed, the footer kept
+    target.write_bytes(bytes(data))
+    with pytest.raises(WebdedupError) as failure:
+        SPARK.run("scored_pairs", store, ScoringParams(), spark=LOCAL)
+    message = str(failure.value)
+    assert message.startswith("Spark failed in scored_pairs: ")
+    assert "FAILED_READ_FILE" in message and str(target) in message  # Spark's condition, naming the file
+    assert "\n" not in message and "Py4J" not in message and "\tat " not in message
 
 
 def _scored(store: Store) -> Store:

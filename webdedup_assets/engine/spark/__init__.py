@@ -7,7 +7,10 @@ import time). A run passes the session settings as the `spark` option of Engine.
 
 from __future__ import annotations
 
-from ..stage import Engine, StageRun
+import functools
+
+from ...errors import WebdedupError
+from ..stage import Engine, Implementation, StageRun
 
 
 def _spark_version() -> str:
@@ -16,16 +19,49 @@ def _spark_version() -> str:
     return spark_version()
 
 
-SPARK = Engine(
+class SparkEngine(Engine):
+    """The stages on Spark: a failed Spark job becomes a WebdedupError of one line naming the
+    stage, the cause and the setting to change (session.describe_failure), not a Java stack."""
+
+    def implements(self, stage: str):
+        register = super().implements(stage)
+
+        def reported(function: Implementation) -> Implementation:
+            @functools.wraps(function)
+            def run_reported(run: StageRun):
+                from .session import describe_failure, spark_failure_types
+
+                try:
+                    return function(run)
+                except WebdedupError:
+                    raise
+                except spark_failure_types() as err:
+                    raise WebdedupError(describe_failure(stage, err, settings_of(run))) from err
+
+            return register(run_reported)
+
+        return reported
+
+
+SPARK = SparkEngine(
     "spark", single_file=False, version=_spark_version
 )  # global stages write data-00000.parquet, ... (spark/io.py)
 
 
-def session_of(run: StageRun):
-    from .session import SparkSettings, get_session
+def settings_of(run: StageRun):
+    from .session import SparkSettings
 
     settings = run.options.get("spark")
-    return get_session(settings if isinstance(settings, SparkSettings) else None)
+    return settings if isinstance(settings, SparkSettings) else SparkSettings()
+
+
+def session_of(run: StageRun):
+    """The run's session, its shuffle partitions sized for this store's documents."""
+    from .session import get_session, size_shuffles
+
+    session = get_session(settings_of(run))
+    size_shuffles(session, sum(f.stat().st_size for f in run.store.files("documents")))
+    return session
 
 
 from . import candidates, clustering, fingerprint, scoring  # noqa: E402,F401  (register the stages)

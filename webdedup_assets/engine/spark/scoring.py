@@ -1,8 +1,19 @@
-"""scored_pairs and duplicate_pairs on Spark: shingle sets recomputed in the executors from the
-documents (core.fingerprint.shingle_sets, the same compiled kernel), exact Jaccard by
-core.sets.jaccard_blocks, MinHash estimate by core.minhash.estimate_jaccard."""
+"""scored_pairs and duplicate_pairs on Spark, with memory bounded per task whatever the length of
+the pages and the number of candidates.
+
+The candidates' documents are split into `groups` by a hash of doc_id, enough groups that one
+group's shingle sets fit GROUP_SET_BYTES and one block of pairs holds about PAIRS_PER_BLOCK; a
+pair belongs to the block of its two groups. Each document's shingle set is computed once (a
+mapInArrow over its body: core.fingerprint.shingle_sets, the compiled kernel) and sent, with its
+signature, to the blocks of its group; a cogrouped applyInArrow then scores one block at a time:
+its pairs against the sets of at most two groups (engine.shingle_sets.ShingleSets: the exact
+Jaccard DuckDB computes; core.minhash.estimate_jaccard). A set travels to `groups` blocks, not
+to every pair it belongs to (a page with hundreds of candidates is sent a handful of times).
+"""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pyarrow as pa
@@ -13,8 +24,23 @@ from ..stage import StageOutput, StageRun
 from . import SPARK, session_of
 from .io import read_asset, write_asset
 
+# One group's shingle sets (8 bytes a shingle) held by a scoring task; it holds two groups at most.
+GROUP_SET_BYTES = 64 << 20
+# Pairs of one block held by a scoring task (strings of both doc_ids and domains: ~200 bytes each).
+PAIRS_PER_BLOCK = 250_000
 
-def _shingles(shingle_size: int, unit: str):
+
+def scoring_groups(set_bytes: int, pairs: int) -> int:
+    """Groups of candidate documents: one group's sets within GROUP_SET_BYTES, and one block of
+    two groups (about 2 * pairs / groups^2 of the pairs) within PAIRS_PER_BLOCK."""
+    by_sets = math.ceil(set_bytes / GROUP_SET_BYTES)
+    by_pairs = math.ceil(math.sqrt(2 * pairs / PAIRS_PER_BLOCK))
+    return max(1, by_sets, by_pairs)
+
+
+def _shingled(shingle_size: int, unit: str):
+    """Documents (doc_id, block_group, signature, body) -> their shingle sets, body dropped."""
+
     def compute(batches):
         from ...core.fingerprint import shingle_sets
 
@@ -22,62 +48,52 @@ def _shingles(shingle_size: int, unit: str):
             flat, offsets = shingle_sets(batch.column("body"), shingle_size, unit)
             sets = pa.LargeListArray.from_arrays(pa.array(np.asarray(offsets, np.int64)), pa.array(flat.view(np.int64)))
             yield pa.record_batch(
-                [batch.column("doc_id"), sets.cast(pa.list_(pa.int64()))], names=["doc_id", "shingles"]
-            )
-
-    return compute
-
-
-def _flat_sets(column: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    column = column.cast(pa.large_list(pa.int64()))
-    offsets = np.asarray(column.offsets, dtype=np.int64)
-    flat = np.asarray(column.values.to_numpy(zero_copy_only=False), dtype=np.int64).view(np.uint64)
-    return flat, offsets[:-1].copy(), offsets[1:].copy()
-
-
-def _score(threshold: float, num_perm: int):
-    def compute(batches):
-        from ...core.minhash import estimate_jaccard
-        from ...core.sets import jaccard_blocks
-        from ..scoring import reasons
-
-        for batch in batches:
-            n = batch.num_rows
-            if not n:
-                continue
-            index = np.arange(n, dtype=np.int64)
-            exact = np.zeros(n, dtype=np.float64)
-            jaccard_blocks(
-                *_flat_sets(batch.column("left_shingles")),
-                *_flat_sets(batch.column("right_shingles")),
-                index,
-                index,
-                exact,
-            )
-            signatures = [
-                np.asarray(batch.column(c).cast(pa.large_list(pa.int64())).values.to_numpy(zero_copy_only=False))
-                .astype(np.uint32)
-                .reshape(n, num_perm)
-                for c in ("left_signature", "right_signature")
-            ]
-            estimate = estimate_jaccard(*signatures)
-            yield pa.record_batch(
                 [
-                    batch.column("left_doc_id"),
-                    batch.column("right_doc_id"),
-                    batch.column("left_domain"),
-                    batch.column("right_domain"),
-                    batch.column("cross_domain"),
-                    batch.column("shared_bands"),
-                    pa.array(exact),
-                    pa.array(estimate),
-                    pa.array(exact >= threshold),
-                    pa.array(reasons(exact, estimate, threshold)),
+                    batch.column("doc_id"),
+                    batch.column("block_group"),
+                    batch.column("signature"),
+                    sets.cast(pa.list_(pa.int64())),  # Spark's array: 32-bit offsets (a batch is bounded)
                 ],
-                names=SCORED_SCHEMA.names,
+                names=["doc_id", "block_group", "signature", "shingles"],
             )
 
     return compute
+
+
+def _large_list_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets) of a list<bigint> column, as one array."""
+    combined = column.cast(pa.large_list(pa.int64())).combine_chunks()
+    return np.asarray(combined.values.to_numpy(zero_copy_only=False)), np.asarray(combined.offsets, np.int64)
+
+
+def _score_block(threshold: float, num_perm: int):
+    """One block: its pairs (Table) against the sets of its one or two groups (Table)."""
+
+    def score(pairs: pa.Table, sets: pa.Table) -> pa.Table:
+        from ...core.minhash import estimate_jaccard
+        from ..scoring import reasons
+        from ..shingle_sets import ShingleSets
+
+        if not pairs.num_rows:
+            return SCORED_SCHEMA.empty_table()
+        flat, offsets = _large_list_values(sets.column("shingles"))
+        known = ShingleSets(sets.column("doc_id").combine_chunks(), flat.view(np.uint64), offsets[:-1], offsets[1:])
+        left, right = known.nodes(pairs.column("left_doc_id")), known.nodes(pairs.column("right_doc_id"))
+        exact = known.jaccard(left, right)
+        signatures = _large_list_values(sets.column("signature"))[0].astype(np.uint32).reshape(-1, num_perm)
+        estimate = estimate_jaccard(signatures[left], signatures[right])
+        return pa.table(
+            [
+                *(pairs.column(name) for name in SCORED_SCHEMA.names[:6]),
+                pa.array(exact),
+                pa.array(estimate),
+                pa.array(exact >= threshold),
+                pa.array(reasons(exact, estimate, threshold)),
+            ],
+            names=SCORED_SCHEMA.names,
+        )
+
+    return score
 
 
 SCORED_DDL = (
@@ -88,44 +104,62 @@ SCORED_DDL = (
 
 @SPARK.implements("scored_pairs")
 def scored_pairs(run: StageRun) -> StageOutput:
-    """Exact shingle Jaccard and MinHash estimate for every candidate pair. The candidates'
-    documents are shingled once each in the executors; each pair meets the two sets (and the
-    two signatures) through joins, and is scored in Arrow batches."""
+    """Exact shingle Jaccard and MinHash estimate for every candidate pair, block by block (see
+    the module's docstring)."""
     from pyspark.sql import functions as F
 
     spark = session_of(run)
     store, threshold = run.store, run.params.threshold
     fingerprint = run.upstream["fingerprinted"]["fingerprint"]
     (shingle_size, unit), num_perm = shingling(fingerprint), fingerprint["num_perm"]
-    pairs = read_asset(spark, store, "candidate_pairs")
+    pairs = read_asset(spark, store, "candidate_pairs", SCORED_SCHEMA.names[:6])
     members = (
         pairs.select(F.col("left_doc_id").alias("doc_id"))
         .union(pairs.select(F.col("right_doc_id").alias("doc_id")))
         .distinct()
     )
+    fingerprints = read_asset(spark, store, "fingerprinted", ["doc_id", "shingle_count", "signature"])
+    member_fingerprints = members.join(fingerprints, "doc_id").persist()
+    sized = member_fingerprints.agg(
+        F.count(F.lit(1)).alias("members"), F.coalesce(F.sum("shingle_count"), F.lit(0)).alias("shingles")
+    ).first()
+    groups = scoring_groups(8 * int(sized["shingles"]), pairs.count())
+
+    def group_of(column: str):
+        return F.pmod(F.xxhash64(column), F.lit(groups)).cast("int")
+
+    def block_of(first, second):  # the block of two groups, in either order
+        return F.least(first, second) * groups + F.greatest(first, second)
+
     docs = read_asset(spark, store, "documents", ["doc_id", "body"])
-    sets = members.join(docs, "doc_id").mapInArrow(
-        _shingles(shingle_size, unit), "doc_id string, shingles array<bigint>"
-    )
-    sigs = read_asset(spark, store, "fingerprinted", ["doc_id", "signature"]).join(members, "doc_id")
-    side = {}
-    for name in ("left", "right"):
-        side[name] = sets.join(sigs, "doc_id").select(
-            F.col("doc_id").alias(f"{name}_doc_id"),
-            F.col("shingles").alias(f"{name}_shingles"),
-            F.col("signature").alias(f"{name}_signature"),
+    sets = (
+        member_fingerprints.select("doc_id", "signature", group_of("doc_id").alias("block_group"))
+        .join(docs, "doc_id")
+        .mapInArrow(
+            _shingled(shingle_size, unit),
+            "doc_id string, block_group int, signature array<bigint>, shingles array<bigint>",
         )
-    joined = pairs.join(side["left"], "left_doc_id").join(side["right"], "right_doc_id")
-    scored = joined.mapInArrow(_score(threshold, num_perm), SCORED_DDL).orderBy("left_doc_id", "right_doc_id")
-    scored = scored.persist()
-    rows = write_asset(scored, store, "scored_pairs", SCORED_SCHEMA, run.parameters)
+        .withColumn("other_group", F.explode(F.sequence(F.lit(0), F.lit(groups - 1))))
+        .select(block_of(F.col("block_group"), F.col("other_group")).alias("block"), "doc_id", "signature", "shingles")
+    )
+    blocked_pairs = pairs.withColumn("block", block_of(group_of("left_doc_id"), group_of("right_doc_id")))
+    scored = (
+        blocked_pairs.groupBy("block")
+        .cogroup(sets.groupBy("block"))
+        .applyInArrow(_score_block(threshold, num_perm), SCORED_DDL)
+        .persist()  # scored once: the sort samples its input before it reads it
+    )
+    ordered = scored.orderBy("left_doc_id", "right_doc_id")
+    rows = write_asset(ordered, store, "scored_pairs", SCORED_SCHEMA, run.parameters)
     by_reason = {r["reason"]: r["n"] for r in scored.groupBy("reason").agg(F.count(F.lit(1)).alias("n")).collect()}
     figures = {
         "duplicates": scored.where("is_duplicate").count(),
         "reasons": by_reason,
-        "member_documents": members.count(),
+        "member_documents": int(sized["members"]),
+        "groups": groups,
     }
     scored.unpersist()
+    member_fingerprints.unpersist()
     return StageOutput(rows, figures)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -17,17 +18,29 @@ from typing import Any
 
 from ...errors import WebdedupError
 
-# Small shuffles for a small corpus; a cluster sets its own (spark-submit --conf) and AQE
-# coalesces partitions either way.
 DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.adaptive.skewJoin.enabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Arrow batches to the Python workers bounded in bytes as well as rows: 10,000 long pages
+    # (or their shingle sets) would otherwise make one batch of gigabytes.
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(32 << 20),
+    # The Parquet reader's batches are counted in rows (4,096 by default): of long pages (the
+    # documents' bodies) that is hundreds of MB of one task's heap.
+    "spark.sql.parquet.columnarReaderBatchSize": "512",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
 }
 LOCAL_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+# The share of the machine's memory a local[*] driver takes as its heap (local mode runs every
+# task in the driver's JVM: Spark's own 1 GiB leaves all of them together a few hundred MB, so
+# they spill early). The rest stays for the Python workers, which hold the shingle sets being
+# scored, and for the page cache.
+LOCAL_MEMORY_SHARE = 4
+# Compressed documents per shuffle partition of a run (the partitions are set per stage from the
+# documents' size and the cores; adaptive execution coalesces the small ones).
+DOCUMENT_BYTES_PER_PARTITION = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,49 @@ _checkpoint_dirs: list[str] = []  # local folders made here: removed when the se
 def _loopback(settings: SparkSettings) -> bool:
     master = settings.master or "local[*]"
     return settings.remote is None and (master.startswith("local") or "127.0.0.1" in master or "localhost" in master)
+
+
+def _local(settings: SparkSettings) -> bool:
+    return settings.remote is None and (settings.master or "local[*]").startswith("local")
+
+
+def _driver_memory_given() -> bool:
+    """The user chose the driver's memory: SPARK_DRIVER_MEMORY or --driver-memory in PYSPARK_SUBMIT_ARGS
+    (a `spark.driver.memory` in SparkSettings.conf is applied after the defaults and wins anyway)."""
+    return bool(os.environ.get("SPARK_DRIVER_MEMORY")) or "--driver-memory" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory, or the container's limit (cgroup v2) when that is smaller."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as source:
+            limit = source.read().strip()
+    except OSError:
+        return physical
+    return min(physical, int(limit)) if limit.isdigit() else physical
+
+
+def local_driver_memory(memory_bytes: int | None = None) -> str:
+    """spark.driver.memory for local[*]: LOCAL_MEMORY_SHARE of the machine's memory, at least 1 GiB."""
+    memory = machine_memory_bytes() if memory_bytes is None else memory_bytes
+    return f"{max(1024, memory // LOCAL_MEMORY_SHARE >> 20)}m"
+
+
+def shuffle_partitions(cores: int, document_bytes: int) -> int:
+    """spark.sql.shuffle.partitions for a run: a few tasks per core, more when the documents are
+    large (adaptive execution coalesces partitions, never splits them)."""
+    return max(4 * cores, -(-document_bytes // DOCUMENT_BYTES_PER_PARTITION))
+
+
+def size_shuffles(session, document_bytes: int) -> None:
+    """The run's shuffle partitions from the cores and the documents' size, unless the user set
+    them (SparkSettings.shuffle_partitions, its conf or spark-submit --conf). Classic sessions only:
+    a Spark Connect server's cores are the server's."""
+    if connect_mode(session) or session.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        return
+    cores = session.sparkContext.defaultParallelism
+    session.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(cores, document_bytes)))
 
 
 def submitted(settings: SparkSettings) -> bool:
@@ -94,6 +150,8 @@ def get_session(settings: SparkSettings | None = None):
             conf = dict(DEFAULT_CONF)
             if _loopback(settings):
                 conf.update(LOCAL_CONF)
+            if _local(settings) and not _driver_memory_given():
+                conf["spark.driver.memory"] = local_driver_memory()
             # Executors import webdedup: the package's folder on their path (same machine or a
             # shared file system; a cluster installs the wheel on its nodes instead).
             root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -222,3 +280,103 @@ def spark_version() -> str:
     from pyspark import __version__
 
     return __version__
+
+
+# What a Spark failure's text says -> (the cause in words, which setting to change). The first
+# match wins; the texts are the JVM's and pyspark's own messages.
+_MEMORY_SIGNS = (
+    "OutOfMemoryError",
+    "Java heap space",
+    "GC overhead limit exceeded",
+    "Could not allocate memory",
+    "Unable to acquire",
+    "UNABLE_TO_ACQUIRE_MEMORY",
+)
+_PYTHON_WORKER_SIGNS = ("Python worker exited unexpectedly", "PYTHON_WORKER_EXITED", "worker crashed")
+_DISK_SIGNS = ("No space left on device",)
+# The driver only sees that the SparkContext or its JVM is gone: in local mode an OutOfMemoryError
+# in a task thread stops the JVM (Spark's uncaught-exception handler), and the job's own error is lost.
+_STOPPED_SIGNS = (
+    "SparkContext was shut down",
+    "stopped SparkContext",
+    'SparkContext.dagScheduler()" is null',
+    "Answer from Java side is empty",
+    "Error while sending or receiving",
+    "Connection refused",
+)
+
+
+def describe_failure(stage: str, error: BaseException, settings: SparkSettings) -> str:
+    """One line for a failed Spark stage: the stage, the cause and the setting to change (the
+    JVM's stack trace stays in Spark's log, never in the message)."""
+    text = str(error)
+    if any(sign in text for sign in _MEMORY_SIGNS):
+        return f"Spark ran out of memory in {stage} ({_root_cause(text)}); {_memory_setting(settings)}"
+    if any(sign in text for sign in _PYTHON_WORKER_SIGNS):
+        return (
+            f"a Spark Python worker died in {stage} (killed, usually for lack of memory: it holds its task's Arrow "
+            f"batches); leave the workers more memory: fewer tasks at once (--spark-master local[1]) or a smaller "
+            f"SPARK_DRIVER_MEMORY on this machine, spark.executor.pyspark.memory on a cluster"
+        )
+    if any(sign in text for sign in _STOPPED_SIGNS):
+        return (
+            f"Spark stopped during {stage}: its JVM shut down (usually out of memory: look for OutOfMemoryError "
+            f"in Spark's log); {_memory_setting(settings)}"
+        )
+    if any(sign in text for sign in _DISK_SIGNS):
+        return f"Spark's scratch disk filled up in {stage}; point spark.local.dir (SPARK_LOCAL_DIRS) at a larger disk"
+    if "WebdedupError: " in text:  # raised by webdedup code in an executor: its own message
+        return f"{stage}: {text.rsplit('WebdedupError: ', 1)[1].splitlines()[0].strip()}"
+    return f"Spark failed in {stage}: {_root_cause(text)} (the stack trace is in Spark's log)"
+
+
+def _root_cause(text: str) -> str:
+    """Spark's error condition ([FAILED_READ_FILE...] names the file) and the innermost 'Caused by:'
+    of a Java error text, package prefixes dropped; else its first exception line."""
+    lines = [line.strip().removeprefix(": ") for line in text.splitlines() if line.strip()]
+    causes = [_short(line.removeprefix("Caused by: ")) for line in lines if line.startswith("Caused by: ")]
+    conditions = [
+        found.group(0)[:240] for found in (re.search(r"\[[A-Z][A-Z_.]+\] .*", line) for line in lines) if found
+    ]
+    condition = conditions[0] if conditions else None
+    if causes:
+        chosen = causes[-1] if condition is None or condition == causes[-1] else f"{condition}; caused by {causes[-1]}"
+    else:
+        exceptions = [line for line in lines if ("Exception" in line or "Error" in line) and ": " in line]
+        chosen = _short(next(iter(exceptions), lines[0] if lines else "no message"))
+    return chosen[:500]
+
+
+def _short(line: str) -> str:
+    """org.apache.spark.SparkException: ... -> SparkException: ...; at most 240 characters."""
+    head, _, rest = line.partition(": ")
+    if "." in head and " " not in head:
+        line = f"{head.rsplit('.', 1)[1]}: {rest}" if rest else head.rsplit(".", 1)[1]
+    return line[:240]
+
+
+def _memory_setting(settings: SparkSettings) -> str:
+    if settings.remote:
+        return "raise the Spark Connect server's spark.executor.memory (local server: spark.driver.memory)"
+    if _local(settings) and not submitted(settings):
+        now = _chosen_driver_memory(settings)
+        return f"local mode runs every task in the driver's JVM: raise its memory with SPARK_DRIVER_MEMORY (now {now})"
+    return "raise spark.executor.memory (spark-submit --conf or the cluster's spark-defaults.conf)"
+
+
+def _chosen_driver_memory(settings: SparkSettings) -> str:
+    """The local driver's memory as get_session chose it (read here, not from a JVM that may be gone)."""
+    given = dict(settings.conf).get("spark.driver.memory") or os.environ.get("SPARK_DRIVER_MEMORY")
+    if given:
+        return given
+    if _driver_memory_given():
+        return "as in PYSPARK_SUBMIT_ARGS"
+    return f"{local_driver_memory()}, a quarter of this machine's memory"
+
+
+def spark_failure_types() -> tuple[type[BaseException], ...]:
+    """The exceptions a failed Spark job raises in the driver (classic and Connect sessions)."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    return (Py4JError, PySparkException)
