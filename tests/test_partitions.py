@@ -513,7 +513,7 @@ def test_discover_crawl_months_adds_the_inputs_months_and_then_only_new_ones(spl
     import webdedup_assets.defs as defs_module
 
     env, by_day = split
-    config = types.SimpleNamespace(input_path=str(env.input), input_format="auto")
+    config = types.SimpleNamespace(input_path=str(env.input), input_format="auto", mapping=lambda: None)
     monkeypatch.setattr(defs_module, "DocumentsConfig", lambda: config)  # as if WEBDEDUP_INPUT were the folder
     instance = stack.enter_context(dg.instance_for_test())
     sensor = env.defs.resolve_sensor_def("discover_crawl_months")
