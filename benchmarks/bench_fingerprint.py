@@ -99,7 +99,7 @@ def profile(store, args) -> dict[str, float]:
     from webdedup_assets.core import kernel, unicode_tables
     from webdedup_assets.core.fingerprint import fingerprint_texts, string_buffers
     from webdedup_assets.core.minhash import MinHashParams, band_keys
-    from webdedup_assets.engine.fingerprint import BATCH_ROWS, fingerprint_schema
+    from webdedup_assets.engine.stages.fingerprint import BATCH_ROWS, fingerprint_schema
 
     @njit(nogil=True)
     def tokenize_only(data, offsets, tables):

@@ -32,7 +32,7 @@ def run(corpus: Path, extra: list[str], fresh: bool = True) -> dict:
         shutil.rmtree(output, ignore_errors=True)
     started = time.perf_counter()
     _, rss = run_child(
-        ["-m", "webdedup_assets.cli", "run", str(corpus / "documents"), "--output", str(output), "--quiet", *extra]
+        ["-m", "webdedup_assets.cli.main", "run", str(corpus / "documents"), "--output", str(output), "--quiet", *extra]
     )
     wall = time.perf_counter() - started
     manifest = json.loads((output / "manifest.json").read_text())

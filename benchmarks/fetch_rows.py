@@ -1,5 +1,5 @@
 """CPU and wall seconds of reading some documents' bodies and signatures from a storage:
-`engine.rows.fetch_rows` against a plain DuckDB `WHERE doc_id IN (...)` scan.
+`storage.rows.fetch_rows` against a plain DuckDB `WHERE doc_id IN (...)` scan.
 
   python -m benchmarks.fetch_rows benchmarks/data/inc-1000000-run-history/_storage
 """
@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from webdedup_assets.engine import Store
-from webdedup_assets.engine.rows import fetch_rows
-from webdedup_assets.engine.storage import connect
+from webdedup_assets.storage.rows import fetch_rows
+from webdedup_assets.storage.store import connect
 
 
 def cpu() -> float:

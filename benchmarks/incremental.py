@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(args.work) if args.work else DATA / f"inc-{args.history}-run"
     built = work.with_name(work.name + "-history")  # the history alone, kept for the next run
     python = sys.executable
-    cli = [python, "-m", "webdedup_assets.cli"]
+    cli = [python, "-m", "webdedup_assets.cli.main"]
     if args.rebuild_history or not (built / "manifest.json").exists():
         shutil.rmtree(built, ignore_errors=True)
         seconds, rss, _ = timed([*cli, "add", str(history_dir), "--output", str(built), "--json"])

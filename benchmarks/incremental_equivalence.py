@@ -36,7 +36,7 @@ DATA = ROOT / "benchmarks" / "data"
 def cli(*args: str) -> tuple[float, str]:
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "webdedup_assets.cli", *args],
+        [sys.executable, "-m", "webdedup_assets.cli.main", *args],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", default=None, help="scratch folder (default: a temporary one); removed afterwards")
     args = parser.parse_args(argv)
 
-    from webdedup_assets.engine.spark import SPARK
+    from webdedup_assets.engine.spark.engine import SPARK
     from webdedup_assets.engine.spark.session import SparkSettings, get_session, stop_sessions
 
     work = Path(args.work or tempfile.mkdtemp(prefix="spark-e2e-"))

@@ -32,13 +32,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.path.insert(0, args.code)
     import numpy as np
     import pyarrow.parquet as pq
-
-    from webdedup_assets.engine import parquet_splice
-    from webdedup_assets.engine.incremental.representatives import _parts
     from webdedup_assets.engine.parallel import prefetch
 
+    from webdedup_assets.engine.incremental.representatives import _parts
+    from webdedup_assets.storage import parquet_splice
+
     try:  # the stage's options; a checkout from before deduped_layout used the plain layout
-        from webdedup_assets.engine.clustering import deduped_layout
+        from webdedup_assets.engine.stages.clustering import deduped_layout
     except ImportError:
 
         def deduped_layout(schema):

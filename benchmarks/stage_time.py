@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--input goes with the documents stage, and only with it")
 
     import webdedup_assets.engine as engine
-    from webdedup_assets.engine.storage import Store
+    from webdedup_assets.storage.store import Store
 
     store = Store(Path(args.storage))
     if args.stage == "documents":
@@ -60,9 +60,9 @@ def _documents_run(store, source: str):
     """The documents stage over every crawl month of `source`, into an emptied scratch storage."""
     import shutil
 
-    from webdedup_assets.engine.documents import stage_documents
     from webdedup_assets.engine.reading import input_days
-    from webdedup_assets.engine.state import months_of
+    from webdedup_assets.engine.stages.documents import stage_documents
+    from webdedup_assets.storage.state import months_of
 
     def run(_store) -> None:
         shutil.rmtree(store.root, ignore_errors=True)

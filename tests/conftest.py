@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 
 from webdedup_assets.defs.config import run_config_ops
-from webdedup_assets.engine.storage import Store
 from webdedup_assets.params import STAGE_GROUPS, RunParams
+from webdedup_assets.storage.store import Store
 
 from .dagster_runs import execute
 
@@ -98,7 +98,7 @@ def _drop_progress_handlers():
     later test would log into a closed stream ("--- Logging error ---")."""
     import logging
 
-    from webdedup_assets.progress_cli import PROGRESS_LOGGER
+    from webdedup_assets.cli.progress import PROGRESS_LOGGER
 
     yield
     logger = logging.getLogger(PROGRESS_LOGGER)

@@ -16,8 +16,15 @@ from webdedup_assets.defs import DAILY_ASSETS, DAILY_JOB, GLOBAL_JOB, defs, one_
 from webdedup_assets.defs.config import DocumentsConfig
 from webdedup_assets.engine.publish import publication_prepared, recover
 from webdedup_assets.engine.reading import input_days
-from webdedup_assets.engine.state import clear_days, held_days, months_of, remove_leftovers, reset_outdated, writer_lock
-from webdedup_assets.engine.storage import Store
+from webdedup_assets.storage.state import (
+    clear_days,
+    held_days,
+    months_of,
+    remove_leftovers,
+    reset_outdated,
+    writer_lock,
+)
+from webdedup_assets.storage.store import Store
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"

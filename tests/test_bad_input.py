@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.engine import Store, WebdedupError, stage_documents
-from webdedup_assets.engine.manifest import load_manifest
+from webdedup_assets.engine.stages.manifest import load_manifest
 
 from .conftest import failure_messages, run_job
 
@@ -119,7 +119,16 @@ def test_one_20_mb_document_completes(tmp_path):
 def test_cli_reports_bad_input_without_a_traceback(tmp_path):
     path = _write(tmp_path, "doc_id,body\na,b\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "webdedup_assets.cli", "run", str(path), "--output", str(tmp_path / "out"), "--quiet"],
+        [
+            sys.executable,
+            "-m",
+            "webdedup_assets.cli.main",
+            "run",
+            str(path),
+            "--output",
+            str(tmp_path / "out"),
+            "--quiet",
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks import incremental, stage_time
-from webdedup_assets.engine.storage import Store
+from webdedup_assets.storage.store import Store
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "documents.csv"
 

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from webdedup_assets.engine.incremental import bodies
-from webdedup_assets.engine.rows import fetch_rows
-from webdedup_assets.engine.storage import Store, connect
+from webdedup_assets.storage.rows import fetch_rows
+from webdedup_assets.storage.store import Store, connect
 
 
 def _write(store: Store, partition: str, rows: list[tuple[str, str | None]]) -> None:

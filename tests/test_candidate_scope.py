@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 
 from .test_state import _corpus
 

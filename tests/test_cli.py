@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.defs.checks import describe_failure
 
 from .conftest import CLASSIC, FIXTURE
@@ -77,7 +77,7 @@ def test_cli_reports_a_failed_count_check(tmp_path, capsys):
 
 def test_console_script_help():
     proc = subprocess.run(
-        [sys.executable, "-m", "webdedup_assets.cli", "run", "--help"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "webdedup_assets.cli.main", "run", "--help"], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0
     for flag in (
@@ -96,7 +96,7 @@ def _drop_from_clusters(monkeypatch, doc_ids):
     """Make the DuckDB engine's clusters stage lose documents, so the blocking check
     every_document_in_one_cluster fails."""
     from webdedup_assets.engine import DUCKDB
-    from webdedup_assets.engine.storage import read_params, write_table
+    from webdedup_assets.storage.store import read_params, write_table
 
     real = DUCKDB.stages["clusters"]
 
@@ -139,7 +139,7 @@ def test_check_failure_description_lists_figures_and_first_offenders():
 
 def test_invariants_name_their_first_offenders(tmp_path):
     from webdedup_assets.engine import Store, invariants
-    from webdedup_assets.engine.storage import write_table
+    from webdedup_assets.storage.store import write_table
 
     store = Store(tmp_path)
     write_table(store.path("documents"), pa.table({"doc_id": ["a", "b", "c", "d"]}), {})
@@ -179,8 +179,8 @@ def test_invariants_name_their_first_offenders(tmp_path):
 def test_progress_tasks_plain_lines_and_live_bars():
     import io
 
+    from webdedup_assets.cli.progress import stderr_sink
     from webdedup_assets.progress import installed, task
-    from webdedup_assets.progress_cli import stderr_sink
 
     counted = []
     with installed(None), task("fingerprinted", total=lambda: counted.append(1) or 5, unit="docs") as shown:
@@ -247,7 +247,7 @@ def test_run_works_with_dagster_impossible_to_import(tmp_path):
     """The CLI is the plain pipeline (engine.pipeline): it never imports Dagster."""
     script = (
         "import sys; sys.modules['dagster'] = None\n"
-        "from webdedup_assets.cli import main\n"
+        "from webdedup_assets.cli.main import main\n"
         f"status = main(['run', {str(FIXTURE)!r}, '--output', {str(tmp_path / 'out')!r}, '--quiet', '--json'])\n"
         "assert not any(name.startswith('dagster') for name, module in sys.modules.items() if module), 'imported'\n"
         "sys.exit(status)\n"
@@ -259,9 +259,9 @@ def test_run_works_with_dagster_impossible_to_import(tmp_path):
 
 
 def test_the_command_ends_quickly_with_its_outputs_complete_and_its_status(tmp_path):
-    """`python -m webdedup_assets.cli` ends through cli.entry (no module teardown): the outputs are
+    """`python -m webdedup_assets.cli.main` ends through cli.entry (no module teardown): the outputs are
     whole, stdout is all there, and the exit status is main()'s, also for a failed check."""
-    command = [sys.executable, "-m", "webdedup_assets.cli", "run", str(FIXTURE), "--quiet", "--json"]
+    command = [sys.executable, "-m", "webdedup_assets.cli.main", "run", str(FIXTURE), "--quiet", "--json"]
     proc = subprocess.run([*command, "--output", str(tmp_path / "ok")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     counts = json.loads(proc.stdout)

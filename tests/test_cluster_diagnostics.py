@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.engine.diagnostics import cluster_diagnostics, diagnostics_preview
-from webdedup_assets.engine.storage import Store
+from webdedup_assets.storage.store import Store
 
 from .conftest import FIXTURE
 
@@ -176,7 +176,7 @@ def test_representative_rows_give_the_needed_pages_of_row_groups_without_a_winne
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from webdedup_assets.engine.clustering import _representative_rows
+    from webdedup_assets.engine.stages.clustering import _representative_rows
 
     path = tmp_path / "part.parquet"
     docs = pa.table({"doc_id": [f"d{i}" for i in range(6)], "body": [f"text {i}" for i in range(6)]})

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from webdedup_assets.engine.documents import stage_documents, stored_input
-from webdedup_assets.engine.storage import Store, params_sidecar, read_params
+from webdedup_assets.engine.stages.documents import stage_documents, stored_input
 from webdedup_assets.errors import WebdedupError
 from webdedup_assets.ingest.contract import CONTRACT_SCHEMA
+from webdedup_assets.storage.store import Store, params_sidecar, read_params
 
 from .conftest import FIXTURE, failure_messages, run_job
 
@@ -166,7 +166,7 @@ def test_invalid_utf8_in_a_parquet_body_is_refused_naming_the_doc_id(tmp_path):
 def test_a_second_run_does_not_read_held_copies_again_but_checks_a_replaced_file(tmp_path, monkeypatch):
     """A daily job re-running over the same exports: a file the store already holds as an adopted
     copy (same size and sha256) is not decoded again for the UTF-8 check; a replaced file is."""
-    import webdedup_assets.engine.adopt as adopt
+    import webdedup_assets.storage.adopt as adopt
 
     paths = write_daily_parquet(tmp_path / "input")
     days = sorted(paths)
@@ -197,7 +197,7 @@ def test_one_file_over_months_is_split_in_input_order_and_a_late_bad_value_leave
     """The split path (one file spanning months, not adoptable): each month's file holds its rows
     in input order; invalid UTF-8 met while the input streams (after months were begun) fails
     with DuckDB's message naming the file, and no month file or staging folder is left."""
-    import webdedup_assets.engine.documents as documents
+    import webdedup_assets.engine.stages.documents as documents
 
     monkeypatch.setattr(documents, "SPLIT_BATCH_ROWS", 64)  # many batches: the bad value comes mid-stream
     n = 20_000
@@ -293,7 +293,7 @@ def test_input_days_of_parquet_come_from_the_footer_or_the_column(tmp_path):
 def test_a_new_daily_export_in_a_held_month_is_the_only_file_fingerprinted_again(tmp_path):
     """Derived files mirror the documents files of a month: re-running the month after one more
     daily export arrived copies and fingerprints that export alone; the others stay as they were."""
-    from webdedup_assets.cli import main
+    from webdedup_assets.cli.main import main
 
     paths = write_daily_parquet(tmp_path / "all")
     days = sorted(paths)
@@ -330,7 +330,7 @@ def test_webdedup_add_of_one_day_leaves_the_months_other_files_untouched(tmp_pat
     """`webdedup add` of a day in a held month: the month's stored files that hold none of the
     input's days stay as they are (neither re-encoded nor fingerprinted again); a CSV day is
     written as a segment of its own beside them; the results equal a run over everything."""
-    from webdedup_assets.cli import main
+    from webdedup_assets.cli.main import main
 
     paths = write_daily_parquet(tmp_path / "all")
     days = sorted(paths)

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from webdedup_assets.engine.publish import domain_summary_sql
-from webdedup_assets.engine.storage import Store, connect
+from webdedup_assets.storage.store import Store, connect
 
 
 def _put(store: Store, asset: str, table: pa.Table) -> None:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.core.exact import (
     adjusted_rand_index,
     brute_force_join,
@@ -413,7 +413,7 @@ def test_evaluate_refuses_a_storage_root_a_writer_holds(labelled_run, capsys):
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from webdedup_assets.engine.state import writer_lock\n"
+            "from webdedup_assets.storage.state import writer_lock\n"
             "with writer_lock(sys.argv[1], purpose='test writer'):\n"
             "    print('held', flush=True)\n"
             "    time.sleep(600)\n",
@@ -440,7 +440,7 @@ def test_the_cohesion_check_warns_on_a_chain_and_the_run_goes_on(labelled_run, c
     """The fixture plus a chain A~B~C (A and C at J ~0.62): one cluster of three whose far member
     is named by the non-blocking clusters_cohesive check; the fixture's own clusters pass."""
     from webdedup_assets.engine.invariants import cluster_cohesion
-    from webdedup_assets.engine.storage import Store
+    from webdedup_assets.storage.store import Store
 
     passed, details = cluster_cohesion(Store(labelled_run / "_storage"))
     assert not passed and details["members_below_threshold_to_representative"] == 1

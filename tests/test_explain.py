@@ -5,7 +5,7 @@ import json
 import duckdb
 import pytest
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.core.minhash import candidate_probability
 
 

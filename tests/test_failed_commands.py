@@ -1,5 +1,5 @@
 """A command that fails changes nothing: the storage and the outputs stay exactly as they were
-(engine.transaction, engine.pipeline), and what a killed command left is undone by the next one."""
+(storage.transaction, engine.pipeline), and what a killed command left is undone by the next one."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.engine import DUCKDB
 from webdedup_assets.engine.publish import JOURNAL
-from webdedup_assets.engine.state import HOLDERS_DIR, LOCK_FILE
-from webdedup_assets.engine.transaction import ROLLBACK_DIR, StorageTransaction, restore
+from webdedup_assets.storage.state import HOLDERS_DIR, LOCK_FILE
+from webdedup_assets.storage.transaction import ROLLBACK_DIR, StorageTransaction, restore
 
 from .conftest import FIXTURE
 
@@ -318,7 +318,7 @@ def test_a_run_killed_in_a_stage_is_undone_by_the_next_command(corpus, tmp_path)
         "import sys, time\n"
         "from webdedup_assets.engine import DUCKDB\n"
         "DUCKDB.stages['scored_pairs'] = lambda run: time.sleep(600)\n"
-        "from webdedup_assets.cli import main\n"
+        "from webdedup_assets.cli.main import main\n"
         f"sys.exit(main(['run', {str(other)!r}, '--output', {str(corpus)!r}]))\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)

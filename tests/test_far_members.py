@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.core.fingerprint import shingle_sets
 from webdedup_assets.core.sets import jaccard_blocks
 from webdedup_assets.engine import invariants
-from webdedup_assets.engine.storage import Store
+from webdedup_assets.storage.store import Store
 
 from .test_cluster_diagnostics import chain_bodies, write_corpus
 

@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from webdedup_assets.fileio import file_sha256s
+from webdedup_assets.storage.fileio import file_sha256s
 
 
 @pytest.mark.parametrize("threads", ["1", "4"])

@@ -27,7 +27,7 @@ OVERSIZED: dict[str, str] = {}
 # Cycles outside the ingest package that remain; same rule as OVERSIZED.
 KNOWN_CYCLES = {}
 # Layers below the engine: they may not import these (nor Dagster or DuckDB).
-BELOW_ENGINE = ("webdedup_assets.ingest", "webdedup_assets.errors", "webdedup_assets.fileio")
+BELOW_ENGINE = ("webdedup_assets.ingest", "webdedup_assets.errors", "webdedup_assets.storage.fileio")
 ABOVE = ("webdedup_assets.engine", "webdedup_assets.defs", "webdedup_assets.cli")
 
 
@@ -147,14 +147,26 @@ def test_ingest_is_below_the_engine():
         if name.startswith(BELOW_ENGINE):
             above = sorted(d for d in deps if d.startswith(ABOVE))
             assert not above, f"{name} imports {above}"
-    assert "webdedup_assets.ingest.inputs" in graph["webdedup_assets.engine.documents"]
-    assert "webdedup_assets.engine.documents" not in set().union(*(graph[m] for m in graph if "ingest" in m))
+    assert "webdedup_assets.ingest.inputs" in graph["webdedup_assets.engine.stages.documents"]
+    assert "webdedup_assets.engine.stages.documents" not in set().union(*(graph[m] for m in graph if "ingest" in m))
+
+
+def test_storage_is_below_the_engine():
+    """The stored files' layer serves every stage and command; it never reaches up into them."""
+    graph = import_graph()
+    storage = [name for name in graph if name.startswith(f"{PACKAGE}.storage.")]
+    assert f"{PACKAGE}.storage.transaction" in storage
+    for name in storage:
+        above = sorted(d for d in graph[name] if d.startswith((*ABOVE, f"{PACKAGE}.quality")))
+        assert not above, f"{name} imports {above}"
 
 
 INGEST = sorted(m for m in modules() if m.startswith(f"{PACKAGE}.ingest"))
 
 
-@pytest.mark.parametrize("name", [*INGEST, f"{PACKAGE}.engine.warc_staging", f"{PACKAGE}.engine.documents"])
+@pytest.mark.parametrize(
+    "name", [*INGEST, f"{PACKAGE}.engine.stages.documents_warc", f"{PACKAGE}.engine.stages.documents"]
+)
 def test_each_module_imports_alone(name):
     script = (
         "import importlib, json, sys\n"

@@ -24,12 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from webdedup_assets.engine import incremental
-from webdedup_assets.engine.documents import stage_documents
-from webdedup_assets.engine.fingerprint import stage_band_memberships, stage_fingerprinted
 from webdedup_assets.engine.incremental import bodies
 from webdedup_assets.engine.stage import DUCKDB
-from webdedup_assets.engine.state import months_of
-from webdedup_assets.engine.storage import Store, connect
+from webdedup_assets.engine.stages.documents import stage_documents
+from webdedup_assets.engine.stages.fingerprint import stage_band_memberships, stage_fingerprinted
 from webdedup_assets.errors import WebdedupError
 from webdedup_assets.params import (
     BandingParams,
@@ -38,6 +36,8 @@ from webdedup_assets.params import (
     RepresentativeParams,
     ScoringParams,
 )
+from webdedup_assets.storage.state import months_of
+from webdedup_assets.storage.store import Store, connect
 
 FINGERPRINT = FingerprintParams(shingle_size=3, num_perm=16, seed=3)
 BANDING = BandingParams(bands=8, rows=2)
@@ -425,7 +425,7 @@ def _split_fixture(folder: Path) -> tuple[Path, Path]:
 
 def test_cli_add_day_by_day_equals_run(tmp_path, capsys):
     from tests.conftest import FIXTURE
-    from webdedup_assets.cli import main
+    from webdedup_assets.cli.main import main
 
     early, late = _split_fixture(tmp_path)
     assert main(["run", str(FIXTURE), "--output", str(tmp_path / "full"), "--quiet"]) == 0
@@ -471,7 +471,7 @@ def test_an_update_measures_cluster_diagnostics_on_the_pages_it_verified(
     it, and no more members than the diagnostics' cap: no shingle set is loaded again, and the
     published diagnostics equal a full run's."""
     from tests.test_cluster_diagnostics import chain_bodies
-    from webdedup_assets.cli import main
+    from webdedup_assets.cli.main import main
     from webdedup_assets.engine import invariants, shingle_sets
     from webdedup_assets.engine.incremental import verify
 
@@ -526,7 +526,7 @@ def test_an_update_measures_cluster_diagnostics_on_the_pages_it_verified(
 
 
 def test_cli_add_refuses_other_fingerprint(tmp_path, capsys):
-    from webdedup_assets.cli import main
+    from webdedup_assets.cli.main import main
 
     early, late = _split_fixture(tmp_path)
     assert main(["add", str(early), "--output", str(tmp_path / "inc")]) == 0
@@ -536,7 +536,7 @@ def test_cli_add_refuses_other_fingerprint(tmp_path, capsys):
 
 def test_cli_check_changes_nothing(tmp_path, capsys):
     from tests.conftest import FIXTURE
-    from webdedup_assets.cli import main
+    from webdedup_assets.cli.main import main
 
     early, late = _split_fixture(tmp_path)
     assert main(["add", str(early), "--output", str(tmp_path / "inc")]) == 0
@@ -583,8 +583,8 @@ def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows,
     of an old file written in row groups of `group` rows, new rows put in at their keys, and the
     keys of some runs of old rows shuffled among themselves (a documents file written again with
     its rows in another order); the rewritten file holds the merge by key, in order."""
-    from webdedup_assets.engine import parquet_splice
     from webdedup_assets.engine.incremental.representatives import _parts
+    from webdedup_assets.storage import parquet_splice
 
     folder = tmp_path_factory.mktemp("splice")
     path, target = folder / "old.parquet", folder / "new.parquet"
@@ -619,10 +619,10 @@ def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows,
     picks=st.lists(st.integers(0, 74), max_size=20),
 )
 def test_fetch_rows_reads_the_wanted_rows(tmp_path_factory, sizes, group, picks):
-    """engine.rows.fetch_rows over files of small row groups, reading every file or only those
+    """storage.rows.fetch_rows over files of small row groups, reading every file or only those
     holding a wanted row: exactly the wanted documents; a column only the first file has comes
     back NULL for the others' rows."""
-    from webdedup_assets.engine import rows as layout
+    from webdedup_assets.storage import rows as layout
 
     folder = tmp_path_factory.mktemp("fetch")
     files, ids = [], []

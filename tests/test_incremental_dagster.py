@@ -105,7 +105,7 @@ def _storage_state(root) -> list:
 def test_the_check_job_compares_new_pages_with_the_corpus_and_changes_nothing(tmp_path):
     import pyarrow.parquet as pq
 
-    from webdedup_assets.cli import main
+    from webdedup_assets.cli.main import main
     from webdedup_assets.defs.check import CHECK_JOB
 
     crawl = tmp_path / "crawl"

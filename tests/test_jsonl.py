@@ -18,12 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from webdedup_assets.cli import main
-from webdedup_assets.engine.documents import stage_documents
+from webdedup_assets.cli.main import main
 from webdedup_assets.engine.reading import input_days
-from webdedup_assets.engine.storage import Store, read_params
+from webdedup_assets.engine.stages.documents import stage_documents
 from webdedup_assets.errors import WebdedupError
 from webdedup_assets.params import ColumnParams
+from webdedup_assets.storage.store import Store, read_params
 
 from .conftest import FIXTURE
 

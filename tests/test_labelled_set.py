@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 LABELLED = REPO / "fixtures" / "labelled"

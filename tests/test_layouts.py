@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from webdedup_assets.cli import main
-from webdedup_assets.engine.state import load_state
-from webdedup_assets.engine.storage import Store
+from webdedup_assets.cli.main import main
+from webdedup_assets.storage.state import load_state
+from webdedup_assets.storage.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from webdedup_assets import params
-from webdedup_assets.cli import _parser, flag, main, run_params
+from webdedup_assets.cli.main import _parser, flag, main, run_params
 from webdedup_assets.defs import build_defs
 from webdedup_assets.defs.config import CONFIG_OF_ASSET, DuplicateConfig, FingerprintConfig, InvalidConfig
 
@@ -96,7 +96,17 @@ def test_cli_refuses_a_bad_parameter_before_any_stage_with_one_line(tmp_path, ca
 
 def test_cli_bad_parameter_as_a_process_exits_2_without_traceback(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "webdedup_assets.cli", "run", str(FIXTURE), "--output", str(tmp_path), "--seed", "-1"],
+        [
+            sys.executable,
+            "-m",
+            "webdedup_assets.cli.main",
+            "run",
+            str(FIXTURE),
+            "--output",
+            str(tmp_path),
+            "--seed",
+            "-1",
+        ],
         capture_output=True,
         text=True,
         timeout=120,

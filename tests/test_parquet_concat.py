@@ -1,4 +1,4 @@
-"""engine.parquet_concat: Parquet files put together by copying their column chunks, and the
+"""storage.parquet_concat: Parquet files put together by copying their column chunks, and the
 footer codec it rests on; publish_concatenated uses it for day-partitioned assets."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from webdedup_assets.engine import parquet_concat
-from webdedup_assets.engine.storage import Store, publish_concatenated, write_table
+from webdedup_assets.storage import parquet_concat
+from webdedup_assets.storage.store import Store, publish_concatenated, write_table
 
 
 def _part(start: int, rows: int) -> pa.Table:
@@ -106,7 +106,7 @@ def test_what_cannot_be_concatenated_is_refused_before_anything_is_written(tmp_p
 def test_a_day_partitioned_asset_is_published_by_concatenation(tmp_path, monkeypatch):
     """publish_concatenated copies the days' column chunks when it can (the row groups stay the
     days' own), and streams the rows into a new file when it cannot: the same rows either way."""
-    from webdedup_assets.engine import storage
+    from webdedup_assets.storage import store as storage
 
     monkeypatch.setattr(storage, "CONCATENATED_MIN_GROUP_ROWS", 5)
     store = Store(tmp_path / "storage")

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from webdedup_assets.engine.parquet_splice import Encode, Keep, layout, rewrite
+from webdedup_assets.storage.parquet_splice import Encode, Keep, layout, rewrite
 
 SCHEMA = pa.schema(
     [

@@ -14,13 +14,13 @@ import dagster as dg
 import duckdb
 import pytest
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.defs import CRAWL_MONTHS, DAILY_JOB, GLOBAL_JOB, build_defs, register_months
-from webdedup_assets.engine.manifest import load_manifest
 from webdedup_assets.engine.reading import combined_sha256, input_days
-from webdedup_assets.engine.storage import Store
+from webdedup_assets.engine.stages.manifest import load_manifest
 from webdedup_assets.ingest.inputs import resolve_input
 from webdedup_assets.params import BandingParams, CandidateParams
+from webdedup_assets.storage.store import Store
 
 from .conftest import FIXTURE, check_results, failure_messages
 from .dagster_runs import RANGE_END_TAG, RANGE_START_TAG

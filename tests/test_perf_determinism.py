@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from webdedup_assets.core.fingerprint import fingerprint_texts
 from webdedup_assets.core.minhash import MinHashParams
 from webdedup_assets.engine import Store, stage_documents, stage_fingerprinted
-from webdedup_assets.engine import fingerprint as engine_fingerprint
+from webdedup_assets.engine.stages import fingerprint as engine_fingerprint
 from webdedup_assets.params import FingerprintParams
 
 TEXTS = ["Plain ASCII text about near duplicates.", "Ünïcödé ΣΟΦΙΑ 日本語のテキスト 한국어", "", "x"] * 50

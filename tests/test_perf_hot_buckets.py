@@ -21,9 +21,9 @@ from webdedup_assets.engine import (
     stage_fingerprinted,
     stage_scored_pairs,
 )
-from webdedup_assets.engine.candidates import pair_slot_budget
-from webdedup_assets.engine.storage import write_table
+from webdedup_assets.engine.stages.candidates import pair_slot_budget
 from webdedup_assets.params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
+from webdedup_assets.storage.store import write_table
 
 HOT = 50_000
 BOILERPLATE = "Home | About | Contact | Privacy | Terms. Accept all cookies. Sign up for our newsletter. © 2026"

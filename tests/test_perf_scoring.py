@@ -100,7 +100,7 @@ def test_any_memory_budget_and_thread_count_gives_the_same_table(store, budget, 
 
 
 def test_members_that_fit_the_budget_are_one_group_else_halves():
-    from webdedup_assets.engine.scoring import _member_groups
+    from webdedup_assets.engine.stages.scoring import _member_groups
 
     counts = np.full(10, 100)  # 816 bytes each
     assert _member_groups(counts, 8_160).tolist() == [0, 10]

@@ -7,9 +7,9 @@ import dagster as dg
 import duckdb
 
 from webdedup_assets.defs import build_defs
-from webdedup_assets.engine.manifest import load_manifest
 from webdedup_assets.engine.reading import input_days
-from webdedup_assets.engine.state import months_of
+from webdedup_assets.engine.stages.manifest import load_manifest
+from webdedup_assets.storage.state import months_of
 
 from .conftest import CLASSIC, FIXTURE, check_results, failure_messages, job_config, run_job
 from .dagster_runs import RANGE_END_TAG, RANGE_START_TAG

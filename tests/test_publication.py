@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.engine import publish as publish_module
-from webdedup_assets.engine import storage as storage_module
-from webdedup_assets.engine.storage import Store
+from webdedup_assets.storage import store as storage_module
+from webdedup_assets.storage.store import Store
 
 from .conftest import FIXTURE
 from .test_documents_adopt import write_daily_parquet

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 
 from .conftest import FIXTURE
 
@@ -297,7 +297,7 @@ def test_the_pair_budget_names_the_hot_bucket_size_that_star_needs(tmp_path, cap
 
 
 def test_budget_advice_follows_the_bucket_sizes():
-    from webdedup_assets.engine.candidates import budget_advice
+    from webdedup_assets.engine.stages.candidates import budget_advice
     from webdedup_assets.params import CandidateParams
 
     fail, star = CandidateParams(), CandidateParams(bucket_policy="star", hot_bucket_size=100)

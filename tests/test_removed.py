@@ -2,7 +2,7 @@
 
 import csv
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 
 
 def _write(path, rows):

@@ -1,5 +1,5 @@
 """Row groups of the files that hold page text (deduped_documents) are bounded in bytes as well as
-rows (engine.storage.row_groups), when the stage writes the file and when `webdedup add` splices
+rows (storage.store.row_groups), when the stage writes the file and when `webdedup add` splices
 a day into it: a reader or a rewriter holds about one row group of text, whatever the pages' length
 and however many days were added."""
 
@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webdedup_assets.cli import main
-from webdedup_assets.engine import storage
-from webdedup_assets.engine.storage import row_groups
+from webdedup_assets.cli.main import main
+from webdedup_assets.storage import store as storage
+from webdedup_assets.storage.store import row_groups
 
 
 @settings(max_examples=60, deadline=None)
@@ -106,7 +106,7 @@ def test_deduped_documents_row_groups_stay_bounded_through_run_and_add(tmp_path,
 def test_publishing_parts_into_one_file_bounds_its_row_groups(tmp_path, monkeypatch):
     """publish_concatenated (Spark writes deduped_documents as parts): one file, the parts' rows in
     order, row groups bounded by bytes like the stages' own files."""
-    from webdedup_assets.engine.storage import Store, publish_concatenated, write_table
+    from webdedup_assets.storage.store import Store, publish_concatenated, write_table
 
     monkeypatch.setattr(storage, "ROW_GROUP_BYTES", 20_000)
     store = Store(tmp_path / "storage")

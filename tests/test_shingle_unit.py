@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.core.fingerprint import fingerprint_texts, shingle_sets
 from webdedup_assets.core.minhash import MinHashParams
 from webdedup_assets.core.reference import char_tokens, jaccard, shingle_set
@@ -104,8 +104,8 @@ def test_pipeline_finds_the_thai_pair_only_with_char_and_stores_the_unit(tmp_pat
 
 def test_a_day_fingerprinted_with_another_unit_is_refused(tmp_path):
     from webdedup_assets.engine import DUCKDB, Store, WebdedupError, stage_documents
-    from webdedup_assets.engine.storage import read_params, write_table
     from webdedup_assets.params import BandingParams, CandidateParams, FingerprintParams
+    from webdedup_assets.storage.store import read_params, write_table
 
     from .test_partitions import MONTHS, split_fixture_by_day
 

@@ -30,7 +30,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from webdedup_assets.engine import DUCKDB, Store, WebdedupError, invariants, stage_documents
-from webdedup_assets.engine.storage import read_params, write_table
 from webdedup_assets.params import (
     BandingParams,
     CandidateParams,
@@ -38,16 +37,17 @@ from webdedup_assets.params import (
     RepresentativeParams,
     ScoringParams,
 )
+from webdedup_assets.storage.store import read_params, write_table
 
 pyspark = pytest.importorskip("pyspark")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("the Spark engine needs Java 17", allow_module_level=True)
 
-from webdedup_assets.engine.spark import SPARK  # noqa: E402
-from webdedup_assets.engine.spark import candidates as spark_candidates  # noqa: E402
-from webdedup_assets.engine.spark import scoring as spark_scoring  # noqa: E402
-from webdedup_assets.engine.spark.clustering import round_limit  # noqa: E402
+from webdedup_assets.engine.spark.engine import SPARK  # noqa: E402
 from webdedup_assets.engine.spark.session import SparkSettings, get_session, stop_sessions  # noqa: E402
+from webdedup_assets.engine.stages import candidates_spark as spark_candidates  # noqa: E402
+from webdedup_assets.engine.stages import scoring_spark as spark_scoring  # noqa: E402
+from webdedup_assets.engine.stages.clustering_spark import round_limit  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -186,7 +186,7 @@ def test_fixture_on_local_2_is_the_duckdb_result_and_every_check_is_green(spark,
     band_memberships on Spark, 18 candidates, 18 duplicates, 12 representatives, every check
     green; then DuckDB's global stages over a copy of that storage give the same tables and
     reports, and each engine reads the other's files."""
-    from webdedup_assets.cli import main
+    from webdedup_assets.cli.main import main
 
     called = spy_on_daily_stages(monkeypatch)
     spread = spread_fixture(tmp_path / "spread.csv")
@@ -279,7 +279,7 @@ def assert_same_daily_files(ours: Store, theirs: Store) -> None:
 def test_fingerprinted_and_band_memberships_on_spark_are_duckdbs_files(spark, tmp_path):
     """Signatures and band keys by the same kernel in the executors: every file equals DuckDB's;
     a second run after one documents file changed computes that file alone."""
-    from webdedup_assets.engine.documents import stage_documents as documents_stage
+    from webdedup_assets.engine.stages.documents import stage_documents as documents_stage
 
     exports = tmp_path / "input"
     daily_exports(exports)
@@ -514,7 +514,7 @@ def test_long_real_pages_are_scored_block_by_block_as_duckdb_scores_them(spark, 
 
 
 def test_scoring_groups_bound_the_sets_and_the_pairs_of_a_block():
-    from webdedup_assets.engine.spark.scoring import GROUP_SET_BYTES, PAIRS_PER_BLOCK, scoring_groups
+    from webdedup_assets.engine.stages.scoring_spark import GROUP_SET_BYTES, PAIRS_PER_BLOCK, scoring_groups
 
     assert scoring_groups(0, 0) == 1
     assert scoring_groups(GROUP_SET_BYTES, PAIRS_PER_BLOCK // 2) == 1
@@ -721,7 +721,7 @@ def _conf(conf: dict[str, str]) -> list[str]:
 
 
 def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path, monkeypatch):
-    from webdedup_assets.engine.spark import clustering
+    from webdedup_assets.engine.stages import clustering_spark as clustering
 
     monkeypatch.setattr(clustering, "CHECKPOINT_EVERY", 1)  # a reliable checkpoint in the one round
     written = []
@@ -804,8 +804,8 @@ def test_webdedup_run_on_a_spark_connect_server(tmp_path, monkeypatch):
     Spark stage recorded as Spark's, the reliable checkpoints in the server's spark.checkpoint.dir;
     the server stopped afterwards, whatever happened."""
 
-    from webdedup_assets.cli import main
-    from webdedup_assets.engine.spark import clustering
+    from webdedup_assets.cli.main import main
+    from webdedup_assets.engine.stages import clustering_spark as clustering
 
     monkeypatch.setattr(clustering, "CHECKPOINT_EVERY", 1)  # a reliable checkpoint in the one round
     called = spy_on_daily_stages(monkeypatch)

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from webdedup_assets.engine import DUCKDB, STAGES, Store, WebdedupError, stage_documents
-from webdedup_assets.engine.serial import decode, encode, from_stored, to_stored
 from webdedup_assets.engine.stage import Engine, StageOutput, StageRun, check_upstream
-from webdedup_assets.engine.storage import read_params, write_table
 from webdedup_assets.params import BandingParams, FingerprintParams, ScoringParams
+from webdedup_assets.storage.serial import decode, encode, from_stored, to_stored
+from webdedup_assets.storage.store import read_params, write_table
 
 from .conftest import FIXTURE
 

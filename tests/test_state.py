@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 from webdedup_assets.engine import publish as publish_module
-from webdedup_assets.engine.state import (
+from webdedup_assets.errors import WebdedupError
+from webdedup_assets.storage.state import (
     HOLDERS_DIR,
     LockBusy,
     check_consistent,
@@ -25,8 +26,7 @@ from webdedup_assets.engine.state import (
     update_state,
     writer_lock,
 )
-from webdedup_assets.engine.storage import Store
-from webdedup_assets.errors import WebdedupError
+from webdedup_assets.storage.store import Store
 
 from .conftest import FIXTURE
 
@@ -136,7 +136,7 @@ def test_global_stages_refuse_storage_that_is_not_one_corpus(tmp_path, capsys):
 
 HOLD = """
 import sys, time
-from webdedup_assets.engine.state import writer_lock
+from webdedup_assets.storage.state import writer_lock
 with writer_lock(sys.argv[1], exclusive=sys.argv[2] == "x", purpose="test holder"):
     print("held", flush=True)
     time.sleep(60)
@@ -302,7 +302,7 @@ def test_kill_9_during_a_run_then_rerun(tmp_path):
     corpus = _corpus(tmp_path / "corpus.csv", 3000)
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "webdedup_assets.cli", "run", str(corpus), "--output", str(out), "--quiet"]
+    cmd = [sys.executable, "-m", "webdedup_assets.cli.main", "run", str(corpus), "--output", str(out), "--quiet"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out / "_storage" / "fingerprinted").exists():

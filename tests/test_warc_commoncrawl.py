@@ -17,11 +17,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_warc_fixtures import ARTICLE, Rec, corpus, page, write_warc  # noqa: E402
 
-from webdedup_assets.cli import main  # noqa: E402
-from webdedup_assets.engine.documents import stage_documents  # noqa: E402
-from webdedup_assets.engine.storage import Store  # noqa: E402
+from webdedup_assets.cli.main import main  # noqa: E402
+from webdedup_assets.engine.stages.documents import stage_documents  # noqa: E402
 from webdedup_assets.errors import WebdedupError  # noqa: E402
 from webdedup_assets.ingest.options import TERMS_URL, WarcOptions  # noqa: E402
+from webdedup_assets.storage.store import Store  # noqa: E402
 
 WARC_PATH = "crawl-data/CC-TEST/segments/1/warc/test-00000.warc.gz"
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_warc_fixtures import ARTICLE, JAPANESE, OTHER, RUSSIAN, page  # noqa: E402
 from test_warc_quirks import convert, http, warc_record  # noqa: E402
 
-from webdedup_assets.cli import main  # noqa: E402
+from webdedup_assets.cli.main import main  # noqa: E402
 from webdedup_assets.ingest.convert import convert_warc_input  # noqa: E402
 from webdedup_assets.ingest.options import WarcOptions  # noqa: E402
 

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).parent))
 from test_warc_fixtures import Rec, corpus, page, truncated_member, write_warc  # noqa: E402
 
-from webdedup_assets.cli import main  # noqa: E402
-from webdedup_assets.engine.warc_staging import STAGING_FOLDER  # noqa: E402
+from webdedup_assets.cli.main import main  # noqa: E402
+from webdedup_assets.engine.stages.documents_warc import STAGING_FOLDER  # noqa: E402
 from webdedup_assets.ingest.warc.collect import PROVENANCE_COLUMNS, doc_id_for  # noqa: E402
 
 

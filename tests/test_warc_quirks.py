@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).parent))
 from test_warc_fixtures import ARTICLE, JAPANESE, OTHER, RUSSIAN, Rec, gzip_member, page, record_bytes  # noqa: E402
 
-from webdedup_assets.cli import main  # noqa: E402
+from webdedup_assets.cli.main import main  # noqa: E402
 from webdedup_assets.ingest.convert import convert_warc_input  # noqa: E402
 from webdedup_assets.ingest.options import WarcOptions  # noqa: E402
 from webdedup_assets.ingest.warc.collect import doc_id_for  # noqa: E402

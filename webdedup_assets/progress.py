@@ -3,7 +3,7 @@ ranges fetched), reported by the engine and shown by whatever sink the caller in
 
 The engine only counts: `with task("fingerprinted", total=n, unit="docs") as t: t.advance(k)`.
 With no sink (library use) a task costs one attribute check per advance. The CLI installs a sink
-for its run (webdedup_assets.progress_cli: live bars on a terminal, plain lines otherwise,
+for its run (webdedup_assets.cli.progress: live bars on a terminal, plain lines otherwise,
 nothing with --quiet); the Dagster layer sets the default sink, `log_sink`, so that runs
 launched from the UI log the same figures as plain lines. rich/tqdm are never imported here.
 

@@ -16,10 +16,10 @@ from typing import Any
 import dagster as dg
 
 from ..engine.reading import combined_sha256, input_days
-from ..engine.state import crawl_month
 from ..errors import WebdedupError
 from ..ingest.inputs import WARC_FORMATS, resolve_input
 from ..progress import log_sink, set_default
+from ..storage.state import crawl_month
 from .assets import build_daily_assets
 from .check import check_job, checked_documents
 from .checks import ASSET_CHECKS

@@ -17,9 +17,9 @@ from .. import engine
 from ..core.minhash import candidate_probability
 from ..engine.preview import markdown_table, partition_previews, preview
 from ..engine.stage import StageResult
-from ..engine.state import writer_lock
-from ..engine.storage import Store
 from ..params import ParamGroup
+from ..storage.state import writer_lock
+from ..storage.store import Store
 from . import charts
 from .config import (
     BandConfig,

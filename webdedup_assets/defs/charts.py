@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..core.minhash import candidate_probability
-from ..engine.storage import Store, connect
+from ..storage.store import Store, connect
 
 HISTOGRAM_BINS = 20
 

@@ -14,10 +14,10 @@ from ..engine import diagnostics as engine_diagnostics
 from ..engine import incremental
 from ..engine.preview import markdown_table, pair_preview, preview
 from ..engine.stage import StageResult
-from ..engine.state import writer_lock
-from ..engine.storage import Store
-from ..engine.warc_staging import rejections_by_kind as engine_rejections
+from ..engine.stages.documents_warc import rejections_by_kind as engine_rejections
 from ..params import ParamGroup, ScoringParams
+from ..storage.state import writer_lock
+from ..storage.store import Store
 from . import charts
 from .assets import (
     GROUP,

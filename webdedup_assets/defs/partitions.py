@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from ..engine.state import crawl_month
+from ..storage.state import crawl_month
 
 CRAWL_MONTHS = "crawl_months"
 crawl_months = dg.DynamicPartitionsDefinition(name=CRAWL_MONTHS)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from ..engine.storage import Store
-from ..fileio import make_folder
 from ..params import EngineParams
+from ..storage.fileio import make_folder
+from ..storage.store import Store
 
 DEFAULT_STORAGE_ROOT = os.environ.get("WEBDEDUP_STORAGE_ROOT", ".webdedup/storage")
 DEFAULT_OUTPUT_DIR = os.environ.get("WEBDEDUP_OUTPUT_DIR", ".webdedup/output")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from ..storage.store import Store
 from .invariants import (
     candidates_well_formed,
     cluster_cohesion,
@@ -17,7 +18,6 @@ from .invariants import (
     every_document_in_one_cluster,
     one_representative_per_cluster,
 )
-from .storage import Store
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from ..errors import WebdedupError
 from ..ingest.contract import REQUIRED_COLUMNS
 from ..ingest.inputs import InputFile
 from ..params import ColumnParams, InputParams
-from .state import crawl_month, load_state
-from .storage import Store, quote_ident, sql_string
+from ..storage.state import crawl_month, load_state
+from ..storage.store import Store, quote_ident, sql_string
 
 MAPPED_BY = {  # contract column -> the ColumnParams field naming the input's field for it
     "doc_id": "id_column",

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from ..storage.store import Store, atomic_path, connect
 from .invariants import (
     GIANT_CLUSTER_SIZE,
     cohesion_cap,
@@ -40,7 +41,6 @@ from .invariants import (
 )
 from .preview import markdown_table
 from .publish import report_path
-from .storage import Store, atomic_path, connect
 
 if TYPE_CHECKING:
     from .shingle_sets import ShingleSets

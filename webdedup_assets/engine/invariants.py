@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..fileio import atomic_path
-from .documents import stored_input
-from .storage import Store, connect, file_identity, scalar
+from ..storage.fileio import atomic_path
+from ..storage.store import Store, connect, file_identity, scalar
+from .stages.documents import stored_input
 
 if TYPE_CHECKING:
     from .shingle_sets import ShingleSets
@@ -121,7 +121,7 @@ def one_representative_per_cluster(store: Store) -> tuple[bool, dict[str, Any]]:
     details: dict[str, Any] = {"clusters": clusters, "representatives": reps, "clusters_with_representative": distinct}
     representative = store.params("deduped_documents").get("representatives") or {}
     if representative.get("verify_against_representative"):
-        # far members split off their component (engine.clustering._verify_against_representative):
+        # far members split off their component (engine.stages.clustering._verify_against_representative):
         # every component keeps its cluster_id and representative; each part split off has its own
         without = scalar(
             con,

@@ -6,7 +6,7 @@ the global stages for the documents that changed (engine.incremental.update). Bo
 incremental state that the next `add` extends.
 
 Validate first, commit last: the input is resolved before anything changes; every change to the
-storage is made inside a storage transaction (engine.transaction) that is undone when anything
+storage is made inside a storage transaction (storage.transaction) that is undone when anything
 fails, and the outputs are published as one set at the very end, which is the commit point.
 Each stage reports its progress, and after a stage the checks of its asset (checks.CHECKS)
 are evaluated: a failed blocking check stops the command before anything is published.
@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
-from ..fileio import make_folder
 from ..ingest.inputs import resolve_input
 from ..params import (
     BandingParams,
@@ -41,20 +40,21 @@ from ..params import (
     ScoringParams,
     check_banding,
 )
+from ..storage.fileio import make_folder
+from ..storage.serial import from_stored
+from ..storage.state import clear_days, held_days, months_of, remove_leftovers, reset_outdated, writer_lock
+from ..storage.store import Store
+from ..storage.transaction import StorageTransaction, discard, storage_transaction
 from . import incremental
 from .checks import CHECKS, Check, describe_failure
 from .columns import mapping_for_add, mapping_of
-from .documents import stage_documents, warc_options_of
 from .incremental.layout import UpdateReport
-from .manifest import stage_manifest
 from .publish import publication_prepared, recover
 from .reading import input_days
-from .serial import from_stored
 from .stage import DUCKDB, StageResult
-from .state import clear_days, held_days, months_of, remove_leftovers, reset_outdated, writer_lock
-from .storage import Store
-from .transaction import StorageTransaction, discard, storage_transaction
-from .verify_storage import damage_message, damage_named
+from .stages.documents import stage_documents, warc_options_of
+from .stages.manifest import stage_manifest
+from .verify import damage_message, damage_named
 
 PROGRESS = logging.getLogger("webdedup.progress")
 Notice = Callable[[str], None]
@@ -121,7 +121,7 @@ def stage_runner(chosen: EngineParams) -> Callable[..., StageResult]:
     """Engine.run of the chosen engine (fingerprinted, band_memberships and the global stages)."""
     if chosen.engine == "duckdb":
         return DUCKDB.run
-    from .spark import SPARK
+    from .spark.engine import SPARK
     from .spark.session import SparkSettings
 
     settings = SparkSettings(master=chosen.spark_master or None, remote=chosen.spark_remote or None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .storage import Store, connect, sql_string
+from ..storage.store import Store, connect, sql_string
 
 MAX_CELL = 60
 

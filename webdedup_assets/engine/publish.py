@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
-from ..fileio import atomic_path, write_text
+from ..storage.fileio import atomic_path, write_text
+from ..storage.store import Store, _link_or_copy, connect, file_identity, publish_concatenated, sql_string
+from ..storage.transaction import JOURNAL
 from .invariants import MEMBER_CACHE, measured_key, read_keyed_table
-from .storage import Store, _link_or_copy, connect, file_identity, publish_concatenated, sql_string
 
-JOURNAL = ".publish-journal.json"
 MANIFEST = "manifest.json"
 # Every file name webdedup publishes: only these are ever replaced or removed in the output folder.
 OUTPUT_NAMES = (

@@ -24,9 +24,9 @@ from ..ingest.inputs import WARC_FORMATS, InputFile, resolve_input
 from ..ingest.jsonl import first_problem, has_records
 from ..ingest.options import WarcOptions
 from ..params import ColumnParams
+from ..storage.store import Store, connect, quote_ident, scalar, sql_string
 from .columns import MappedInput, is_json, map_columns, stored_name, text_sql
-from .storage import Store, connect, quote_ident, scalar, sql_string
-from .warc_staging import stage_warc
+from .stages.documents_warc import stage_warc
 
 TEXT_COLUMNS = ("doc_id", "source", "domain", "title", "body")
 

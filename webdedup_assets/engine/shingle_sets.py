@@ -12,8 +12,8 @@ import pyarrow.compute as pc
 from ..core.fingerprint import shingle_sets
 from ..core.kernel import jaccard_blocks
 from ..errors import WebdedupError
-from .parallel import ordered_map, thread_count
-from .storage import Store, connect
+from ..storage.store import Store, connect
+from ..threads import ordered_map, thread_count
 
 
 @dataclass

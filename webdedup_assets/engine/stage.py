@@ -4,7 +4,7 @@ A `Stage` names its parameter model, the artifacts it reads (upstream), whether 
 crawl day, and what it needs the upstream artifacts to have been built with. `Engine.run` does
 what is common to every stage: it reads the upstream's stored parameters and checks them
 (`check_upstream`: one check, one error format naming both values), builds the parameters the
-stage stores with its data (engine.serial), times the stage, writes its stats and returns a
+stage stores with its data (storage.serial), times the stage, writes its stats and returns a
 typed `StageResult`. For a daily stage it also keeps the crawl-day bookkeeping (days without
 upstream rows lose their file, the schema file, the corpus state).
 
@@ -32,9 +32,9 @@ from ..params import (
     RepresentativeParams,
     ScoringParams,
 )
-from .serial import from_stored, to_stored
-from .state import check_consistent, record_stage
-from .storage import Store, read_params, write_schema
+from ..storage.serial import from_stored, to_stored
+from ..storage.state import check_consistent, record_stage
+from ..storage.store import Store, read_params, write_schema
 
 # ---- declaring a stage --------------------------------------------------------------------
 
@@ -63,7 +63,7 @@ class Stage:
     params: type[ParamGroup] | None  # the parameter model it takes (None: none)
     group: str | None  # key of its own parameters in what it stores
     upstream: tuple[str, ...] = ()  # artifacts it reads: must exist; their stored parameters are checked
-    daily: bool = False  # built per crawl month (one file per month, see engine.state.crawl_month)
+    daily: bool = False  # built per crawl month (one file per month, see storage.state.crawl_month)
     inherits: tuple[tuple[str, str], ...] = ()  # (group, upstream): stored again with this stage's data
     needs: tuple[Need, ...] = ()
     uniform: tuple[str, ...] = ()  # daily upstreams whose days must all share the latest parameters

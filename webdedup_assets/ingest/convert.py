@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import urllib3
 
-from ..fileio import atomic_path, file_sha256
 from ..progress import task
+from ..storage.fileio import atomic_path, file_sha256
 from .commoncrawl import read_commoncrawl
 from .options import WarcOptions
 from .warc.collect import DOCUMENT_SCHEMA, Collector, FileReport, doc_id_for, rejection_row

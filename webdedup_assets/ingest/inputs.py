@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
-from ..fileio import file_sha256s
+from ..storage.fileio import file_sha256s
 
 FORMATS = ("auto", "csv", "parquet", "jsonl", "warc", "commoncrawl")
 WARC_FORMATS = ("warc", "commoncrawl")  # converted to a staged Parquet before the documents stage reads them

@@ -32,10 +32,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.minhash import candidate_probability
-from ..engine.state import writer_lock
-from ..engine.storage import Store, connect
 from ..errors import WebdedupError
-from ..fileio import atomic_path, make_folder
+from ..storage.fileio import atomic_path, make_folder
+from ..storage.state import writer_lock
+from ..storage.store import Store, connect
 from .evaluate_clusters import cluster_diagnostics
 from .evaluate_common import rounded, run_info, write_csv
 from .evaluate_labels import evaluate_labels

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..engine.shingle_sets import ShingleSets, load_shingle_sets
-from ..engine.storage import Store
+from ..storage.store import Store
 from .evaluate_common import RunInfo, rows_table
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ..engine.storage import Store
 from ..errors import WebdedupError
-from ..fileio import atomic_path
+from ..storage.fileio import atomic_path
+from ..storage.store import Store
 
 
 @dataclass

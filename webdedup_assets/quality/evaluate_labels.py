@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 
 from ..core.components import component_labels
 from ..core.exact import adjusted_rand_index, cluster_pair_counts, pair_metrics
-from ..engine.storage import Store, connect, quote_ident
 from ..errors import WebdedupError
+from ..storage.store import Store, connect, quote_ident
 from .evaluate_common import rounded, rows_table, write_csv
 
 

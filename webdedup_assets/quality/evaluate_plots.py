@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..core.minhash import candidate_probability
-from ..fileio import atomic_path
+from ..storage.fileio import atomic_path
 
 
 def _pyplot():

@@ -14,8 +14,8 @@ import pyarrow as pa
 from ..core.exact import PairBudgetExceeded, similarity_join
 from ..core.minhash import candidate_probability
 from ..engine.shingle_sets import ShingleSets, load_shingle_sets
-from ..engine.storage import Store, connect
 from ..errors import WebdedupError
+from ..storage.store import Store, connect
 from .evaluate_common import RunInfo, rounded, rows_table, write_csv
 
 BIN_WIDTH = 0.05

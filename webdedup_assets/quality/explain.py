@@ -21,8 +21,8 @@ from ..core.minhash import candidate_probability, estimate_jaccard
 from ..core.normalize import text_tokens
 from ..core.ranking import REPRESENTATIVE_POLICIES
 from ..core.sets import jaccard_blocks
-from ..engine.storage import Store, connect, sql_string
 from ..errors import WebdedupError
+from ..storage.store import Store, connect, sql_string
 
 MAX_DIFF_HUNKS = 12  # differing stretches shown by explain
 MAX_HUNK_TOKENS = 15  # words shown per side of one stretch

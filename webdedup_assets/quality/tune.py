@@ -29,10 +29,10 @@ from ..core.fingerprint import fingerprint_texts, shingling
 from ..core.minhash import MinHashParams, band_keys
 from ..core.tuning import banded_hits, bandings, probability_at, recommend
 from ..engine.shingle_sets import load_shingle_sets
-from ..engine.state import writer_lock
-from ..engine.storage import Store, connect
 from ..errors import WebdedupError
-from ..fileio import atomic_path, make_folder
+from ..storage.fileio import atomic_path, make_folder
+from ..storage.state import writer_lock
+from ..storage.store import Store, connect
 from .evaluate_reference import MAX_REFERENCE_DOCUMENTS, exact_join
 
 DEFAULT_NUM_PERMS = (64, 96, 120, 128, 130, 160)

@@ -26,7 +26,7 @@ An update (see `update`):
    that knows how daily files map to documents);
 2. takes the buckets touched by an added or removed document, their old members (snapshot
    index) and new members, and derives the change in band links per pair with the same
-   hot-bucket policy as engine.candidates (a bucket whose policy outcome changes, or that
+   hot-bucket policy as engine.stages.candidates (a bucket whose policy outcome changes, or that
    lost a member, has all its links recomputed; others only gain the links of new members);
 3. applies it to candidate_pairs (shared_bands), scores the new pairs and those of changed
    documents with the same kernel as scored_pairs (shingle sets recomputed for those
@@ -36,7 +36,7 @@ An update (see `update`):
 5. re-ranks the members of touched clusters only (same ORDER BY as deduped_documents),
    splices their representatives' rows into deduped_documents at their place in the full
    stage's stored order (one pass over that file, no sort, copying the body pages that keep all
-   their rows: engine.parquet_splice), and recomputes cluster_inspection for the touched
+   their rows: storage.parquet_splice), and recomputes cluster_inspection for the touched
    clusters only (representatives.py).
 
 The result equals a full recompute row for row and in stored order (tests/test_incremental.py).

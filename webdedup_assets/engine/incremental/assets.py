@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
+from ...storage.store import Store, write_text
 from ..stage import StageResult
-from ..storage import Store, write_text
 from .layout import incremental_dir
 from .update import update
 

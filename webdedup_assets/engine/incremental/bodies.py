@@ -32,9 +32,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..parallel import thread_count
-from ..rows import fetch_rows, listing
-from ..storage import Store, file_identity
+from ...storage.rows import fetch_rows, listing
+from ...storage.store import Store, file_identity
+from ...threads import thread_count
 from .layout import incremental_dir
 
 LOG = logging.getLogger("webdedup")
@@ -178,7 +178,7 @@ def _compress(batch: pa.RecordBatch, base: int, out) -> tuple[pa.Table, int]:
 def bodies_of(con, store: Store, ids: str) -> pa.Table | None:
     """(doc_id, body) of the stored documents whose doc_id is in the table `ids` of `con`, in no
     particular order; None when none matches. Files with a current index are read through it,
-    the others scanned (engine.rows.fetch_rows)."""
+    the others scanned (storage.rows.fetch_rows)."""
     files = store.data_files("documents")
     directory = bodies_dir(store)
     indexed: dict[str, Path] = {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..rows import listing
-from ..storage import Store, quote_ident, scalar
+from ...storage.rows import listing
+from ...storage.store import Store, quote_ident, scalar
 from .layout import DAILY, same_file, snapshot_dir
 
 

@@ -14,11 +14,11 @@ import pyarrow as pa
 from ...core.fingerprint import shingling
 from ...errors import WebdedupError
 from ...params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
-from ..rows import listing
-from ..serial import from_stored
+from ...storage.rows import listing
+from ...storage.serial import from_stored
+from ...storage.state import months_of
+from ...storage.store import Store, connect, scalar, sql_string, write_batches
 from ..shingle_sets import ShingleSets, shingle_sets_of
-from ..state import months_of
-from ..storage import Store, connect, scalar, sql_string, write_batches
 from .bodies import bodies_of
 from .layout import bucket_rows, load_state, snapshot_dir
 
@@ -147,9 +147,9 @@ def check_input(store: Store, input_path: str, input_format: str, report: Path) 
     Returns check_against's summary plus the input's crawl days, the report path and the first
     duplicates (`preview`: up to PREVIEW_ROWS rows, by doc_id)."""
     from ..columns import held_mapping
-    from ..documents import stage_documents
-    from ..fingerprint import stage_band_memberships, stage_fingerprinted
     from ..reading import input_days
+    from ..stages.documents import stage_documents
+    from ..stages.fingerprint import stage_band_memberships, stage_fingerprinted
 
     report = Path(report).expanduser().resolve()
     root = Path(store.root).expanduser().resolve()

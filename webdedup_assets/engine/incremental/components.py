@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import WebdedupError
-from ..clustering import cluster_assignment
-from ..storage import scalar
+from ...storage.store import scalar
+from ..stages.clustering import cluster_assignment
 
 
 class ComponentsStep:

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from ...errors import WebdedupError
-from ..storage import Store, sql_string
+from ...storage.store import Store, sql_string
 
 INCREMENTAL_DIR = "incremental"
 STATE_NAME = "state.json"

@@ -7,10 +7,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from ...errors import WebdedupError
-from ..candidates import budget_advice, pair_slot_budget
+from ...storage.rows import listing
+from ...storage.store import scalar, sql_string, write_csv
 from ..publish import report_path
-from ..rows import listing
-from ..storage import scalar, sql_string, write_csv
+from ..stages.candidates import budget_advice, pair_slot_budget
 from .layout import (
     COLLISION_TOP,
     bucket_rows,

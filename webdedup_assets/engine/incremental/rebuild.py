@@ -10,12 +10,12 @@ from typing import Any
 from ...core.ranking import policy_order_by
 from ...errors import WebdedupError
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
-from ..clustering import cluster_inspection, ranking_columns
-from ..documents import stored_extra_columns
-from ..serial import from_stored
+from ...storage.serial import from_stored
+from ...storage.state import held_days
+from ...storage.store import Store, connect, quote_ident, write_text
 from ..stage import DUCKDB, StageResult
-from ..state import held_days
-from ..storage import Store, connect, quote_ident, write_text
+from ..stages.clustering import cluster_inspection, ranking_columns
+from ..stages.documents import stored_extra_columns
 from .layout import (
     DAILY,
     GLOBAL,

@@ -15,7 +15,7 @@ documents file written again in another order (a day given again from a file sor
 are reordered among themselves in memory, their row groups encoded again; when that is more than
 MOVED_BYTES of rows, the whole file is sorted by that key in DuckDB (the same result, at the cost
 of a sort). A row group that only loses rows keeps the body pages that lose none as they are
-(engine.parquet_splice); the new rows after the last old one form new row groups.
+(storage.parquet_splice); the new rows after the last old one form new row groups.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...core.ranking import policy_order_by
-from ...fileio import atomic_path
-from .. import parquet_splice
-from ..clustering import cluster_inspection, deduped_layout
-from ..documents import stored_extra_columns
-from ..parallel import prefetch
+from ...storage import parquet_splice
+from ...storage.fileio import atomic_path
+from ...storage.rows import fetch_rows
+from ...storage.store import _with_params, quote_ident, row_groups, sql_string, write_batches, write_csv
+from ...threads import prefetch
 from ..publish import report_path
-from ..rows import fetch_rows
 from ..stage import DUCKDB
-from ..storage import _with_params, quote_ident, row_groups, sql_string, write_batches, write_csv
+from ..stages.clustering import cluster_inspection, deduped_layout
+from ..stages.documents import stored_extra_columns
 from .layout import duck_type, incremental_dir, save_table
 from .rebuild import ranked_sql
 

@@ -9,15 +9,15 @@ import duckdb
 import pyarrow as pa
 
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
-from ..candidates import _require_unique_doc_ids
-from ..clustering import ranking_columns
+from ...storage.rows import listing
+from ...storage.state import check_consistent, held_days
+from ...storage.store import Store, connect, quote_ident, scalar, sql_string, write_batches
 from ..diagnostics import write_cluster_diagnostics
-from ..documents import stored_extra_columns
 from ..invariants import measured_key
-from ..rows import listing
 from ..stage import DUCKDB, STAGES, StageRun, check_uniform
-from ..state import check_consistent, held_days
-from ..storage import Store, connect, quote_ident, scalar, sql_string, write_batches
+from ..stages.candidates import _require_unique_doc_ids
+from ..stages.clustering import ranking_columns
+from ..stages.documents import stored_extra_columns
 from . import bodies
 from .changes import changed_documents, daily_changes
 from .components import ComponentsStep

@@ -9,10 +9,10 @@ from ...core.fingerprint import fingerprint_texts, shingling
 from ...core.minhash import MinHashParams, estimate_jaccard
 from ...errors import WebdedupError
 from ...params import ScoringParams
+from ...storage.store import scalar
 from ..invariants import cohesion_cap
-from ..scoring import SCORED_SCHEMA, reasons
 from ..shingle_sets import shingle_sets_of
-from ..storage import scalar
+from ..stages.scoring import SCORED_SCHEMA, reasons
 from .bodies import bodies_of
 
 

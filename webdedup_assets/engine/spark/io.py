@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..storage import Store, params_sidecar, write_batches
+from ...storage.store import Store, params_sidecar, write_batches
 
 
 def read_asset(spark, store: Store, asset: str, columns: list[str] | None = None):
@@ -67,7 +67,7 @@ def _writer(staging: str, schema_bytes: bytes):
 
 
 def with_params(schema: pa.Schema, params: dict[str, Any]) -> pa.Schema:
-    from ..storage import _with_params
+    from ...storage.store import _with_params
 
     return _with_params(schema, params)
 
@@ -115,7 +115,7 @@ def write_report(frame, target: Path, staging_root: Path) -> None:
     """A published CSV report computed by Spark: the rows written as Parquet by the executors,
     then formatted by DuckDB exactly as the DuckDB engine formats it (header, quoting, numbers,
     timestamps). Reports are bounded (figures, the 10,000 largest buckets, multi-member clusters)."""
-    from ..storage import connect, sql_string, write_csv
+    from ...storage.store import connect, sql_string, write_csv
 
     staging = staging_root / f".spark-report-{uuid.uuid4().hex}"
     staging.mkdir(parents=True)

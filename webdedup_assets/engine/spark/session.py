@@ -167,7 +167,7 @@ def get_session(settings: SparkSettings | None = None):
         session = builder.getOrCreate()
         # Reliable checkpoints (clusters): a local folder here; on a cluster the clusters
         # stage puts them under the storage root, which every executor sees
-        # (engine/spark/clustering.py), unless spark.checkpoint.dir is set.
+        # (engine/stages/clustering_spark.py), unless spark.checkpoint.dir is set.
         if session.sparkContext.getCheckpointDir() is None:
             folder = tempfile.mkdtemp(prefix="webdedup-spark-checkpoints-")
             _checkpoint_dirs.append(folder)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from webdedup_assets.cli import main
+from webdedup_assets.cli.main import main
 
 if __name__ == "__main__":
     argv = sys.argv[1:]

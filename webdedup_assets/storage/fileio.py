@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import WebdedupError
-from .threads import thread_count
+from ..errors import WebdedupError
+from ..threads import thread_count
 
 
 def make_folder(path: Path) -> Path:

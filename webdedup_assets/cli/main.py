@@ -11,15 +11,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from . import params
-from .core.minhash import candidate_probability
-from .errors import WebdedupError
-from .evaluate_cli import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
+from .. import params
+from ..core.minhash import candidate_probability
+from ..errors import WebdedupError
+from .evaluate import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 from .exiting import end_process
-from .explain_cli import add_explain_parsers, cmd_explain, cmd_inspect
-from .incremental_cli import add_incremental_parsers, cmd_add, cmd_check
-from .progress_cli import progress_shown
-from .verify_cli import add_verify_parser, cmd_verify
+from .explain import add_explain_parsers, cmd_explain, cmd_inspect
+from .incremental import add_incremental_parsers, cmd_add, cmd_check
+from .progress import progress_shown
+from .verify import add_verify_parser, cmd_verify
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -192,7 +192,7 @@ def _print_failed_checks(failed: list) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .ingest.inputs import hash_in_background
+    from ..ingest.inputs import hash_in_background
 
     input_path = str(Path(args.input).expanduser())
     hash_in_background(input_path, args.input_format)  # while the engine is imported
@@ -218,7 +218,7 @@ def _run_and_report(
     output_dir: Path,
     storage_root: Path,
 ) -> int:
-    from .engine import pipeline
+    from ..engine import pipeline
 
     try:
         outcome = pipeline.run(input_path, storage_root, output_dir, run, chosen, notice=_notice)
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `webdedup` command and `python -m webdedup_assets.cli`: main(), then the process ends
+    """The `webdedup` command and `python -m webdedup_assets.cli.main`: main(), then the process ends
     with its status (exiting.end_process: no module teardown)."""
     end_process(main())
 

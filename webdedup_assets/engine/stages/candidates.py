@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import WebdedupError
-from ..params import CandidateParams
-from .publish import report_path
-from .stage import DUCKDB, StageOutput, StageResult, StageRun
-from .storage import Store, connect, scalar, write_csv, write_relation
+from ...errors import WebdedupError
+from ...params import CandidateParams
+from ...storage.store import Store, connect, scalar, write_csv, write_relation
+from ..publish import report_path
+from ..stage import DUCKDB, StageOutput, StageResult, StageRun
 
 
 def _bucket_sql(bm: str, with_hub: bool = True) -> str:

@@ -41,8 +41,8 @@ def add_explain_parsers(sub) -> None:
 
 
 def _store(args: argparse.Namespace):
-    from .engine.storage import Store
-    from .engine.transaction import reading_warnings
+    from ..storage.store import Store
+    from ..storage.transaction import reading_warnings
 
     output_dir = Path(args.output).expanduser().resolve()
     root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
@@ -54,13 +54,13 @@ def _store(args: argparse.Namespace):
 
 
 def _answer(args: argparse.Namespace, compute) -> tuple[int, Any]:
-    from .engine.state import writer_lock
-    from .engine.verify_storage import damage_named
-    from .errors import WebdedupError
+    from ..engine.verify import damage_named
+    from ..errors import WebdedupError
+    from ..storage.state import writer_lock
 
     try:
         store = _store(args)
-        from .progress_cli import announce_cold_kernels
+        from .progress import announce_cold_kernels
 
         announce_cold_kernels()
         with (
@@ -141,7 +141,7 @@ def format_inspect(c: dict[str, Any]) -> str:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .quality.explain import explain_pair
+    from ..quality.explain import explain_pair
 
     code, answer = _answer(args, lambda store: explain_pair(store, args.left, args.right))
     if answer is not None:
@@ -150,7 +150,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .quality.explain import inspect_cluster
+    from ..quality.explain import inspect_cluster
 
     code, answer = _answer(args, lambda store: inspect_cluster(store, args.ident))
     if answer is not None:

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import params
-from .progress_cli import progress_shown
+from .. import params
+from .progress import progress_shown
 
 EXIT_OK, EXIT_ERROR = 0, 2
 
@@ -78,11 +78,11 @@ def _given(args: argparse.Namespace, group: str) -> dict[str, Any]:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from .ingest.inputs import hash_in_background
+    from ..ingest.inputs import hash_in_background
 
     hash_in_background(args.input, args.input_format)  # while the engine is imported
-    from .engine import pipeline
-    from .errors import WebdedupError
+    from ..engine import pipeline
+    from ..errors import WebdedupError
 
     output_dir = Path(args.output).expanduser().resolve()
     storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
@@ -128,10 +128,10 @@ def corpus_folders(against: Path, report: str | None) -> tuple[Path, Path]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .engine.incremental import check_input
-    from .engine.storage import Store
-    from .engine.verify_storage import damage_named
-    from .errors import WebdedupError
+    from ..engine.incremental import check_input
+    from ..engine.verify import damage_named
+    from ..errors import WebdedupError
+    from ..storage.store import Store
 
     storage_root, report = corpus_folders(Path(args.against).expanduser().resolve(), args.report)
     store = Store(storage_root)

@@ -11,14 +11,14 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
-from ..core.minhash import candidate_probability
-from ..fileio import write_text
-from .columns import mapping_given
+from ...core.minhash import candidate_probability
+from ...storage.fileio import write_text
+from ...storage.store import Store, sum_figures
+from ..columns import mapping_given
+from ..publish import publish
+from ..stage import DUCKDB, StageOutput, StageRun
+from ..stage import STAGES as CONTRACT
 from .documents import stored_input
-from .publish import publish
-from .stage import DUCKDB, StageOutput, StageRun
-from .stage import STAGES as CONTRACT
-from .storage import Store, sum_figures
 
 STAGES = CONTRACT["manifest"].upstream  # the stages it reports on, in pipeline order
 PACKAGES = ("webdedup", "dagster", "duckdb", "pyarrow", "pandas", "numpy", "numba", "fastwarc", "resiliparse")

@@ -11,15 +11,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..core.fingerprint import shingle_sets_into, shingling
-from ..core.minhash import estimate_jaccard
-from ..core.sets import jaccard_blocks
-from ..errors import WebdedupError
-from ..params import ScoringParams
-from ..progress import Task
-from .parallel import ordered_map, prefetch, thread_count
-from .stage import DUCKDB, StageOutput, StageResult, StageRun
-from .storage import Store, connect, scalar, write_batches, write_relation
+from ...core.fingerprint import shingle_sets_into, shingling
+from ...core.minhash import estimate_jaccard
+from ...core.sets import jaccard_blocks
+from ...errors import WebdedupError
+from ...params import ScoringParams
+from ...progress import Task
+from ...storage.store import Store, connect, scalar, write_batches, write_relation
+from ...threads import ordered_map, prefetch, thread_count
+from ..stage import DUCKDB, StageOutput, StageResult, StageRun
 
 PAIRS_PER_CHUNK = 200_000
 # Shingle sets of candidate members held at once while scoring (all in one group when they

@@ -9,17 +9,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.components import component_labels
-from ..core.ranking import policy_order_by
-from ..errors import WebdedupError
-from ..params import RepresentativeParams
-from . import parquet_splice
-from .diagnostics import measured_alongside
-from .documents import stored_extra_columns
-from .parallel import ordered_map, prefetch, thread_count
-from .publish import report_path
-from .stage import DUCKDB, StageOutput, StageResult, StageRun
-from .storage import (
+from ...core.components import component_labels
+from ...core.ranking import policy_order_by
+from ...errors import WebdedupError
+from ...params import RepresentativeParams
+from ...storage import parquet_splice
+from ...storage.store import (
     Store,
     _with_params,
     atomic_path,
@@ -31,6 +26,11 @@ from .storage import (
     write_csv,
     write_table,
 )
+from ...threads import ordered_map, prefetch, thread_count
+from ..diagnostics import measured_alongside
+from ..publish import report_path
+from ..stage import DUCKDB, StageOutput, StageResult, StageRun
+from .documents import stored_extra_columns
 
 
 def stage_clusters(store: Store) -> StageResult:
@@ -194,8 +194,8 @@ def _verify_against_representative(con, store: Store, order_by: str) -> int:
     member is below its representative. Deterministic: the result depends only on the stored
     assets. Returns how many members left their component. A cluster of two never splits (its one
     edge reaches the threshold)."""
-    from ..core.fingerprint import shingling
-    from .shingle_sets import load_shingle_sets
+    from ...core.fingerprint import shingling
+    from ..shingle_sets import load_shingle_sets
 
     threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
     size, unit = shingling(store.params("fingerprinted")["fingerprint"])

@@ -21,13 +21,13 @@ import pyarrow as pa
 
 from ...core.ranking import REPRESENTATIVE_POLICIES, policy_order_by
 from ...errors import WebdedupError
-from ..clustering import provenance_columns
 from ..diagnostics import write_cluster_diagnostics
-from ..documents import stored_extra_columns
 from ..publish import report_path
+from ..spark.engine import SPARK, session_of
+from ..spark.io import read_asset, write_asset, write_report
 from ..stage import StageOutput, StageRun
-from . import SPARK, session_of
-from .io import read_asset, write_asset, write_report
+from .clustering import provenance_columns
+from .documents import stored_extra_columns
 
 CHECKPOINT_EVERY = 4
 
@@ -135,7 +135,7 @@ def shared_checkpoints(spark, root: Path) -> tuple[Path | None, bool]:
     requires to be shared). Local masters keep the session's local folder. Spark Connect has no
     SparkContext on this side and a client cannot set the server's checkpoint directory: the
     server's spark.checkpoint.dir if it has one, else no reliable checkpoints (local ones only)."""
-    from .session import connect_mode
+    from ..spark.session import connect_mode
 
     if connect_mode(spark):
         return None, bool(spark.conf.get("spark.checkpoint.dir", None))
@@ -235,7 +235,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
     except ValueError as err:
         raise WebdedupError(str(err)) from None
     run.derive(order_by=order_by)
-    from ..storage import connect
+    from ...storage.store import connect
 
     con = connect()
     doc_schema = con.sql(f"SELECT * FROM {store.scan_sql('documents')} LIMIT 0").arrow().schema

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .storage import quote_ident, sql_string
+from .store import quote_ident, sql_string
 
 
 def listing(files: list[Path]) -> str:

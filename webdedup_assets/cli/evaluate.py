@@ -160,7 +160,7 @@ def _folders(args: argparse.Namespace) -> tuple[Path | None, Path]:
     if not storage_root.is_dir():
         print(f"webdedup: error: no stored run under {storage_root}; run `webdedup run` first", file=sys.stderr)
         return None, evaluation_dir
-    from .engine.transaction import reading_warnings
+    from ..storage.transaction import reading_warnings
 
     for warning in reading_warnings(storage_root, output_dir):
         print(f"webdedup: warning: {warning}", file=sys.stderr)
@@ -168,10 +168,10 @@ def _folders(args: argparse.Namespace) -> tuple[Path | None, Path]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .engine.storage import Store
-    from .engine.verify_storage import damage_named
-    from .errors import WebdedupError
-    from .quality.evaluate import evaluate_run
+    from ..engine.verify import damage_named
+    from ..errors import WebdedupError
+    from ..quality.evaluate import evaluate_run
+    from ..storage.store import Store
 
     storage_root, evaluation_dir = _folders(args)
     if storage_root is None:
@@ -260,10 +260,10 @@ def add_tune_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .engine.storage import Store
-    from .engine.verify_storage import damage_named
-    from .errors import WebdedupError
-    from .quality.tune import tune
+    from ..engine.verify import damage_named
+    from ..errors import WebdedupError
+    from ..quality.tune import tune
+    from ..storage.store import Store
 
     storage_root, evaluation_dir = _folders(args)
     if storage_root is None:

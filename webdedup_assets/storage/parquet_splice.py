@@ -14,7 +14,7 @@ when written).
 Only PLAIN pages of a flat BYTE_ARRAY column (Data Page V1, zstd or uncompressed) are spliced;
 any other row group (a file written with another layout, e.g. before this one) is re-encoded
 whole, so the output is always the rows asked for. Page headers and footers are read and written
-with the Thrift compact codec of engine.parquet_concat.
+with the Thrift compact codec of storage.parquet_concat.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .parallel import ordered_map, thread_count
+from ..threads import ordered_map, thread_count
 from .parquet_concat import (
     CC_FILE_OFFSET,
     CC_META,
@@ -59,13 +59,13 @@ from .parquet_concat import (
     read_footer,
     write_all,
 )
-from .storage import writer_options
+from .store import writer_options
 
 PAGE_BYTES = 32 << 10  # the wide column's pages: a few documents each
 WRITE_BATCH_ROWS = 8  # pyarrow closes a page only between batches of this many rows
 UNCOMPRESSED, ZSTD = 0, 6  # CompressionCodec
 DATA_PAGE, PLAIN, RLE, BYTE_ARRAY = 0, 0, 3, 6
-# ColumnMetaData field ids (parquet.thrift; the others are in engine.parquet_concat)
+# ColumnMetaData field ids (parquet.thrift; the others are in storage.parquet_concat)
 CMD_TYPE, CMD_CODEC, CMD_NUM_VALUES, CMD_UNCOMPRESSED, CMD_COMPRESSED = 1, 4, 5, 6, 7
 CMD_DATA_PAGE, CMD_DICT_PAGE = 9, 11
 CMD_KEPT = (1, 2, 3, 4, 8)  # type, encodings, path, codec, key-value metadata: carried over

@@ -1,5 +1,5 @@
 """candidate_pairs on Spark: bucket sizes first (budget and hot-bucket policy exactly as the
-DuckDB engine's engine/candidates.py), then a skew-safe self-join of the band rows."""
+DuckDB engine's engine/stages/candidates.py), then a skew-safe self-join of the band rows."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pyarrow as pa
 
 from ...errors import WebdedupError
 from ...params import CandidateParams
-from ..candidates import budget_advice, pair_slot_budget
+from ...storage.store import connect, write_csv
 from ..publish import report_path
+from ..spark.engine import SPARK, session_of
+from ..spark.io import read_asset, write_asset, write_report
 from ..stage import StageOutput, StageRun
-from ..storage import connect, write_csv
-from . import SPARK, session_of
-from .io import read_asset, write_asset, write_report
+from .candidates import budget_advice, pair_slot_budget
 
 # A bucket's members are spread over blocks of about this many (by a hash of doc_id); the join
 # pairs block with block, so no task ever holds more than BLOCK x BLOCK pairs of one bucket.

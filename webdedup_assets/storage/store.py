@@ -3,7 +3,7 @@
 Layout under the storage root:  <asset>/data.parquet  (unpartitioned)  or
 <asset>/part-<key>.parquet per partition (a crawl month), plus for documents any number of
 segments <asset>/part-<key>.<segment>.parquet (input files adopted as they are, see
-engine.documents). Readers glob <asset>/*.parquet.
+engine.stages.documents). Readers glob <asset>/*.parquet.
 Every file is written to a temporary name and moved into place with os.replace, so a
 crash never leaves a half-written asset. The stage's parameters and statistics travel in
 the Parquet key-value metadata under the key "webdedup".
@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
-from ..fileio import atomic_path, write_text
 from ..progress import Task
+from .fileio import atomic_path, write_text
 from .serial import decode, encode
 
 METADATA_KEY = b"webdedup"
@@ -159,7 +159,7 @@ class Store:
         sha256: str | None = None,
     ) -> Path:
         """Store a byte copy of an input file that already is exactly this asset's data (see
-        engine.documents), as the partition's file or one of its segments; its footer is the
+        engine.stages.documents), as the partition's file or one of its segments; its footer is the
         input's own, so the parameters go beside it, with the input's sha256. A copy whose
         recorded sha256 and size match is left as it is, so the files derived from it
         (fingerprinted, band_memberships) see the same file and are not computed again."""
@@ -283,7 +283,7 @@ def write_batches(
     by default, which costs CPU and size on unique or random values such as signatures).
     uncompressed: columns stored without zstd (random values such as signatures do not
     compress; trying costs a second per million documents).
-    options: pyarrow writer options instead of those (e.g. engine.parquet_splice.layout)."""
+    options: pyarrow writer options instead of those (e.g. storage.parquet_splice.layout)."""
     schema = _with_params(schema, params)
     rows = 0
     options = options if options is not None else writer_options(schema, use_dictionary, uncompressed)
@@ -386,7 +386,7 @@ CONCATENATED_MIN_GROUP_ROWS = 1_000  # fewer rows per row group on average: regr
 def publish_concatenated(store: Store, asset: str, target: Path, uncompressed: Iterable[str] = ()) -> int:
     """Publish every file of an asset (e.g. one per crawl day) as one Parquet output, rows in
     stored order: a link of the only file; else their column chunks copied into one file
-    (engine.parquet_concat: no page decoded or encoded); else, when they cannot be put together
+    (storage.parquet_concat: no page decoded or encoded); else, when they cannot be put together
     that way (their Parquet schemas differ, e.g. in nullability, or their row groups are tiny),
     the files' batches streamed into one."""
     from . import parquet_concat

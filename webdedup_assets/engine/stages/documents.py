@@ -1,7 +1,7 @@
 """The documents stage: the validated input (engine.reading) stored per crawl month.
 
 Each month of the run becomes documents/part-<month>.parquet, plus segments for input files
-adopted as they are (engine.adopt); the corpus state records every day, its rows and its input
+adopted as they are (storage.adopt); the corpus state records every day, its rows and its input
 files. `webdedup add` keeps the held days of a month its input does not hold.
 """
 
@@ -18,18 +18,20 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import WebdedupError
-from ..fileio import atomic_path, file_sha256
-from ..ingest.contract import REQUIRED_COLUMNS
-from ..ingest.inputs import WARC_FORMATS, InputFile, day_of_file, resolve_input
-from ..ingest.options import WarcOptions
-from ..params import ColumnParams, InputParams
-from ..progress import Task
-from .adopt import MONTH_SQL, adoptable_files
-from .columns import mapping_for_add, mapping_of, require_same_mapping
-from .parallel import prefetch, thread_count
-from .partitioned import write_split
-from .reading import (
+from ...errors import WebdedupError
+from ...ingest.contract import REQUIRED_COLUMNS
+from ...ingest.inputs import WARC_FORMATS, InputFile, day_of_file, resolve_input
+from ...ingest.options import WarcOptions
+from ...params import ColumnParams, InputParams
+from ...progress import Task
+from ...storage.adopt import MONTH_SQL, adoptable_files
+from ...storage.fileio import atomic_path, file_sha256
+from ...storage.partitioned import write_split
+from ...storage.state import crawl_month, load_state, record_documents, require_same_input
+from ...storage.store import Store, connect, copy_query, scalar, sql_string
+from ...threads import prefetch, thread_count
+from ..columns import mapping_for_add, mapping_of, require_same_mapping
+from ..reading import (
     combine_checksums,
     combined_sha256,
     file_days,
@@ -38,10 +40,8 @@ from .reading import (
     select_sql,
     without_empty_shards,
 )
-from .stage import DUCKDB, StageOutput, StageRun
-from .state import crawl_month, load_state, record_documents, require_same_input
-from .storage import Store, connect, copy_query, scalar, sql_string
-from .warc_staging import clear_rejections, discard_staging, stage_warc
+from ..stage import DUCKDB, StageOutput, StageRun
+from .documents_warc import clear_rejections, discard_staging, stage_warc
 
 
 def input_params(
@@ -380,7 +380,7 @@ class _InputFailed(Exception):
 
 
 # Rows fetched from DuckDB at a time: about 30 MB of pages; the months' row groups are
-# regrouped from them (engine.partitioned.write_split).
+# regrouped from them (storage.partitioned.write_split).
 SPLIT_BATCH_ROWS = 16_384
 
 
@@ -455,7 +455,7 @@ def _uncovered(con, coverage: tuple[str, str], uncovered_files: list[str]) -> di
 def stored_input(store: Store) -> tuple[list[dict[str, Any]], str | None]:
     """Every input file the stored documents were read from (over all crawl days), and the
     combined checksum of those files (the file's own sha256 when there is one)."""
-    from .storage import read_params
+    from ...storage.store import read_params
 
     seen: dict[str, dict[str, Any]] = {}
     for part in store.files("documents"):

@@ -17,9 +17,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
+from ..storage.store import Store
 from .incremental import bodies
 from .incremental.layout import GLOBAL, INCREMENTAL_DIR
-from .storage import Store
 
 REBUILD_CORPUS = "rebuild the storage with `webdedup run` over the corpus' whole input"
 REBUILD_GLOBAL = "`webdedup add --full-rebuild` (or `webdedup run` over the whole input) rebuilds it"

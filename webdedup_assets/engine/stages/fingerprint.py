@@ -11,16 +11,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.fingerprint import fingerprint_texts
-from ..core.hashing import FINGERPRINT_VERSION
-from ..core.minhash import MinHashParams, band_keys
-from ..errors import WebdedupError
-from ..params import BandingParams, FingerprintParams
-from ..progress import Task
-from .parallel import ordered_map, prefetch, thread_count
-from .partitioned import PartitionWriter
-from .stage import DUCKDB, StageOutput, StageResult, StageRun
-from .storage import Store, file_identity, read_params
+from ...core.fingerprint import fingerprint_texts
+from ...core.hashing import FINGERPRINT_VERSION
+from ...core.minhash import MinHashParams, band_keys
+from ...errors import WebdedupError
+from ...params import BandingParams, FingerprintParams
+from ...progress import Task
+from ...storage.partitioned import PartitionWriter
+from ...storage.store import Store, file_identity, read_params
+from ...threads import ordered_map, prefetch, thread_count
+from ..stage import DUCKDB, StageOutput, StageResult, StageRun
 
 BATCH_ROWS = 8192
 

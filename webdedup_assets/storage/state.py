@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
-from ..fileio import make_folder, write_text
-from .storage import Store
+from .fileio import make_folder, write_text
+from .store import Store
 
 STATE_FILE = "corpus_state.json"
 STATE_FORMAT = 2  # 2: the daily assets are stored per crawl month

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..progress import Task
-from .storage import Store, _with_params, params_sidecar, writer_options
+from .store import Store, _with_params, params_sidecar, writer_options
 
 
 class PartitionWriter:

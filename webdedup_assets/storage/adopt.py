@@ -1,5 +1,5 @@
 """Adopting input files as they are: a Parquet export already in the stored form becomes a
-segment of its month by a byte copy instead of being re-encoded (see engine.documents)."""
+segment of its month by a byte copy instead of being re-encoded (see engine.stages.documents)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
 from ..ingest.inputs import InputFile
-from .parallel import thread_count
+from ..threads import thread_count
 
 MONTH_SQL = "strftime(crawled_at, '%Y-%m')"
 

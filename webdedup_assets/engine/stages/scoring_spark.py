@@ -19,10 +19,10 @@ import numpy as np
 import pyarrow as pa
 
 from ...core.fingerprint import shingling
-from ..scoring import DUPLICATE_SCHEMA, SCORED_SCHEMA
+from ..spark.engine import SPARK, session_of
+from ..spark.io import read_asset, write_asset
 from ..stage import StageOutput, StageRun
-from . import SPARK, session_of
-from .io import read_asset, write_asset
+from .scoring import DUPLICATE_SCHEMA, SCORED_SCHEMA
 
 # One group's shingle sets (8 bytes a shingle) held by a scoring task; it holds two groups at most.
 GROUP_SET_BYTES = 64 << 20
@@ -71,8 +71,8 @@ def _score_block(threshold: float, num_perm: int):
 
     def score(pairs: pa.Table, sets: pa.Table) -> pa.Table:
         from ...core.minhash import estimate_jaccard
-        from ..scoring import reasons
         from ..shingle_sets import ShingleSets
+        from .scoring import reasons
 
         if not pairs.num_rows:
             return SCORED_SCHEMA.empty_table()

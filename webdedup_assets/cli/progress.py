@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from .progress import PlainLines, installed
+from ..progress import PlainLines, installed
 
 PROGRESS_LOGGER = "webdedup.progress"
 
@@ -45,7 +45,7 @@ class Bar:
 
 def announce_cold_kernels() -> None:
     """Say why the first run of a fresh install is slow (make install compiles the kernels ahead)."""
-    from .core.kernel.warm import is_cold
+    from ..core.kernel.warm import is_cold
 
     if is_cold():
         print("webdedup: compiling kernels (first run only, ~15 s)", file=sys.stderr, flush=True)

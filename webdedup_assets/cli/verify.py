@@ -27,8 +27,8 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .engine.storage import Store
-    from .engine.verify_storage import output_problems, storage_problems
+    from ..engine.verify import output_problems, storage_problems
+    from ..storage.store import Store
 
     output_dir = Path(args.output or "output").expanduser().resolve()
     root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"

@@ -1,5 +1,5 @@
 """fingerprinted and band_memberships on Spark: the same files as the DuckDB engine
-(engine/fingerprint.py), computed in the executors by the same compiled kernel.
+(engine/stages/fingerprint.py), computed in the executors by the same compiled kernel.
 
 The plan is the DuckDB engine's (`plan_pieces`): one derived file per upstream file, with the
 same name; files whose source and parameters are unchanged are kept, files whose source is gone
@@ -28,17 +28,17 @@ import pyarrow.parquet as pq
 from ...core.hashing import FINGERPRINT_VERSION
 from ...core.minhash import MinHashParams
 from ...errors import WebdedupError
-from ..fingerprint import BAND_SCHEMA, BATCH_ROWS, Piece, Plan, _month_rows, fingerprint_schema, plan_pieces
+from ...storage.store import _with_params, params_sidecar, writer_options
+from ..spark.engine import SPARK, session_of
 from ..stage import StageOutput, StageRun
-from ..storage import _with_params, params_sidecar, writer_options
-from . import SPARK, session_of
+from .fingerprint import BAND_SCHEMA, BATCH_ROWS, Piece, Plan, _month_rows, fingerprint_schema, plan_pieces
 
 MAX_TASKS = 4096  # pieces are spread over at most this many tasks (one task per piece below it)
 RESULT_SCHEMA = "piece long, file string, rows long, first long, second long"
 
 
 def _fingerprint_file(source: str, writer, schema: pa.Schema, args: dict[str, Any]) -> tuple[int, int, int]:
-    """One documents file through the kernel, batch by batch, as engine.fingerprint does:
+    """One documents file through the kernel, batch by batch, as engine.stages.fingerprint does:
     (rows, tokens, documents without shingles)."""
     from ...core.fingerprint import fingerprint_texts
 
@@ -70,7 +70,7 @@ def _fingerprint_file(source: str, writer, schema: pa.Schema, args: dict[str, An
 
 
 def _band_file(source: str, writer, schema: pa.Schema, args: dict[str, Any]) -> tuple[int, int, int]:
-    """One fingerprinted file's band keys, batch by batch, as engine.fingerprint does:
+    """One fingerprinted file's band keys, batch by batch, as engine.stages.fingerprint does:
     (rows, documents banded, documents without shingles)."""
     from ...core.minhash import band_keys
 
@@ -158,7 +158,7 @@ def _compute(
     jobs = [(str(piece.source), months.index(piece.month)) for piece in pieces]
     folder = store.asset_dir(asset)
     folder.mkdir(parents=True, exist_ok=True)
-    staging = folder / f".staging-spark-{uuid.uuid4().hex}"  # engine.state.remove_leftovers clears a dead run's
+    staging = folder / f".staging-spark-{uuid.uuid4().hex}"  # storage.state.remove_leftovers clears a dead run's
     staging.mkdir()
     try:
         spark = session_of(run)

@@ -23,6 +23,10 @@ from pathlib import Path
 
 from .state import HOLDERS_DIR, LOCK_FILE
 
+# The journal engine.publish writes while it moves a publish into place: a command killed after it
+# is completed forward by the next one.
+JOURNAL = ".publish-journal.json"
+
 ROLLBACK_DIR = ".rollback"
 DISCARDED_DIR = ".rollback.discarded"
 COMPLETE = "COMPLETE"  # written last: links without it were never a complete copy (nothing was changed yet)
@@ -134,8 +138,6 @@ def storage_transaction(root: Path) -> Iterator[StorageTransaction]:
 def reading_warnings(storage_root: Path, output_dir: Path | None = None) -> list[str]:
     """What a command that only reads (inspect, explain, evaluate, tune) should tell its user
     about the folders it reads: a writer changing them now, or one that was interrupted there."""
-    from .publish import JOURNAL
-
     warnings = []
     if (storage_root / ROLLBACK_DIR).is_dir():
         warnings.append(

@@ -22,14 +22,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import WebdedupError
-from ..fileio import atomic_path, file_sha256, write_text
-from ..ingest.commoncrawl import require_terms
-from ..ingest.convert import CONVERTER_VERSION, convert_warc_input
-from ..ingest.inputs import WARC_FORMATS, InputFile
-from ..ingest.options import WarcOptions
-from ..ingest.warc.collect import REJECTED_SCHEMA
-from .storage import Store
+from ...errors import WebdedupError
+from ...ingest.commoncrawl import require_terms
+from ...ingest.convert import CONVERTER_VERSION, convert_warc_input
+from ...ingest.inputs import WARC_FORMATS, InputFile
+from ...ingest.options import WarcOptions
+from ...ingest.warc.collect import REJECTED_SCHEMA
+from ...storage.fileio import atomic_path, file_sha256, write_text
+from ...storage.store import Store
 
 PROGRESS = logging.getLogger("webdedup.progress")
 STAGING_FOLDER = ".staging-warc"
