@@ -194,3 +194,13 @@ def test_no_module_is_over_500_lines():
     fixed = sorted(name for name in OVERSIZED if lines.get(name, 0) <= MAX_LINES)
     assert not fixed, f"now within {MAX_LINES} lines, remove from OVERSIZED: {fixed}"
     assert all(n <= MAX_LINES for name, n in lines.items() if name.startswith("ingest/")), lines
+
+
+def test_no_module_imports_another_modules_private_name():
+    """What one module uses of another is public: an underscored name stays in its module."""
+    private = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(PACKAGE)):
+                private += [f"{name}: {alias.name}" for alias in node.names if alias.name.startswith("_")]
+    assert not private, private

@@ -45,7 +45,7 @@ def test_the_footer_codec_round_trips_pyarrow_footers_byte_for_byte(tmp_path, op
     raw = _footer_bytes(path)
     fields = parquet_concat.decode_footer(raw)
     assert parquet_concat.encode_footer(fields) == raw
-    assert parquet_concat._get(fields, parquet_concat.FMD_NUM_ROWS) == 40
+    assert parquet_concat.thrift_field(fields, parquet_concat.FMD_NUM_ROWS) == 40
 
 
 def test_files_are_concatenated_without_reencoding_and_read_back_equal(tmp_path):

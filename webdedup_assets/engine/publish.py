@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import WebdedupError
 from ..storage.fileio import atomic_path, write_text
-from ..storage.store import Store, _link_or_copy, connect, file_identity, publish_concatenated, sql_string
+from ..storage.store import Store, connect, file_identity, link_or_copy, publish_concatenated, sql_string
 from ..storage.transaction import JOURNAL
 from .invariants import MEMBER_CACHE, measured_key, read_keyed_table
 
@@ -155,11 +155,11 @@ def _same_file_system(a: Path, b: Path) -> bool:
 def _build(store: Store, staging: Path) -> None:
     """Every output of the stored run, into `staging` (tables in a defined order)."""
     if _same_file_system(store.root, staging):  # the kept publication is linked, not copied
-        _link_or_copy(fingerprinted_publication(store), staging / "fingerprinted.parquet")
+        link_or_copy(fingerprinted_publication(store), staging / "fingerprinted.parquet")
     else:
         publish_concatenated(store, "fingerprinted", staging / "fingerprinted.parquet", uncompressed=["signature"])
     for name in STAGE_REPORTS:
-        _link_or_copy(report_path(store, name), staging / name)
+        link_or_copy(report_path(store, name), staging / name)
     # one file (linked) from the DuckDB engine; Spark's parts are concatenated in order
     publish_concatenated(store, "scored_pairs", staging / "scored_pairs.parquet")
     publish_concatenated(store, "deduped_documents", staging / "deduped_documents.parquet")

@@ -47,7 +47,7 @@ class ThriftError(ValueError):
 # ---- Thrift compact protocol: a struct is a list of (field id, type, value) ----------------------
 
 
-def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
+def read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
     shift = result = 0
     while True:
         if pos >= len(buf):
@@ -74,12 +74,12 @@ def _read_value(buf: memoryview, pos: int, ctype: int, depth: int):
     if ctype == BYTE:
         return struct.unpack_from("b", buf, pos)[0], pos + 1
     if ctype in (I16, I32, I64):
-        raw, pos = _read_varint(buf, pos)
+        raw, pos = read_varint(buf, pos)
         return _unzigzag(raw), pos
     if ctype == DOUBLE:
         return struct.unpack_from("<d", buf, pos)[0], pos + 8
     if ctype == BINARY:
-        size, pos = _read_varint(buf, pos)
+        size, pos = read_varint(buf, pos)
         if pos + size > len(buf):
             raise ThriftError("footer ends inside a string")
         return bytes(buf[pos : pos + size]), pos + size
@@ -88,14 +88,14 @@ def _read_value(buf: memoryview, pos: int, ctype: int, depth: int):
         pos += 1
         size, element = header >> 4, header & 0x0F
         if size == 15:
-            size, pos = _read_varint(buf, pos)
+            size, pos = read_varint(buf, pos)
         items = []
         for _ in range(size):
             item, pos = _read_value(buf, pos, element, depth + 1)
             items.append(item)
         return (element, items), pos
     if ctype == MAP:
-        size, pos = _read_varint(buf, pos)
+        size, pos = read_varint(buf, pos)
         if not size:
             return (0, 0, []), pos
         types = buf[pos]
@@ -108,11 +108,11 @@ def _read_value(buf: memoryview, pos: int, ctype: int, depth: int):
             pairs.append((key, value))
         return (key_type, value_type, pairs), pos
     if ctype == STRUCT:
-        return _read_struct(buf, pos, depth + 1)
+        return read_struct(buf, pos, depth + 1)
     raise ThriftError(f"footer holds an unknown Thrift type {ctype}")
 
 
-def _read_struct(buf: memoryview, pos: int, depth: int = 0) -> tuple[list, int]:
+def read_struct(buf: memoryview, pos: int, depth: int = 0) -> tuple[list, int]:
     fields = []
     last = 0
     while True:
@@ -126,7 +126,7 @@ def _read_struct(buf: memoryview, pos: int, depth: int = 0) -> tuple[list, int]:
         if delta:
             field = last + delta
         else:
-            raw, pos = _read_varint(buf, pos)
+            raw, pos = read_varint(buf, pos)
             field = _unzigzag(raw)
         if ctype in (TRUE, FALSE):
             value = ctype == TRUE
@@ -136,7 +136,7 @@ def _read_struct(buf: memoryview, pos: int, depth: int = 0) -> tuple[list, int]:
         last = field
 
 
-def _write_varint(out: bytearray, value: int) -> None:
+def write_varint(out: bytearray, value: int) -> None:
     while True:
         byte = value & 0x7F
         value >>= 7
@@ -157,11 +157,11 @@ def _write_value(out: bytearray, ctype: int, value) -> None:
     elif ctype == BYTE:
         out += struct.pack("b", value)
     elif ctype in (I16, I32, I64):
-        _write_varint(out, _zigzag(value) & 0xFFFFFFFFFFFFFFFF)
+        write_varint(out, _zigzag(value) & 0xFFFFFFFFFFFFFFFF)
     elif ctype == DOUBLE:
         out += struct.pack("<d", value)
     elif ctype == BINARY:
-        _write_varint(out, len(value))
+        write_varint(out, len(value))
         out += value
     elif ctype in (LIST, SET):
         element, items = value
@@ -169,24 +169,24 @@ def _write_value(out: bytearray, ctype: int, value) -> None:
             out.append(len(items) << 4 | element)
         else:
             out.append(0xF0 | element)
-            _write_varint(out, len(items))
+            write_varint(out, len(items))
         for item in items:
             _write_value(out, element, item)
     elif ctype == MAP:
         key_type, value_type, pairs = value
-        _write_varint(out, len(pairs))
+        write_varint(out, len(pairs))
         if pairs:
             out.append(key_type << 4 | value_type)
             for key, item in pairs:
                 _write_value(out, key_type, key)
                 _write_value(out, value_type, item)
     elif ctype == STRUCT:
-        _write_struct(out, value)
+        write_struct(out, value)
     else:
         raise ThriftError(f"unknown Thrift type {ctype}")
 
 
-def _write_struct(out: bytearray, fields: list) -> None:
+def write_struct(out: bytearray, fields: list) -> None:
     last = 0
     for field, ctype, value in fields:
         wire_type = (TRUE if value else FALSE) if ctype in (TRUE, FALSE) else ctype
@@ -195,7 +195,7 @@ def _write_struct(out: bytearray, fields: list) -> None:
             out.append(delta << 4 | wire_type)
         else:
             out.append(wire_type)
-            _write_varint(out, _zigzag(field) & 0xFFFF)
+            write_varint(out, _zigzag(field) & 0xFFFF)
         if ctype not in (TRUE, FALSE):
             _write_value(out, ctype, value)
         last = field
@@ -205,7 +205,7 @@ def _write_struct(out: bytearray, fields: list) -> None:
 def decode_footer(data: bytes) -> list:
     """FileMetaData bytes -> fields (field id, type, value), structures nested the same way."""
     try:
-        fields, end = _read_struct(memoryview(data), 0)
+        fields, end = read_struct(memoryview(data), 0)
     except (IndexError, struct.error) as err:  # a length or header running past the end
         raise ThriftError(f"footer ends too early ({err})") from None
     if end != len(data):
@@ -215,14 +215,14 @@ def decode_footer(data: bytes) -> list:
 
 def encode_footer(fields: list) -> bytes:
     out = bytearray()
-    _write_struct(out, fields)
+    write_struct(out, fields)
     return bytes(out)
 
 
 # ---- concatenation -------------------------------------------------------------------------------
 
 
-def _get(fields: list, field: int):
+def thrift_field(fields: list, field: int):
     for f, _, value in fields:
         if f == field:
             return value
@@ -233,7 +233,7 @@ def _has(fields: list, ids) -> bool:
     return any(f in ids for f, _, _ in fields)
 
 
-def _replace(fields: list, field: int, ctype: int, value) -> list:
+def with_thrift_field(fields: list, field: int, ctype: int, value) -> list:
     """fields with `field` set to value (added in id order when absent)."""
     out = [(f, t, v) for f, t, v in fields if f != field]
     out.append((field, ctype, value))
@@ -273,12 +273,12 @@ def _movable_row_groups(fields: list) -> list | None:
     """The row groups of a file, or None when one of them has something this does not move."""
     if _has(fields, FMD_ENCRYPTION):
         return None
-    groups = (_get(fields, FMD_ROW_GROUPS) or (STRUCT, []))[1]
+    groups = (thrift_field(fields, FMD_ROW_GROUPS) or (STRUCT, []))[1]
     for group in groups:
-        for chunk in (_get(group, RG_COLUMNS) or (STRUCT, []))[1]:
-            if _has(chunk, CC_PAGE_INDEX) or _has(chunk, CC_ENCRYPTION) or _get(chunk, CC_FILE_PATH):
+        for chunk in (thrift_field(group, RG_COLUMNS) or (STRUCT, []))[1]:
+            if _has(chunk, CC_PAGE_INDEX) or _has(chunk, CC_ENCRYPTION) or thrift_field(chunk, CC_FILE_PATH):
                 return None
-            meta = _get(chunk, CC_META)
+            meta = thrift_field(chunk, CC_META)
             if meta is None or _has(meta, CMD_BLOOM):
                 return None
     return groups
@@ -291,11 +291,11 @@ def moved_chunk(chunk: list, by: int) -> list:
 
 
 def _moved(group: list, by: int, ordinal: int | None) -> list:
-    chunks = [moved_chunk(chunk, by) for chunk in _get(group, RG_COLUMNS)[1]]
-    moved = _replace(_shift(group, (RG_FILE_OFFSET,), by), RG_COLUMNS, LIST, (STRUCT, chunks))
+    chunks = [moved_chunk(chunk, by) for chunk in thrift_field(group, RG_COLUMNS)[1]]
+    moved = with_thrift_field(_shift(group, (RG_FILE_OFFSET,), by), RG_COLUMNS, LIST, (STRUCT, chunks))
     if ordinal is None:
         return [(f, t, v) for f, t, v in moved if f != RG_ORDINAL]
-    return _replace(moved, RG_ORDINAL, I16, ordinal) if _has(group, (RG_ORDINAL,)) else moved
+    return with_thrift_field(moved, RG_ORDINAL, I16, ordinal) if _has(group, (RG_ORDINAL,)) else moved
 
 
 def _key_values(schema: pa.Schema) -> tuple[int, list]:
@@ -303,7 +303,7 @@ def _key_values(schema: pa.Schema) -> tuple[int, list]:
     from the footer of an empty file written with it, so the output reads back as that schema."""
     sink = io.BytesIO()
     pq.ParquetWriter(sink, schema).close()
-    return _get(footer_of(sink.getvalue()), FMD_KEY_VALUE) or (STRUCT, [])
+    return thrift_field(footer_of(sink.getvalue()), FMD_KEY_VALUE) or (STRUCT, [])
 
 
 @dataclass(frozen=True)
@@ -330,15 +330,15 @@ def plan(files: list[Path], min_rows_per_group: int = 0) -> Plan | None:
     first = footers[0][1]
     groups_per_file = []
     for _, fields, _ in footers:
-        if _get(fields, FMD_SCHEMA) != _get(first, FMD_SCHEMA):
+        if thrift_field(fields, FMD_SCHEMA) != thrift_field(first, FMD_SCHEMA):
             return None
-        if _get(fields, FMD_COLUMN_ORDERS) != _get(first, FMD_COLUMN_ORDERS):
+        if thrift_field(fields, FMD_COLUMN_ORDERS) != thrift_field(first, FMD_COLUMN_ORDERS):
             return None
         groups = _movable_row_groups(fields)
         if groups is None:
             return None
         groups_per_file.append(groups)
-    rows = sum(_get(fields, FMD_NUM_ROWS) or 0 for _, fields, _ in footers)
+    rows = sum(thrift_field(fields, FMD_NUM_ROWS) or 0 for _, fields, _ in footers)
     count = sum(len(groups) for groups in groups_per_file)
     if count and rows / count < min_rows_per_group:
         return None
@@ -384,9 +384,9 @@ def write(concat: Plan, target: Path, schema: pa.Schema) -> int:
             merged.append(_moved(group, by, ordinal if ordinals else None))
             ordinal += 1
         position += data_end - len(MAGIC)
-    footer = _replace(first, FMD_NUM_ROWS, I64, concat.rows)
-    footer = _replace(footer, FMD_ROW_GROUPS, LIST, (STRUCT, merged))
-    footer = _replace(footer, FMD_KEY_VALUE, LIST, _key_values(schema))
+    footer = with_thrift_field(first, FMD_NUM_ROWS, I64, concat.rows)
+    footer = with_thrift_field(footer, FMD_ROW_GROUPS, LIST, (STRUCT, merged))
+    footer = with_thrift_field(footer, FMD_KEY_VALUE, LIST, _key_values(schema))
     encoded = encode_footer(footer)
     with open(target, "wb", buffering=0) as out:  # unbuffered: sendfile writes to the same descriptor
         write_all(out, MAGIC)

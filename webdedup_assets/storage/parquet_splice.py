@@ -47,17 +47,17 @@ from .parquet_concat import (
     RG_COLUMNS,
     STRUCT,
     ThriftError,
-    _get,
-    _read_struct,
-    _read_varint,
-    _replace,
-    _write_struct,
-    _write_varint,
     copy_range,
     footer_of,
     moved_chunk,
     read_footer,
+    read_struct,
+    read_varint,
+    thrift_field,
+    with_thrift_field,
     write_all,
+    write_struct,
+    write_varint,
 )
 from .store import writer_options
 
@@ -142,7 +142,7 @@ def rewrite(
     encoded on all cores, where one pyarrow writer encodes them one after the other."""
     plain = schema.remove_metadata()
     same_schema = source is not None and pq.ParquetFile(source).schema_arrow.remove_metadata().equals(plain)
-    old_groups = _get(read_footer(source)[0], FMD_ROW_GROUPS)[1] if same_schema else None
+    old_groups = thrift_field(read_footer(source)[0], FMD_ROW_GROUPS)[1] if same_schema else None
     wide_index = schema.names.index(wide)
     narrow_schema = pa.schema([f for f in plain if f.name != wide])
     # the narrow columns as pyarrow writes them by default: small pages are for the wide one only
@@ -176,10 +176,10 @@ def rewrite(
                     continue
                 groups.append(_row_group(prepared.write(out, fd, wide_index, figures), prepared.rows, len(groups)))
                 rows += prepared.rows
-            footer = _replace(footer, FMD_NUM_ROWS, I64, rows)
-            footer = _replace(footer, FMD_ROW_GROUPS, LIST, (STRUCT, groups))
+            footer = with_thrift_field(footer, FMD_NUM_ROWS, I64, rows)
+            footer = with_thrift_field(footer, FMD_ROW_GROUPS, LIST, (STRUCT, groups))
             encoded_footer = bytearray()
-            _write_struct(encoded_footer, footer)
+            write_struct(encoded_footer, footer)
             write_all(out, encoded_footer)
             write_all(out, struct.pack("<I", len(encoded_footer)))
             write_all(out, MAGIC)
@@ -231,18 +231,18 @@ def _prepare_splice(
 ) -> _Prepared | None:
     """One old row group's kept rows: the narrow columns encoded again, the wide column's page
     plan; None when its wide chunk cannot be spliced."""
-    wide_meta = _get(_get(old_groups[part.group], RG_COLUMNS)[1][wide_index], CC_META)
+    wide_meta = thrift_field(thrift_field(old_groups[part.group], RG_COLUMNS)[1][wide_index], CC_META)
     leaf = old.schema.column(wide_index)
-    codec = _get(wide_meta, CMD_CODEC)
+    codec = thrift_field(wide_meta, CMD_CODEC)
     if (
         leaf.max_repetition_level
         or leaf.max_definition_level > 1
-        or _get(wide_meta, CMD_TYPE) != BYTE_ARRAY
-        or _get(wide_meta, CMD_DICT_PAGE)
+        or thrift_field(wide_meta, CMD_TYPE) != BYTE_ARRAY
+        or thrift_field(wide_meta, CMD_DICT_PAGE)
         or codec not in (ZSTD, UNCOMPRESSED)
     ):
         return None
-    chunk = (_get(wide_meta, CMD_DATA_PAGE), _get(wide_meta, CMD_COMPRESSED))
+    chunk = (thrift_field(wide_meta, CMD_DATA_PAGE), thrift_field(wide_meta, CMD_COMPRESSED))
     group_rows = old.metadata.row_group(part.group).num_rows
     plan = _page_plan(fd, chunk, part.rows, group_rows, leaf.max_definition_level, codec)
     if plan is None:
@@ -266,18 +266,18 @@ def _in_memory(table: pa.Table, options: dict) -> tuple[bytes, list]:
     with pq.ParquetWriter(sink, table.schema, **options) as writer:
         writer.write_table(table, row_group_size=max(1, table.num_rows))
     data = sink.getvalue()
-    (group,) = _get(footer_of(data), FMD_ROW_GROUPS)[1]
-    return data, _get(group, RG_COLUMNS)[1]
+    (group,) = thrift_field(footer_of(data), FMD_ROW_GROUPS)[1]
+    return data, thrift_field(group, RG_COLUMNS)[1]
 
 
 def _copy_chunks(data: bytes, chunks: list, out) -> list:
     """Column chunks of an in-memory file appended to `out`, their offsets moved to match."""
     moved = []
     for chunk in chunks:
-        meta = _get(chunk, CC_META)
-        first = _get(meta, CMD_DICT_PAGE) or _get(meta, CMD_DATA_PAGE)
+        meta = thrift_field(chunk, CC_META)
+        first = thrift_field(meta, CMD_DICT_PAGE) or thrift_field(meta, CMD_DATA_PAGE)
         by = out.tell() - first
-        write_all(out, memoryview(data)[first : first + _get(meta, CMD_COMPRESSED)])
+        write_all(out, memoryview(data)[first : first + thrift_field(meta, CMD_COMPRESSED)])
         moved.append(moved_chunk(chunk, by))
     return moved
 
@@ -316,13 +316,13 @@ def _page_plan(fd: int, chunk: tuple[int, int], rows: np.ndarray, group_rows: in
         if parsed is None:
             return None
         header, body = parsed
-        page_type, raw_size, size = _get(header, 1), _get(header, 2), _get(header, 3)
-        data_header = _get(header, 5)
-        if page_type != DATA_PAGE or data_header is None or _get(data_header, 2) != PLAIN:
+        page_type, raw_size, size = thrift_field(header, 1), thrift_field(header, 2), thrift_field(header, 3)
+        data_header = thrift_field(header, 5)
+        if page_type != DATA_PAGE or data_header is None or thrift_field(data_header, 2) != PLAIN:
             return None
-        if max_def and _get(data_header, 3) != RLE:
+        if max_def and thrift_field(data_header, 3) != RLE:
             return None
-        count = _get(data_header, 1)
+        count = thrift_field(data_header, 1)
         end = body + size
         if end > chunk_end:
             return None
@@ -349,7 +349,7 @@ def _page_header(fd: int, pos: int, chunk_end: int) -> tuple[list, int] | None:
     while True:
         head = os.pread(fd, min(window, chunk_end - pos), pos)
         try:
-            header, length = _read_struct(memoryview(head), 0)
+            header, length = read_struct(memoryview(head), 0)
             return header, pos + length
         except (ThriftError, IndexError, struct.error):
             if len(head) < window or window >= 1 << 24:  # the whole rest of the chunk did not parse
@@ -382,7 +382,7 @@ def _rle_bits(raw: bytes, pos: int, end: int, count: int) -> list[int]:
     levels: list[int] = []
     view = memoryview(raw)
     while len(levels) < count and pos < end:
-        header, pos = _read_varint(view, pos)
+        header, pos = read_varint(view, pos)
         if header & 1:  # bit-packed: groups of 8 values, one byte each
             for byte in raw[pos : pos + (header >> 1)]:
                 levels.extend((byte >> bit) & 1 for bit in range(8))
@@ -403,7 +403,7 @@ def _encode_page(values: list[bytes | None], max_def: int, codec: int) -> _Page:
             j = i
             while j < len(values) and (values[j] is not None) == defined:
                 j += 1
-            _write_varint(levels, (j - i) << 1)
+            write_varint(levels, (j - i) << 1)
             levels.append(1 if defined else 0)
             i = j
         body += struct.pack("<I", len(levels)) + levels
@@ -414,18 +414,18 @@ def _encode_page(values: list[bytes | None], max_def: int, codec: int) -> _Page:
     payload = pa.compress(body, codec="zstd", asbytes=True) if codec == ZSTD else bytes(body)
     data_header = [(1, I32, len(values)), (2, I32, PLAIN), (3, I32, RLE), (4, I32, RLE)]
     header = bytearray()
-    _write_struct(header, [(1, I32, DATA_PAGE), (2, I32, len(body)), (3, I32, len(payload)), (5, STRUCT, data_header)])
+    write_struct(header, [(1, I32, DATA_PAGE), (2, I32, len(body)), (3, I32, len(payload)), (5, STRUCT, data_header)])
     return _Page(bytes(header), payload, len(body))
 
 
 def _row_group(chunks: list, rows: int, ordinal: int) -> list:
-    metas = [_get(chunk, CC_META) for chunk in chunks]
-    first = min(_get(m, CMD_DICT_PAGE) or _get(m, CMD_DATA_PAGE) for m in metas)
+    metas = [thrift_field(chunk, CC_META) for chunk in chunks]
+    first = min(thrift_field(m, CMD_DICT_PAGE) or thrift_field(m, CMD_DATA_PAGE) for m in metas)
     group = [
         (1, LIST, (STRUCT, chunks)),
-        (2, I64, sum(_get(m, CMD_UNCOMPRESSED) for m in metas)),
+        (2, I64, sum(thrift_field(m, CMD_UNCOMPRESSED) for m in metas)),
         (3, I64, rows),
         (5, I64, first),
-        (6, I64, sum(_get(m, CMD_COMPRESSED) for m in metas)),
+        (6, I64, sum(thrift_field(m, CMD_COMPRESSED) for m in metas)),
     ]
     return group + [(7, I16, ordinal)] if ordinal <= 32_767 else group

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..progress import Task
-from .store import Store, _with_params, params_sidecar, writer_options
+from .store import Store, params_sidecar, with_params, writer_options
 
 
 class PartitionWriter:
@@ -52,7 +52,7 @@ class PartitionWriter:
             target.parent.mkdir(parents=True, exist_ok=True)
             self._temp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
             self._writer = pq.ParquetWriter(
-                self._temp, _with_params(self.schema, self.params(partition)), **self.options
+                self._temp, with_params(self.schema, self.params(partition)), **self.options
             )
             self._current = partition
             self.rows[partition] = 0
@@ -119,7 +119,7 @@ def write_split(
             target = path_of(value)
             target.parent.mkdir(parents=True, exist_ok=True)
             writer = writers[value] = pq.ParquetWriter(
-                target, _with_params(schema, params), **writer_options(schema, use_dictionary, lz4=lz4)
+                target, with_params(schema, params), **writer_options(schema, use_dictionary, lz4=lz4)
             )
         writer.write_table(pa.Table.from_batches(parts, schema=schema))  # one row group
 

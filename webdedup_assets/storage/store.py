@@ -217,7 +217,7 @@ def read_params(path: Path) -> dict[str, Any]:
     return decode(metadata.get(METADATA_KEY))
 
 
-def _with_params(schema: pa.Schema, params: dict[str, Any]) -> pa.Schema:
+def with_params(schema: pa.Schema, params: dict[str, Any]) -> pa.Schema:
     metadata = dict(schema.metadata or {})
     metadata[METADATA_KEY] = encode(params).encode()
     return schema.with_metadata(metadata)
@@ -284,7 +284,7 @@ def write_batches(
     uncompressed: columns stored without zstd (random values such as signatures do not
     compress; trying costs a second per million documents).
     options: pyarrow writer options instead of those (e.g. storage.parquet_splice.layout)."""
-    schema = _with_params(schema, params)
+    schema = with_params(schema, params)
     rows = 0
     options = options if options is not None else writer_options(schema, use_dictionary, uncompressed)
     with atomic_path(target) as temp:
@@ -370,7 +370,7 @@ def write_csv(target: Path, relation: duckdb.DuckDBPyRelation) -> None:
         relation.write_csv(str(temp), header=True)
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
+def link_or_copy(source: Path, target: Path) -> None:
     """A hard link when the output folder is on the same file system (instant; stored files are
     only ever replaced, never modified in place, so the output keeps its content), else a byte copy."""
     with atomic_path(target) as temp:
@@ -393,14 +393,14 @@ def publish_concatenated(store: Store, asset: str, target: Path, uncompressed: I
 
     files = store.published_files(asset)
     if len(files) == 1:
-        _link_or_copy(files[0], target)
+        link_or_copy(files[0], target)
         return pq.ParquetFile(target).metadata.num_rows
     params = store.params(asset)
     schema = pq.read_schema(files[0]).remove_metadata()
     concat = parquet_concat.plan(files, CONCATENATED_MIN_GROUP_ROWS)
     if concat is not None:
         with atomic_path(target) as temp:
-            return parquet_concat.write(concat, temp, _with_params(schema, params))
+            return parquet_concat.write(concat, temp, with_params(schema, params))
 
     def batches():
         for path in files:

@@ -28,7 +28,7 @@ from ...core.ranking import policy_order_by
 from ...storage import parquet_splice
 from ...storage.fileio import atomic_path
 from ...storage.rows import fetch_rows
-from ...storage.store import _with_params, quote_ident, row_groups, sql_string, write_batches, write_csv
+from ...storage.store import quote_ident, row_groups, sql_string, with_params, write_batches, write_csv
 from ...threads import prefetch
 from ..publish import report_path
 from ..stage import DUCKDB
@@ -166,7 +166,7 @@ class RepresentativesStep:
         with atomic_path(old_path) as temp:
             # the next part's rows are decoded on a reader thread while this one is written
             rows, figures = parquet_splice.rewrite(
-                old_path, temp, _with_params(schema, parameters), "body", prefetch(parts, depth=1), options
+                old_path, temp, with_params(schema, parameters), "body", prefetch(parts, depth=1), options
             )
         self.report.deduped_rewrite = figures.as_dict()
         return rows

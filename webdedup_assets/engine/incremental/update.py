@@ -15,7 +15,7 @@ from ...storage.store import Store, connect, quote_ident, scalar, sql_string, wr
 from ..diagnostics import write_cluster_diagnostics
 from ..invariants import measured_key
 from ..stage import DUCKDB, STAGES, StageRun, check_uniform
-from ..stages.candidates import _require_unique_doc_ids
+from ..stages.candidates import require_unique_doc_ids
 from ..stages.clustering import ranking_columns
 from ..stages.documents import stored_extra_columns
 from . import bodies
@@ -140,7 +140,7 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
             commit(store, self.candidates, self.scoring, self.representative, self.figures)
             return
         self.report.mode = "incremental"
-        _require_unique_doc_ids(store, con, "docs")
+        require_unique_doc_ids(store, con, "docs")
         self._links()
         self._mark("candidates")
         self._score()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...storage.store import Store, params_sidecar, write_batches
+from ...storage.store import Store, params_sidecar, with_params, write_batches
 
 
 def read_asset(spark, store: Store, asset: str, columns: list[str] | None = None):
@@ -64,12 +64,6 @@ def _writer(staging: str, schema_bytes: bytes):
             yield pa.record_batch([pa.array([target]), pa.array([rows], pa.int64())], names=["file", "rows"])
 
     return write
-
-
-def with_params(schema: pa.Schema, params: dict[str, Any]) -> pa.Schema:
-    from ...storage.store import _with_params
-
-    return _with_params(schema, params)
 
 
 def write_asset(frame, store: Store, asset: str, schema: pa.Schema, params: dict[str, Any]) -> int:

@@ -77,7 +77,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     store, params = run.store, run.params
     max_pair_slots, pair_slots_per_document = params.max_pair_slots, params.pair_slots_per_document
     bucket_policy, hot_bucket_size = params.bucket_policy, params.hot_bucket_size
-    _require_unique_doc_ids(store)
+    require_unique_doc_ids(store)
     con = connect(store)
     bm = store.scan_sql("band_memberships")
     docs = store.scan_sql("documents")
@@ -191,7 +191,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     return StageOutput(rows, {k: v for k, v in stats.items() if k != "rows"})
 
 
-def _require_unique_doc_ids(store: Store, con=None, documents: str | None = None) -> None:
+def require_unique_doc_ids(store: Store, con=None, documents: str | None = None) -> None:
     """Each day is validated alone, so a doc_id repeated on two days is caught here. `documents`:
     a table of `con` holding every stored document's doc_id (default: the documents files)."""
     own = con is None

@@ -16,13 +16,13 @@ from ...params import RepresentativeParams
 from ...storage import parquet_splice
 from ...storage.store import (
     Store,
-    _with_params,
     atomic_path,
     connect,
     quote_ident,
     row_groups,
     scalar,
     sql_string,
+    with_params,
     write_csv,
     write_table,
 )
@@ -153,7 +153,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
             rows, _ = parquet_splice.rewrite(
                 None,
                 temp,
-                _with_params(schema, run.parameters),
+                with_params(schema, run.parameters),
                 "body",
                 (parquet_splice.Encode(table) for table in representatives),
                 deduped_layout(schema),

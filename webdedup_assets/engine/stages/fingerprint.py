@@ -146,7 +146,7 @@ def _split(out: pa.RecordBatch, group: list[tuple[Piece, pa.RecordBatch]]):
         offset += n
 
 
-def _month_rows(plan: Plan, written: dict[Piece, int]) -> dict[str | None, int]:
+def month_rows(plan: Plan, written: dict[Piece, int]) -> dict[str | None, int]:
     rows = dict(plan.reused_rows)
     for piece, n in written.items():
         rows[piece.month] = rows.get(piece.month, 0) + n
@@ -251,7 +251,7 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
     figures = {
         k: sum(t[k] for t in totals.values()) for k in ("documents", "tokens", "empty_documents", "files_reused")
     }
-    rows = _month_rows(plan, written)
+    rows = month_rows(plan, written)
     return StageOutput(sum(rows.values()), {**figures, "threads": workers}, rows, totals, schema)
 
 
@@ -316,5 +316,5 @@ def band_partitions(run: StageRun) -> StageOutput:
         totals[month]["sources"] = sources
     keys = ("documents_banded", "documents_without_shingles", "files_reused")
     figures = {k: sum(t[k] for t in totals.values()) for k in keys}
-    rows_written = _month_rows(plan, written)
+    rows_written = month_rows(plan, written)
     return StageOutput(sum(rows_written.values()), figures, rows_written, totals, BAND_SCHEMA)

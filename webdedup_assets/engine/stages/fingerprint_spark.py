@@ -28,10 +28,10 @@ import pyarrow.parquet as pq
 from ...core.hashing import FINGERPRINT_VERSION
 from ...core.minhash import MinHashParams
 from ...errors import WebdedupError
-from ...storage.store import _with_params, params_sidecar, writer_options
+from ...storage.store import params_sidecar, with_params, writer_options
 from ..spark.engine import SPARK, session_of
 from ..stage import StageOutput, StageRun
-from .fingerprint import BAND_SCHEMA, BATCH_ROWS, Piece, Plan, _month_rows, fingerprint_schema, plan_pieces
+from .fingerprint import BAND_SCHEMA, BATCH_ROWS, Piece, Plan, fingerprint_schema, month_rows, plan_pieces
 
 MAX_TASKS = 4096  # pieces are spread over at most this many tasks (one task per piece below it)
 RESULT_SCHEMA = "piece long, file string, rows long, first long, second long"
@@ -154,7 +154,7 @@ def _compute(
         return {}
     store, asset = run.store, run.stage.name
     months = sorted({piece.month for piece in pieces}, key=lambda m: m or "")
-    schemas = [_with_params(schema, run.partition_parameters(m)).serialize().to_pybytes() for m in months]
+    schemas = [with_params(schema, run.partition_parameters(m)).serialize().to_pybytes() for m in months]
     jobs = [(str(piece.source), months.index(piece.month)) for piece in pieces]
     folder = store.asset_dir(asset)
     folder.mkdir(parents=True, exist_ok=True)
@@ -215,7 +215,7 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
         totals[month]["sources"] = sources
     keys = ("documents", "tokens", "empty_documents", "files_reused")
     figures = {k: sum(t[k] for t in totals.values()) for k in keys}
-    rows = _month_rows(plan, {piece: n for piece, (n, _, _) in done.items()})
+    rows = month_rows(plan, {piece: n for piece, (n, _, _) in done.items()})
     return StageOutput(sum(rows.values()), {**figures, "files_computed": len(done)}, rows, totals, schema)
 
 
@@ -243,7 +243,7 @@ def band_partitions(run: StageRun) -> StageOutput:
         totals[month]["sources"] = sources
     keys = ("documents_banded", "documents_without_shingles", "files_reused")
     figures = {k: sum(t[k] for t in totals.values()) for k in keys}
-    rows_written = _month_rows(plan, {piece: n for piece, (n, _, _) in done.items()})
+    rows_written = month_rows(plan, {piece: n for piece, (n, _, _) in done.items()})
     return StageOutput(
         sum(rows_written.values()), {**figures, "files_computed": len(done)}, rows_written, totals, BAND_SCHEMA
     )
