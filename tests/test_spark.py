@@ -386,6 +386,9 @@ def test_generated_corpus_every_table_equals_duckdbs(spark, generated, tmp_path,
     monkeypatch.setattr(spark_candidates, "BLOCK", 64)  # hot buckets of 150 go through the blocked join
     ours, theirs = two_copies(tmp_path, lambda root: Store(shutil.copytree(generated.root, root)))
     params = stage_params(policy, hot=100)
+    if policy == "star":  # with a domain preference too: site7 first, then sites 1-99
+        preferred = ",".join(["site7.example", *(f"site{i}.example" for i in range(1, 100))])
+        params["deduped_documents"] = RepresentativeParams(prefer_domains=preferred)
     results = run_global(SPARK, ours, params, spark=LOCAL)
     run_global(DUCKDB, theirs, params)
     figures = results["candidate_pairs"].figures

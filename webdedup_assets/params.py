@@ -199,6 +199,19 @@ class RepresentativeParams(ParamGroup):
         "own representatives, until every member reaches its representative. The clusters asset keeps the "
         "connected components.",
     )
+    prefer_domains: str = Field(
+        default="",
+        description="Comma-separated domains whose copy is kept before the policy's order, in list order "
+        "(a subdomain counts as its domain): e.g. the original publisher over aggregators and mirrors.",
+    )
+
+    @field_validator("prefer_domains")
+    @classmethod
+    def _domain_list(cls, value: str) -> str:
+        for domain in (item.strip().strip(".") for item in value.split(",")):
+            if domain and not re.fullmatch(r"[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*", domain):
+                raise ParamError(("prefer_domains",), "{p0} {value!r}: not a domain name", value=domain)
+        return value
 
 
 class EngineParams(ParamGroup):

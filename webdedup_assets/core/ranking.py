@@ -14,10 +14,42 @@ REPRESENTATIVE_POLICIES: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def policy_order_by(policy: str) -> str:
-    """SQL ORDER BY body for a policy; raises with the allowed names on an unknown one."""
+def preferred_domains(listed: str) -> list[str]:
+    """The domains of a comma-separated preference list, in order: lower case, no blanks, each once."""
+    domains: list[str] = []
+    for item in listed.split(","):
+        domain = item.strip().lower().strip(".")
+        if domain and domain not in domains:
+            domains.append(domain)
+    return domains
+
+
+def domain_rank(domain: str | None, domains: list[str]) -> int:
+    """The position of a document's domain in the preference list (a subdomain counts as its
+    listed domain); len(domains) when it is not listed."""
+    host = (domain or "").lower()
+    for rank, listed in enumerate(domains):
+        if host == listed or host.endswith("." + listed):
+            return rank
+    return len(domains)
+
+
+def domain_rank_sql(domains: list[str]) -> str:
+    """domain_rank as a SQL expression over the column `domain` (DuckDB and Spark SQL alike)."""
+    cases = " ".join(
+        f"WHEN lower(domain) = '{d}' OR right(lower(domain), {len(d) + 1}) = '.{d}' THEN {rank}"
+        for rank, d in enumerate(domains)
+    )
+    return f"CASE {cases} ELSE {len(domains)} END"
+
+
+def policy_order_by(policy: str, prefer_domains: str = "") -> str:
+    """SQL ORDER BY body for a policy, after the preferred domains when any are listed; raises
+    with the allowed names on an unknown policy."""
     if policy not in REPRESENTATIVE_POLICIES:
         raise ValueError(
             f"unknown representative policy {policy!r}; choose one of {', '.join(sorted(REPRESENTATIVE_POLICIES))}"
         )
-    return ", ".join(f"{col} {direction}" for col, direction in REPRESENTATIVE_POLICIES[policy])
+    keys = ", ".join(f"{col} {direction}" for col, direction in REPRESENTATIVE_POLICIES[policy])
+    domains = preferred_domains(prefer_domains)
+    return f"{domain_rank_sql(domains)} ASC, {keys}" if domains else keys

@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..core.fingerprint import shingle_sets, shingling
 from ..core.minhash import candidate_probability, estimate_jaccard
 from ..core.normalize import text_tokens
-from ..core.ranking import REPRESENTATIVE_POLICIES
+from ..core.ranking import REPRESENTATIVE_POLICIES, domain_rank, policy_order_by, preferred_domains
 from ..core.sets import jaccard_blocks
 from ..errors import WebdedupError
 from ..storage.store import Store, connect, sql_string
@@ -222,10 +222,20 @@ def explain_pair(store: Store, left_id: str, right_id: str) -> dict[str, Any]:
     }
 
 
-def _why_first(policy: str, winner: dict[str, Any], runner_up: dict[str, Any] | None) -> dict[str, Any]:
+def _why_first(
+    policy: str, winner: dict[str, Any], runner_up: dict[str, Any] | None, domains: list[str]
+) -> dict[str, Any]:
     keys = REPRESENTATIVE_POLICIES[policy]
     if runner_up is None:
         return {"key": None, "text": "the only member of its cluster"}
+    ranks = domain_rank(winner.get("domain"), domains), domain_rank(runner_up.get("domain"), domains)
+    if ranks[0] != ranks[1]:
+        return {
+            "key": "domain",
+            "direction": "preferred",
+            "text": f"preferred domain: {winner.get('domain')} is listed in prefer_domains before "
+            f"{runner_up.get('domain')} of the next member, {runner_up['doc_id']}",
+        }
     for column, direction in keys:
         a, b = winner.get(column), runner_up.get(column)
         if a != b:
@@ -244,7 +254,8 @@ def inspect_cluster(store: Store, ident: str) -> dict[str, Any]:
     """A cluster (by cluster_id, or the cluster of a doc_id): members and why its representative won."""
     rep_params = store.params("deduped_documents").get("representatives") or {}
     policy = rep_params.get("representative_policy", "newest")
-    order_by = rep_params.get("order_by") or ", ".join(f"{c} {d}" for c, d in REPRESENTATIVE_POLICIES[policy])
+    domains = preferred_domains(rep_params.get("prefer_domains", ""))
+    order_by = rep_params.get("order_by") or policy_order_by(policy)
     fingerprint = store.params("fingerprinted")["fingerprint"]
     con = connect(store)
     try:
@@ -299,7 +310,7 @@ def inspect_cluster(store: Store, ident: str) -> dict[str, Any]:
         "representative": representative,
         "policy": policy,
         "order_by": order_by,
-        "why": _why_first(policy, listed[rep_at], runner_up),
+        "why": _why_first(policy, listed[rep_at], runner_up, domains),
         "members": listed,
         "members_shown": len(listed),
     }

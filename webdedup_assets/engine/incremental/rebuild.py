@@ -123,7 +123,7 @@ def ranked_sql(
     clusters of the doc_ids in the temp table `members` only when given (their clusters from the
     table `clusters`, default the stored clusters asset; the documents' narrow columns from the
     table `documents`, default the documents files)."""
-    order_by = policy_order_by(policy.representative_policy)
+    order_by = policy_order_by(policy.representative_policy, policy.prefer_domains)
     narrow = ", ".join(quote_ident(c) for c in ranking_columns(stored_extra_columns(store)))
     scope = f"SEMI JOIN {members} s ON s.doc_id = d.doc_id" if members else ""
     tokens_scope = scope.replace("d.doc_id", "f.doc_id")

@@ -153,7 +153,7 @@ class RepresentativesStep:
         parameters = self._stage_run(
             "deduped_documents",
             self.representative,
-            order_by=policy_order_by(self.representative.representative_policy),
+            order_by=policy_order_by(self.representative.representative_policy, self.representative.prefer_domains),
         ).parameters
         old = pq.ParquetFile(old_path)
         moves = _moved_groups(old, kept_rows, kept_keys)

@@ -106,7 +106,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
     then most tokens, then smallest doc_id); every input column is kept."""
     store = run.store
     try:
-        order_by = policy_order_by(run.params.representative_policy)
+        order_by = policy_order_by(run.params.representative_policy, run.params.prefer_domains)
     except ValueError as err:
         raise WebdedupError(str(err)) from None
     run.derive(order_by=order_by)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ...core.ranking import REPRESENTATIVE_POLICIES, policy_order_by
+from ...core.ranking import REPRESENTATIVE_POLICIES, domain_rank_sql, policy_order_by, preferred_domains
 from ...errors import WebdedupError
 from ..diagnostics import write_cluster_diagnostics
 from ..publish import report_path
@@ -211,10 +211,11 @@ def clusters(run: StageRun) -> StageOutput:
     return StageOutput(rows, figures)
 
 
-def _order_columns(policy: str):
+def _order_columns(policy: str, prefer_domains: str = ""):
     from pyspark.sql import functions as F
 
-    columns = []
+    domains = preferred_domains(prefer_domains)
+    columns = [F.expr(domain_rank_sql(domains)).asc()] if domains else []
     for name, direction in REPRESENTATIVE_POLICIES[policy]:
         # DuckDB's default: NULLS LAST for both directions
         columns.append(F.col(name).asc_nulls_last() if direction == "ASC" else F.col(name).desc_nulls_last())
@@ -231,7 +232,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
     spark = session_of(run)
     store = run.store
     try:
-        order_by = policy_order_by(run.params.representative_policy)
+        order_by = policy_order_by(run.params.representative_policy, run.params.prefer_domains)
     except ValueError as err:
         raise WebdedupError(str(err)) from None
     run.derive(order_by=order_by)
@@ -250,7 +251,9 @@ def deduped_documents(run: StageRun) -> StageOutput:
         .withColumn(
             "rank",
             F.row_number().over(
-                Window.partitionBy("cluster_id").orderBy(*_order_columns(run.params.representative_policy))
+                Window.partitionBy("cluster_id").orderBy(
+                    *_order_columns(run.params.representative_policy, run.params.prefer_domains)
+                )
             ),
         )
         .persist()
