@@ -106,6 +106,12 @@ def _parser() -> argparse.ArgumentParser:
         )
     _add_params(run, params.EngineParams)
     run.add_argument("--quiet", action="store_true", help="no progress on stderr (per-stage lines, live counts)")
+    run.add_argument(
+        "--emit-shards",
+        action="store_true",
+        help="also write the kept records in the input's own form: OUTPUT/shards/, one shard per input shard "
+        "(same name and compression), each kept record as it was read (CSV, Parquet and JSON Lines input)",
+    )
     run.add_argument("--json", action="store_true", help="print the manifest counts as JSON instead of a table")
     prob = sub.add_parser("probability", help="P(candidate | Jaccard) for a banding")
     _add_params(prob, params.BandingParams)
@@ -221,7 +227,9 @@ def _run_and_report(
     from ..engine import pipeline
 
     try:
-        outcome = pipeline.run(input_path, storage_root, output_dir, run, chosen, notice=_notice)
+        outcome = pipeline.run(
+            input_path, storage_root, output_dir, run, chosen, notice=_notice, emit_shards=args.emit_shards
+        )
     except pipeline.ChecksFailed as err:  # a blocking check stopped the run
         _print_failed_checks([o for o in err.checks if o.passed is False and o.check.kind != "warning"])
         return EXIT_CHECK_FAILED

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
-from ..ingest.inputs import resolve_input
+from ..ingest.inputs import InputFile, resolve_input
 from ..params import (
     BandingParams,
     CandidateParams,
@@ -51,6 +51,9 @@ from .columns import mapping_for_add, mapping_of
 from .incremental.layout import UpdateReport
 from .publish import publication_prepared, recover
 from .reading import input_days
+from .shards import FOLDER as SHARDS
+from .shards import emit_shards as emit
+from .shards import require_emittable
 from .stage import DUCKDB, StageResult
 from .stages.documents import stage_documents, warc_options_of
 from .stages.manifest import stage_manifest
@@ -212,19 +215,20 @@ def _writing(storage_root: Path, output_dir: Path, purpose: str, notice: Notice)
             raise
 
 
-def _check_input(input_path: str, input_format: str, storage_root: Path, output_dir: Path) -> None:
-    """The input exists, and an input folder does not hold the folders the command writes (the next
-    command would read the outputs back as input)."""
-    resolve_input(input_path, input_format)
+def _check_input(input_path: str, input_format: str, storage_root: Path, output_dir: Path) -> list[InputFile]:
+    """The input's files: it exists, and an input folder does not hold the folders the command
+    writes (the next command would read the outputs back as input)."""
+    files = resolve_input(input_path, input_format)
     source = Path(input_path).expanduser()
     if not source.is_dir():
-        return
+        return files
     for folder, flag in ((output_dir, "--output"), (storage_root, "--storage")):
         if folder.resolve().is_relative_to(source.resolve()):
             raise WebdedupError(
                 f"{flag} {folder} is inside the input folder {input_path}: the next command would read its files "
                 f"back as input; give an {flag} folder outside the input"
             )
+    return files
 
 
 def _month_coverage(months: list[str]) -> tuple[str, str]:
@@ -239,14 +243,18 @@ def run(
     params: RunParams,
     engine: EngineParams | None = None,
     notice: Notice = _silent,
+    emit_shards: bool = False,
 ) -> Outcome:
     """Deduplicate exactly this input: the storage holds its crawl days and no other (the held
     days it lacks are cleared, and a notice says so), the global stages are rebuilt from scratch
-    with every check, and the outputs are published. Raises StageFailed, ChecksFailed or
-    WebdedupError (then nothing was changed)."""
+    with every check, and the outputs are published (with `emit_shards`, the kept records in the
+    input's own form too: engine.shards). Raises StageFailed, ChecksFailed or WebdedupError (then
+    nothing was changed)."""
     input_format = params.input.input_format
     engine = engine or EngineParams()
-    _check_input(input_path, input_format, storage_root, output_dir)  # before anything is touched
+    files = _check_input(input_path, input_format, storage_root, output_dir)  # before anything is touched
+    if emit_shards:
+        require_emittable(files)
     store = Store(storage_root)
     with damage_named(store), _writing(storage_root, output_dir, f"webdedup run {input_path}", notice) as transaction:
         if reset_outdated(store):
@@ -293,7 +301,11 @@ def run(
                 )
             else:
                 incremental.run_global_stages(global_stage, params.candidates, params.scoring, params.representative)
-            manifest = steps.run("manifest", lambda: stage_manifest(store, output_dir, on_commit=transaction.commit))
+            shards = (lambda staging: emit(store, files, mapping, staging / SHARDS)) if emit_shards else None
+            manifest = steps.run(
+                "manifest",
+                lambda: stage_manifest(store, output_dir, on_commit=transaction.commit, extra_outputs=shards),
+            )
         return Outcome(manifest, days, steps.checks, report, steps.seconds)
 
 

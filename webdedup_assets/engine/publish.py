@@ -52,6 +52,7 @@ OUTPUT_NAMES = (
     "removed.csv",
     "deduped_documents.parquet",
     "rejected_records.csv",
+    "shards",
     MANIFEST,
 )
 # Reports a stage writes beside its stored data, published as they are.
@@ -243,13 +244,18 @@ def domain_summary_sql(store: Store) -> str:
 
 
 def publish(
-    store: Store, output_dir: Path, manifest: dict[str, Any], on_commit: Callable[[], None] | None = None
+    store: Store,
+    output_dir: Path,
+    manifest: dict[str, Any],
+    on_commit: Callable[[], None] | None = None,
+    extra: Callable[[Path], dict[str, Any]] | None = None,
 ) -> dict[str, int]:
     """Export the stored run into `output_dir` as one set; returns {file: bytes} of the set.
 
     The caller holds the output folder's writer lock (state.writer_lock). `on_commit` is called
     once the set is staged and its journal written, before the swap: from then on a killed
-    publish is completed (`recover`), not undone."""
+    publish is completed (`recover`), not undone. `extra(staging)` builds further outputs into the
+    set (the emitted shards); its figures go into the manifest under `extra_outputs`."""
     output_dir.mkdir(parents=True, exist_ok=True)
     recover(output_dir)
     staging = output_dir / f".publish-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -257,8 +263,10 @@ def publish(
     try:
         started = time.perf_counter()
         _build(store, staging)
+        if extra is not None:
+            manifest["extra_outputs"] = extra(staging)
         manifest.setdefault("timings_seconds", {})["publish"] = round(time.perf_counter() - started, 4)
-        outputs = {p.name: p.stat().st_size for p in sorted(staging.iterdir())}
+        outputs = {p.name: _size(p) for p in sorted(staging.iterdir())}
         outputs[MANIFEST] = None  # listed in itself without a size
         text = json.dumps({**manifest, "outputs": outputs}, indent=2, default=str)
         write_text(staging / MANIFEST, text)
@@ -274,13 +282,26 @@ def publish(
     return {k: v for k, v in outputs.items() if v is not None}
 
 
+def _size(path: Path) -> int:
+    """A file's bytes, or a folder's (the emitted shards) files' bytes."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
 def _swap(output_dir: Path, staging: Path, names: list[str], stale: list[str]) -> None:
     for name in names:
-        source = staging / name
+        source, target = staging / name, output_dir / name
         if source.exists():  # a recovery may find some already moved
-            os.replace(source, output_dir / name)
+            if source.is_dir() and target.is_dir():  # a folder is not replaced in one rename: the old one
+                os.replace(target, staging / f".replaced-{name}")  # goes with the staging folder
+            os.replace(source, target)
     for name in stale:
-        (output_dir / name).unlink(missing_ok=True)
+        target = output_dir / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)
     (output_dir / JOURNAL).unlink(missing_ok=True)
 
 

@@ -114,12 +114,15 @@ def build_manifest(store: Store) -> dict[str, Any]:
 
 
 def stage_manifest(
-    store: Store, output_dir: Path | None = None, on_commit: Callable[[], None] | None = None
+    store: Store,
+    output_dir: Path | None = None,
+    on_commit: Callable[[], None] | None = None,
+    extra_outputs: Callable[[Path], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The manifest stage through the contract; returns the manifest. With `output_dir`, every
     output is published with it as one set (the caller holds the output folder's writer lock;
-    `on_commit`: see publish.publish)."""
-    DUCKDB.run("manifest", store, None, output_dir=output_dir, on_commit=on_commit)
+    `on_commit`, `extra_outputs`: see publish.publish)."""
+    DUCKDB.run("manifest", store, None, output_dir=output_dir, on_commit=on_commit, extra_outputs=extra_outputs)
     return load_manifest(store)
 
 
@@ -132,7 +135,9 @@ def manifest_stage(run: StageRun) -> StageOutput:
     manifest = build_manifest(store)
     manifest["timings_seconds"]["manifest"] = round(time.perf_counter() - started, 4)
     if output_dir is not None:
-        manifest["outputs"] = publish(store, output_dir, manifest, run.options.get("on_commit"))
+        manifest["outputs"] = publish(
+            store, output_dir, manifest, run.options.get("on_commit"), run.options.get("extra_outputs")
+        )
     else:
         write_text(store.asset_dir("manifest") / "manifest.json", json.dumps(manifest, indent=2, default=str))
     counts = manifest["counts"]

@@ -1,0 +1,155 @@
+"""`--emit-shards`: the kept documents in the input's own form, so that the result drops into a
+user's pipeline in place of the input.
+
+One output shard per input shard, under `shards/` with the shard's path below the input's common
+folder, the same file name and compression. A kept record is written as it was read: a JSON Lines
+line or a CSV record byte for byte, a Parquet row with every field in its order (the file written
+again with the input's codec). A record is kept unless its document was removed as a duplicate;
+WARC input has no such form (its kept documents are in deduped_documents.parquet)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import WebdedupError
+from ..ingest.inputs import InputFile
+from ..params import ColumnParams
+from ..storage.store import Store, connect, sql_string
+from .columns import field_sql
+
+FOLDER = "shards"
+EMITTED_FORMATS = ("csv", "parquet", "jsonl")
+
+
+def require_emittable(files: list[InputFile]) -> None:
+    """--emit-shards writes tabular inputs back; refused (before anything is written) for WARC."""
+    other = next((f for f in files if f.format not in EMITTED_FORMATS), None)
+    if other is not None:
+        raise WebdedupError(
+            f"--emit-shards writes CSV, Parquet and JSON Lines inputs back in their own form; {other.path} is "
+            f"{other.format.upper()}: its kept documents are in deduped_documents.parquet"
+        )
+
+
+def removed_ids(store: Store) -> set[str]:
+    """The doc_ids removed as duplicates: clustered, and not their cluster's representative."""
+    con = connect(store)
+    try:
+        rows = con.sql(
+            f"SELECT doc_id FROM {store.scan_sql('clusters')} "
+            f"ANTI JOIN (SELECT doc_id FROM {store.scan_sql('deduped_documents')}) USING (doc_id)"
+        ).fetchall()
+    finally:
+        con.close()
+    return {doc_id for (doc_id,) in rows}
+
+
+def emit_shards(store: Store, files: list[InputFile], mapping: ColumnParams, target: Path) -> dict[str, Any]:
+    """Every input shard's kept records into `target`; returns the figures (shards, records kept
+    and removed)."""
+    removed = removed_ids(store)
+    root = Path(os.path.commonpath([f.path.parent for f in files]))
+    figures = {"shards": 0, "records_kept": 0, "records_removed": 0}
+    for f in files:
+        out = target / f.path.relative_to(root)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet}[f.format]
+        kept, dropped = write(f.path, out, mapping.id_column, removed)
+        figures["shards"] += 1
+        figures["records_kept"] += kept
+        figures["records_removed"] += dropped
+    return figures
+
+
+def _field(record: dict, path: str) -> Any:
+    """A field of a JSON object, or a dotted path into nested objects (a key holding the dots first)."""
+    if path in record:
+        return record[path]
+    value: Any = record
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _id_text(value: Any) -> str:
+    """A JSON id as the documents stage holds it (DuckDB's cast to VARCHAR)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _jsonl(source: Path, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
+    kept = dropped = 0
+    with (
+        pa.input_stream(str(source), compression="detect") as raw,
+        pa.output_stream(str(out), compression="detect") as sink,
+    ):
+        for line in io.BufferedReader(raw, buffer_size=1 << 20):
+            if not line.strip():
+                continue
+            if _id_text(_field(json.loads(line), id_column)) in removed:
+                dropped += 1
+                continue
+            sink.write(line)
+            kept += 1
+    return kept, dropped
+
+
+def _csv(source: Path, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
+    kept = dropped = 0
+    consumed: list[str] = []  # the raw lines of the record the reader is on (a quoted field may span lines)
+
+    def lines(handle) -> Iterator[str]:
+        for line in handle:
+            consumed.append(line)
+            yield line
+
+    with open(source, encoding="utf-8", newline="") as handle, open(out, "w", encoding="utf-8", newline="") as sink:
+        reader = csv.reader(lines(handle))
+        header = next(reader, None)
+        if header is None:
+            return 0, 0
+        sink.write("".join(consumed))
+        consumed.clear()
+        column = [name.lstrip("\ufeff") for name in header].index(id_column)
+        for row in reader:
+            record = "".join(consumed)
+            consumed.clear()
+            if row and row[column] in removed:
+                dropped += 1
+                continue
+            sink.write(record)
+            kept += 1
+    return kept, dropped
+
+
+def _parquet(source: Path, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
+    metadata = pq.ParquetFile(source).metadata
+    codec = metadata.row_group(0).column(0).compression.lower() if metadata.num_row_groups else "snappy"
+    con = connect()
+    try:
+        con.register("removed_ids", pa.table({"doc_id": pa.array(sorted(removed), pa.string())}))
+        rel = con.sql(f"SELECT * FROM read_parquet({sql_string(str(source))})")
+        found = field_sql(rel, id_column)
+        if found is None:  # the documents stage read it: only a file changed since would lack it
+            raise WebdedupError(f"{source}: no field {id_column!r} (the id column) to emit the shard by")
+        id_sql = f"CAST({found[0]} AS VARCHAR)"
+        total = metadata.num_rows
+        con.execute(
+            f"COPY (SELECT * FROM read_parquet({sql_string(str(source))}) "
+            f"WHERE {id_sql} NOT IN (SELECT doc_id FROM removed_ids)) "
+            f"TO {sql_string(str(out))} (FORMAT parquet, COMPRESSION {codec})"
+        )
+        kept = pq.ParquetFile(out).metadata.num_rows
+    finally:
+        con.close()
+    return kept, total - kept
