@@ -356,6 +356,12 @@ def test_tune_recommendation_meets_its_target_recall(tmp_path, capsys):
     assert best["candidates"] == len(pairs)
     assert (out / "evaluation" / "tune.csv").stat().st_size > 0
 
+    # the table's recommendation is the flags of a run, threshold included, on a line of their own
+    assert main(["tune", "--output", str(out), "--target-recall", "0.95", "--num-perm", "64,120"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    flags = f"--num-perm {best['num_perm']} --bands {best['bands']} --rows {best['rows']} --threshold 0.7"
+    assert lines[-1] == f"    {flags}"
+
 
 def test_evaluate_with_a_per_document_labels_file(labelled_run, tmp_path, capsys):
     rows = [("doc_id", "group")] + [(f"{t}-{v}", t) for t in ("billing", "incident") for v in ("canonical", "mirror")]

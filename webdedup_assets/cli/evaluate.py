@@ -307,8 +307,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             )
         if best is not None:
             print(
-                f"  recommended: --num-perm {best['num_perm']} --bands {best['bands']} --rows {best['rows']} "
-                f"(recall {best['recall']}, {best['candidates']:,} candidates)"
+                f"  recommended (recall {best['recall']}, {best['candidates']:,} candidates), as flags of run:\n"
+                f"    --num-perm {best['num_perm']} --bands {best['bands']} --rows {best['rows']} "
+                f"--threshold {summary['threshold']}"
             )
     if not summary["exact_pairs_at_threshold"]:
         print(
