@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from .. import params
 from ..core.minhash import candidate_probability
 from ..errors import WebdedupError
+from ..storage.objects import is_uri
 from .evaluate import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 from .exiting import end_process
 from .explain import add_explain_parsers, cmd_explain, cmd_inspect
@@ -200,7 +201,7 @@ def _print_failed_checks(failed: list) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from ..ingest.inputs import hash_in_background
 
-    input_path = str(Path(args.input).expanduser())
+    input_path = args.input if is_uri(args.input) else str(Path(args.input).expanduser())
     hash_in_background(input_path, args.input_format)  # while the engine is imported
     output_dir = Path(args.output).expanduser().resolve()
     storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
@@ -282,6 +283,15 @@ def cmd_probability(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    for name in ("output", "storage"):  # the input may be in object storage, not what is written
+        value = getattr(args, name, None)
+        if isinstance(value, str) and is_uri(value):
+            print(
+                f"webdedup: error: --{name} {value}: object storage holds the input only; --{name} must be a "
+                "local (or mounted) folder",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
     if args.command == "run":
         return cmd_run(args)
     if args.command == "evaluate":

@@ -24,6 +24,7 @@ from ..ingest.inputs import WARC_FORMATS, InputFile, resolve_input
 from ..ingest.jsonl import first_problem, has_records
 from ..ingest.options import WarcOptions
 from ..params import ColumnParams
+from ..storage.objects import ObjectPath, open_input
 from ..storage.store import Store, connect, quote_ident, scalar, sql_string
 from .columns import MappedInput, is_json, map_columns, stored_name, text_sql
 from .stages.documents_warc import stage_warc
@@ -96,7 +97,7 @@ def _json_columns(f: InputFile) -> str:
     first seen late is neither dropped nor refused); each later read is then one pass over the file."""
     key = (str(f.path), f.sha256)
     if key not in _json_schemas:
-        with duckdb.connect() as con:
+        with connect() as con:
             rel = con.sql(f"SELECT * FROM read_json({sql_string(str(f.path))}, {JSON_LINES}, sample_size = -1)")
             _json_schemas[key] = ", ".join(
                 f"{sql_string(c)}: {sql_string(str(t))}" for c, t in zip(rel.columns, rel.types)
@@ -381,7 +382,7 @@ def days_from_statistics(f: InputFile) -> set[str] | None:
     row group's min and max, when they are one day. None when that is not enough to tell
     (no statistics, a row group spanning days, another type): the caller reads the column."""
     try:
-        parquet = pq.ParquetFile(f.path)
+        parquet = pq.ParquetFile(open_input(f.path) if isinstance(f.path, ObjectPath) else f.path)
         if "crawled_at" not in parquet.schema_arrow.names:
             return None
         if not pa.types.is_date32(parquet.schema_arrow.field("crawled_at").type):

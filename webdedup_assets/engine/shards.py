@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pyarrow.parquet as pq
 from ..errors import WebdedupError
 from ..ingest.inputs import InputFile
 from ..params import ColumnParams
+from ..storage.objects import ObjectPath, open_input, open_stream
 from ..storage.store import Store, connect, sql_string
 from .columns import field_sql
 
@@ -57,10 +57,13 @@ def emit_shards(store: Store, files: list[InputFile], mapping: ColumnParams, tar
     """Every input shard's kept records into `target`; returns the figures (shards, records kept
     and removed)."""
     removed = removed_ids(store)
-    root = Path(os.path.commonpath([f.path.parent for f in files]))
+    common = files[0].path.parent.parts  # the input's common folder (or bucket prefix)
+    for f in files[1:]:
+        same = [a == b for a, b in zip(common, f.path.parent.parts)]
+        common = common[: same.index(False) if False in same else len(same)]
     figures = {"shards": 0, "records_kept": 0, "records_removed": 0}
     for f in files:
-        out = target / f.path.relative_to(root)
+        out = target.joinpath(*f.path.parts[len(common) :])
         out.parent.mkdir(parents=True, exist_ok=True)
         write = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet}[f.format]
         kept, dropped = write(f.path, out, mapping.id_column, removed)
@@ -87,12 +90,9 @@ def _id_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _jsonl(source: Path, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
+def _jsonl(source: Path | ObjectPath, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
     kept = dropped = 0
-    with (
-        pa.input_stream(str(source), compression="detect") as raw,
-        pa.output_stream(str(out), compression="detect") as sink,
-    ):
+    with open_stream(source) as raw, pa.output_stream(str(out), compression="detect") as sink:
         for line in io.BufferedReader(raw, buffer_size=1 << 20):
             if not line.strip():
                 continue
@@ -104,7 +104,7 @@ def _jsonl(source: Path, out: Path, id_column: str, removed: set[str]) -> tuple[
     return kept, dropped
 
 
-def _csv(source: Path, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
+def _csv(source: Path | ObjectPath, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
     kept = dropped = 0
     consumed: list[str] = []  # the raw lines of the record the reader is on (a quoted field may span lines)
 
@@ -113,7 +113,10 @@ def _csv(source: Path, out: Path, id_column: str, removed: set[str]) -> tuple[in
             consumed.append(line)
             yield line
 
-    with open(source, encoding="utf-8", newline="") as handle, open(out, "w", encoding="utf-8", newline="") as sink:
+    with (
+        io.TextIOWrapper(open_input(source), encoding="utf-8", newline="") as handle,
+        open(out, "w", encoding="utf-8", newline="") as sink,
+    ):
         reader = csv.reader(lines(handle))
         header = next(reader, None)
         if header is None:
@@ -132,11 +135,13 @@ def _csv(source: Path, out: Path, id_column: str, removed: set[str]) -> tuple[in
     return kept, dropped
 
 
-def _parquet(source: Path, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
-    metadata = pq.ParquetFile(source).metadata
+def _parquet(source: Path | ObjectPath, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
+    with open_input(source) as handle:
+        metadata = pq.ParquetFile(handle).metadata
     codec = metadata.row_group(0).column(0).compression.lower() if metadata.num_row_groups else "snappy"
     con = connect()
     try:
+        con.execute("SET preserve_insertion_order = true")  # the rows in the input's order
         con.register("removed_ids", pa.table({"doc_id": pa.array(sorted(removed), pa.string())}))
         rel = con.sql(f"SELECT * FROM read_parquet({sql_string(str(source))})")
         found = field_sql(rel, id_column)

@@ -8,6 +8,7 @@ import csv
 from pathlib import Path
 
 from ..errors import WebdedupError
+from ..storage.objects import file_size, open_input, open_text
 from .contract import REQUIRED_COLUMNS
 from .inputs import format_suffix
 
@@ -19,7 +20,7 @@ def check_utf8(path: Path) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     offset = 0
     lines = 1
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         while chunk := handle.read(1 << 22):
             try:
                 decoder.decode(chunk)
@@ -54,12 +55,12 @@ def _csv_reader(handle, path: Path):
 def csv_header(path: Path) -> list[str]:
     """The column names of a CSV file, checked: the file is not empty, and no name is empty or
     repeated. Reads the first record only."""
-    if path.stat().st_size == 0:
+    if file_size(path) == 0:
         raise WebdedupError(
             f"{path}: the file is empty (0 bytes); a CSV input needs at least its header line "
             f"({','.join(REQUIRED_COLUMNS)})"
         )
-    with open(path, newline="", encoding="utf-8-sig") as handle:
+    with open_text(path) as handle:
         reader = _csv_reader(handle, path)
         try:
             header = next(reader, [])
@@ -102,7 +103,7 @@ def locate_csv_error(path: Path) -> str | None:
     number of fields differs from the header's, or bad quoting. None if there is none.
 
     Python's csv module, streaming: only used to explain a failed read, never on the fast path."""
-    with open(path, newline="", encoding="utf-8-sig") as handle:
+    with open_text(path) as handle:
         reader = _csv_reader(handle, path)
         width, start = None, 1
         try:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import glob as globlib
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
 from ..storage.fileio import file_sha256s
+from ..storage.objects import ObjectPath, is_uri, list_objects
 
 FORMATS = ("auto", "csv", "parquet", "jsonl", "warc", "commoncrawl")
 WARC_FORMATS = ("warc", "commoncrawl")  # converted to a staged Parquet before the documents stage reads them
@@ -31,7 +32,7 @@ COMPOUND_SUFFIXES = tuple(s for s in SUFFIX_FORMATS if s.count(".") > 1)
 DAY_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})")
 
 
-def format_suffix(path: Path) -> str:
+def format_suffix(path: Path | ObjectPath) -> str:
     """The format-bearing suffix: `.warc.gz` or `.jsonl.zst` counts as one."""
     name = path.name.lower()
     return next((s for s in COMPOUND_SUFFIXES if name.endswith(s)), path.suffix.lower())
@@ -39,7 +40,7 @@ def format_suffix(path: Path) -> str:
 
 @dataclass(frozen=True)
 class InputFile:
-    path: Path
+    path: Path | ObjectPath  # a local file (resolved), or an object in object storage
     format: str
     sha256: str
     bytes: int
@@ -87,6 +88,8 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
     _wait_for_hashing((input_path, input_format))
     if input_format not in FORMATS:
         raise WebdedupError(f"input_format must be one of {', '.join(FORMATS)}, got {input_format!r}")
+    if is_uri(input_path):
+        return _resolve_objects(input_path, input_format)
     path = Path(input_path).expanduser()
     if any(ch in input_path for ch in "*?["):
         candidates = [Path(p) for p in globlib.glob(str(path), recursive=True)]
@@ -111,21 +114,45 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
     else:
         raise WebdedupError(f"input {input_path!r} does not exist")
     candidates = sorted(candidates)
-    formats = []
-    for candidate in candidates:
-        fmt = input_format
-        if fmt == "auto":
-            fmt = SUFFIX_FORMATS.get(format_suffix(candidate), "")
-            if not fmt:
-                raise WebdedupError(
-                    f"cannot tell the format of {candidate} from its name; "
-                    "set input_format to csv, parquet, jsonl or warc"
-                )
-        formats.append(fmt)
+    formats = [_format_of(candidate, input_format) for candidate in candidates]
     return [
         InputFile(candidate.resolve(), fmt, sha256, candidate.stat().st_size)
         for candidate, fmt, sha256 in zip(candidates, formats, file_sha256s(candidates))
     ]
+
+
+def _format_of(candidate: Path | ObjectPath, input_format: str) -> str:
+    if input_format != "auto":
+        return input_format
+    fmt = SUFFIX_FORMATS.get(format_suffix(candidate), "")
+    if not fmt:
+        raise WebdedupError(
+            f"cannot tell the format of {candidate} from its name; set input_format to csv, parquet, jsonl or warc"
+        )
+    return fmt
+
+
+def _resolve_objects(uri: str, input_format: str) -> list[InputFile]:
+    """The objects of an input URI: one object, a prefix (its input files, recursively) or a glob."""
+    found = list_objects(uri)
+    if not any(ch in uri for ch in "*?[") and not (len(found) == 1 and str(found[0][0]) == uri.rstrip("/")):
+        found = [
+            (p, size)
+            for p, size in found
+            if format_suffix(p) in SUFFIX_FORMATS
+            and not p.name.startswith(".")
+            and (input_format == "auto" or SUFFIX_FORMATS[format_suffix(p)] == input_format)
+        ]
+    if not found:
+        raise WebdedupError(f"input {uri} holds no .csv, .parquet, .jsonl (.gz, .zst), .json.gz or .json.zst object")
+    files = [InputFile(p, _format_of(p, input_format), "", size) for p, size in found]
+    warc = next((f for f in files if f.format in ("warc", "commoncrawl")), None)
+    if warc is not None:
+        raise WebdedupError(
+            f"{warc.path}: WARC input is read from local files only; object storage holds CSV, Parquet and JSON "
+            "Lines input"
+        )
+    return [replace(f, sha256=sha256) for f, sha256 in zip(files, file_sha256s([f.path for f in files]))]
 
 
 def day_of_file(path: Path) -> str | None:

@@ -12,14 +12,14 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
+from ..storage.objects import open_stream
 
 JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of a file, decompressed as its suffix says; streamed."""
-    with pa.input_stream(str(path), compression="detect") as stream:
+    with open_stream(path) as stream:
         yield from enumerate(io.BufferedReader(stream, buffer_size=1 << 20), start=1)
 
 

@@ -44,7 +44,11 @@ def adoptable_files(
     candidates = {
         i
         for i, f in enumerate(files)
-        if f.format == "parquet" and (unmapped or f.stored) and _same_layout(f.path, stored_schema)
+        # an object in object storage is read like any input: a byte copy would be a download of it whole
+        if f.format == "parquet"
+        and (unmapped or f.stored)
+        and isinstance(f.path, Path)
+        and _same_layout(f.path, stored_schema)
     }
     if not candidates:
         return {}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import WebdedupError
 from ..threads import thread_count
+from .objects import ObjectPath, open_input, size_and_mtime
 
 
 def make_folder(path: Path) -> Path:
@@ -46,14 +47,16 @@ def write_text(target: Path, text: str) -> None:
         temp.write_text(text, encoding="utf-8")
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path | ObjectPath) -> str:
     """sha256 of a file's bytes; remembered for the process while the file's identity, size and
     modification time stay the same (a `webdedup run` reads its input files twice)."""
+    if isinstance(path, ObjectPath):
+        return _sha256_of(path, 0, 0, *size_and_mtime(path))
     info = os.stat(path)
-    return _sha256_of(str(Path(path).resolve()), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    return _sha256_of(Path(path).resolve(), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
-def file_sha256s(paths: Sequence[Path]) -> list[str]:
+def file_sha256s(paths: Sequence[Path | ObjectPath]) -> list[str]:
     """file_sha256 of each path, several files at a time (hashlib and file reads release the
     GIL): the inputs of a run, gigabytes for a large corpus, are hashed before anything else."""
     workers = min(len(paths), thread_count())
@@ -64,9 +67,9 @@ def file_sha256s(paths: Sequence[Path]) -> list[str]:
 
 
 @lru_cache(maxsize=4096)
-def _sha256_of(path: str, device: int, inode: int, size: int, mtime_ns: int) -> str:
+def _sha256_of(path: Path | ObjectPath, device: int, inode: int, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()

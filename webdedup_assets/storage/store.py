@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
 from ..progress import Task
+from . import objects
 from .fileio import atomic_path, write_text
 from .serial import decode, encode
 
@@ -424,6 +425,7 @@ def connect(store: Store | None = None) -> duckdb.DuckDBPyConnection:
         spill = store.root / ".duckdb_tmp"
         spill.mkdir(parents=True, exist_ok=True)
         con.execute(f"SET temp_directory = '{spill}'")
+    objects.register(con)  # input in object storage is read in place
     return con
 
 

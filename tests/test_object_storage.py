@@ -1,0 +1,135 @@
+"""Input in object storage: shards in a bucket of a real S3 protocol server on 127.0.0.1 (moto's
+standalone server, started and stopped here), read in place through the standard AWS variables.
+
+The same Dolma-style shards in the bucket and on the local disk give the same published results;
+a glob, an add and a check read from the bucket too; --emit-shards writes the kept records of
+objects; a missing bucket, an empty prefix, a WARC object and an --output in object storage are
+each one clear line."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+
+import pytest
+
+from webdedup_assets.cli.main import main
+from webdedup_assets.storage import objects
+
+from .test_jsonl import DOLMA_FLAGS, SUFFIXES, dolma_record, fixture_rows, write_shard
+
+pytest.importorskip("moto")
+
+
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory):
+    """A bucket `corpus` holding the fixture's documents as 8 shards of mixed codecs under
+    `shards/`, and the same shards in a local folder; yields (uri, local folder)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log on stderr
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    saved = {
+        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL")
+    }
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="webdedup-test",
+        AWS_SECRET_ACCESS_KEY="webdedup-test",
+        AWS_REGION="us-east-1",
+        AWS_ENDPOINT_URL=f"http://{host}:{port}",
+    )
+    try:
+        local = tmp_path_factory.mktemp("local") / "shards"
+        rows = fixture_rows()
+        client = boto3.client("s3")
+        client.create_bucket(Bucket="corpus")
+        for shard, suffix in enumerate(SUFFIXES):
+            path = write_shard(
+                local / f"shard-{shard:02d}{suffix}", [dolma_record(r) for r in rows[shard :: len(SUFFIXES)]]
+            )
+            client.put_object(Bucket="corpus", Key=f"shards/{path.name}", Body=path.read_bytes())
+        days = sorted({r["crawled_at"] for r in rows})
+        for name, part in (("early.jsonl.gz", days[: len(days) // 2]), ("late.json.zst", days[len(days) // 2 :])):
+            path = write_shard(
+                local.parent / "by-day" / name, [dolma_record(r) for r in rows if r["crawled_at"] in part]
+            )
+            client.put_object(Bucket="corpus", Key=f"by-day/{name}", Body=path.read_bytes())
+        client.put_object(Bucket="corpus", Key="crawl/one.warc.gz", Body=b"")
+        yield "s3://corpus/shards", local
+    finally:
+        objects._systems.clear()  # the next test's file systems are its own
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _published(out) -> dict[str, str]:
+    return {name: (out / name).read_text() for name in ("duplicate_pairs.csv", "clusters.csv", "removed.csv")}
+
+
+def test_shards_in_a_bucket_give_the_results_of_the_same_shards_on_disk(bucket, tmp_path):
+    uri, local = bucket
+    assert main(["run", uri, "--output", str(tmp_path / "remote"), "--quiet", *DOLMA_FLAGS]) == 0
+    assert main(["run", str(local), "--output", str(tmp_path / "local"), "--quiet", *DOLMA_FLAGS]) == 0
+    assert _published(tmp_path / "remote") == _published(tmp_path / "local")
+    with open(tmp_path / "remote" / "duplicate_pairs.csv", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == 18  # the fixture's pinned pairs
+    import json
+
+    manifest = json.loads((tmp_path / "remote" / "manifest.json").read_text())
+    listed = json.dumps(manifest)
+    assert "s3://corpus/shards/shard-00.jsonl" in listed and str(local) not in listed
+
+
+def test_a_glob_an_add_and_a_check_read_from_the_bucket(bucket, tmp_path, capsys):
+    uri, local = bucket
+    out = tmp_path / "out"
+    # the earlier crawl days, then the later ones (an add brings new days; a held day it holds is replaced)
+    assert main(["run", "s3://corpus/by-day/*.gz", "--output", str(out), "--quiet", *DOLMA_FLAGS]) == 0
+    assert main(["add", "s3://corpus/by-day/late.json.zst", "--output", str(out), "--quiet", *DOLMA_FLAGS]) == 0
+    assert main(["run", str(local), "--output", str(tmp_path / "all"), "--quiet", *DOLMA_FLAGS]) == 0
+    assert _published(out) == _published(tmp_path / "all")
+    capsys.readouterr()
+    code = main(["check", f"{uri}/shard-00.jsonl", "--against", str(out)])  # read with the corpus' mapping
+    assert code in (0, 1)
+    assert "webdedup check: 3 document(s) of s3://corpus/shards/shard-00.jsonl" in capsys.readouterr().out
+
+
+def test_emit_shards_writes_the_kept_records_of_objects(bucket, tmp_path):
+    uri, local = bucket
+    for name, source in (("remote", uri), ("local", str(local))):
+        out = tmp_path / name
+        assert main(["run", source, "--output", str(out), "--quiet", "--emit-shards", *DOLMA_FLAGS]) == 0
+    remote, here = tmp_path / "remote" / "shards", tmp_path / "local" / "shards"
+    assert sorted(p.name for p in remote.iterdir()) == sorted(p.name for p in local.iterdir())
+    for shard in here.iterdir():
+        assert (remote / shard.name).read_bytes() == shard.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["run", "s3://no-such-bucket/shards"],
+            "input s3://no-such-bucket/shards: bucket no-such-bucket does not exist",
+        ),
+        (["run", "s3://corpus/nothing-here"], "input s3://corpus/nothing-here holds no .csv, .parquet, .jsonl"),
+        (["run", "s3://corpus/crawl"], "s3://corpus/crawl/one.warc.gz: WARC input is read from local files only"),
+        (["run", "s3://corpus/shards", "--output", "s3://corpus/out"], "--output s3://corpus/out: object storage"),
+        (["add", "s3://corpus/shards", "--storage", "s3://corpus/st"], "--storage s3://corpus/st: object storage"),
+    ],
+)
+def test_object_storage_errors_are_one_line(bucket, tmp_path, capsys, args, message):
+    argv = [*args, "--quiet"] if "--output" in args else [*args, "--output", str(tmp_path / "out"), "--quiet"]
+    assert main(argv) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"webdedup: error: {message}"), last
+    assert "Request ID" not in last and "Traceback" not in last
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,159 @@
+"""Input in object storage (`s3://bucket/prefix`, or any URI pyarrow's file systems accept, such as
+`gs://`): listed and read in place, streamed, never copied whole to the local disk.
+
+Credentials, region and endpoint come from the standard variables and profiles of each store
+(for S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL, ~/.aws). A file
+in a bucket is an ObjectPath: it names itself as its URI in every message and in the manifest,
+and has a path's name, suffix and parents. DuckDB reads it through the same file system
+(`register`, on every connection); Python readers open it with `open_input`."""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import re
+import threading
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from ..errors import WebdedupError
+
+if TYPE_CHECKING:  # pyarrow.fs is imported when object storage is first used
+    import pyarrow.fs as pafs
+
+URI = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
+
+_systems: dict[str, pafs.FileSystem] = {}  # scheme -> its file system
+_lock = threading.Lock()
+
+
+def is_uri(location: str) -> bool:
+    """Whether a location names object storage (a URI other than file://)."""
+    found = URI.match(location)
+    return found is not None and found.group(1).lower() != "file"
+
+
+class ObjectPath(PurePosixPath):
+    """An object's location: the scheme as the first part (`s3:`), then the bucket and the key."""
+
+    @classmethod
+    def of(cls, uri: str) -> ObjectPath:
+        scheme, rest = uri.split("://", 1)
+        return cls(f"{scheme.lower()}:", *[part for part in rest.split("/") if part])
+
+    def __str__(self) -> str:
+        scheme, *rest = self.parts
+        return f"{scheme}//{'/'.join(rest)}"
+
+    def __fspath__(self) -> str:
+        return str(self)
+
+    @property
+    def key(self) -> str:
+        """bucket/key, as the file system names it."""
+        return "/".join(self.parts[1:])
+
+
+def file_system(location: ObjectPath) -> pafs.FileSystem:
+    """The file system of a scheme (one for every bucket), made once per process."""
+    import pyarrow.fs as pafs
+
+    scheme = location.parts[0].rstrip(":")
+    with _lock:
+        if scheme not in _systems:
+            try:
+                _systems[scheme] = pafs.FileSystem.from_uri(str(location))[0]
+            except (OSError, ValueError) as err:
+                raise WebdedupError(f"{location}: {message(err)}") from None
+        return _systems[scheme]
+
+
+def size_and_mtime(path: ObjectPath) -> tuple[int, int]:
+    """An object's size and modification time (ns)."""
+    import pyarrow.fs as pafs
+
+    try:
+        info = file_system(path).get_file_info(path.key)
+    except OSError as err:
+        raise WebdedupError(f"{path}: {message(err)}") from None
+    if info.type != pafs.FileType.File:
+        raise WebdedupError(f"{path}: no such object")
+    return info.size, info.mtime_ns or 0
+
+
+def message(err: Exception) -> str:
+    """A storage error in one line, without the service's request ids."""
+    text = " ".join(str(err).split())
+    return re.sub(r"\s*\(Request ID: [^)]*\)", "", text)
+
+
+def list_objects(uri: str) -> list[tuple[ObjectPath, int]]:
+    """The objects of a URI (one object, everything under a prefix, or a glob's matches), sorted,
+    with their sizes."""
+    import pyarrow.fs as pafs
+
+    pattern = ObjectPath.of(uri)
+    magic = next((i for i, part in enumerate(pattern.parts) if any(ch in part for ch in "*?[")), None)
+    base = pattern if magic is None else ObjectPath(*pattern.parts[:magic])
+    fs = file_system(base)
+    try:
+        info = fs.get_file_info(base.key)
+        if magic is None and info.type == pafs.FileType.File:
+            return [(base, info.size)]
+        found = fs.get_file_info(pafs.FileSelector(base.key, recursive=True, allow_not_found=True))
+        if not found and fs.get_file_info(pattern.parts[1]).type == pafs.FileType.NotFound:
+            raise WebdedupError(
+                f"input {uri}: bucket {pattern.parts[1]} does not exist (or is not visible with these credentials)"
+            )
+    except OSError as err:
+        raise WebdedupError(f"input {uri}: {message(err)}") from None
+    scheme = pattern.parts[0]
+    objects = [(ObjectPath(scheme, *f.path.split("/")), f.size) for f in found if f.type == pafs.FileType.File]
+    if magic is not None:
+        glob = str(pattern)
+        objects = [(p, size) for p, size in objects if fnmatch.fnmatchcase(str(p), glob)]
+    return sorted(objects, key=lambda item: str(item[0]))
+
+
+def open_input(path: Path | ObjectPath) -> BinaryIO:
+    """A file opened for reading: a local one, or an object (seekable, read by ranges)."""
+    if isinstance(path, ObjectPath):
+        try:
+            return file_system(path).open_input_file(path.key)
+        except OSError as err:
+            raise WebdedupError(f"{path}: {message(err)}") from None
+    return open(path, "rb")
+
+
+def open_stream(path: Path | ObjectPath, compression: str | None = "detect") -> Any:
+    """A file read front to back, decompressed as its suffix says (.gz, .zst) by default."""
+    if isinstance(path, ObjectPath):
+        try:
+            return file_system(path).open_input_stream(path.key, compression=compression)
+        except OSError as err:
+            raise WebdedupError(f"{path}: {message(err)}") from None
+    import pyarrow as pa
+
+    return pa.input_stream(str(path), compression=compression)
+
+
+def open_text(path: Path | ObjectPath) -> io.TextIOWrapper:
+    """A UTF-8 text file (a leading byte order mark skipped) for the csv module: newlines kept."""
+    return io.TextIOWrapper(open_input(path), encoding="utf-8-sig", newline="")
+
+
+def file_size(path: Path | ObjectPath) -> int:
+    return size_and_mtime(path)[0] if isinstance(path, ObjectPath) else path.stat().st_size
+
+
+def register(con: Any) -> None:
+    """Let a DuckDB connection read the objects of every bucket this process has opened."""
+    with _lock:
+        systems = dict(_systems)
+    if not systems:
+        return
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    for scheme, fs in sorted(systems.items()):
+        wrapper = type(f"{scheme.title()}Objects", (ArrowFSWrapper,), {"protocol": (scheme,)})(fs)
+        con.register_filesystem(wrapper)
