@@ -31,7 +31,8 @@ def create_collision_top(con, bands: str) -> None:
                         ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
         SELECT s.band_index, s.band_hash, s.size, string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
           FROM sizes s JOIN {bands} m USING (band_index, band_hash)
-         GROUP BY s.band_index, s.band_hash, s.size""")
+         GROUP BY s.band_index, s.band_hash, s.size
+         ORDER BY s.size DESC, s.band_index, s.band_hash""")  # the stored file's bytes do not vary by run
 
 
 def bucket_rows(bands: str, probe: str) -> str:
