@@ -174,10 +174,13 @@ def _summary_table(manifest: dict[str, Any]) -> str:
         "retained_ratio",
     ]
     lines = [f"  {k:<28}{counts[k]}" for k in keys]
-    lines.append(
-        f"  {'P(candidate | threshold)':<28}{lsh['candidate_probability_at_threshold']} "
-        f"(threshold {lsh['threshold']}, {lsh['bands']} bands x {lsh['rows']} rows)"
-    )
+    if lsh.get("fingerprint_method") == "simhash":
+        lines.append(f"  {'SimHash blocking':<28}pairs within {lsh['max_hamming']} of 64 bits ({lsh['blocks']} blocks)")
+    else:
+        lines.append(
+            f"  {'P(candidate | threshold)':<28}{lsh['candidate_probability_at_threshold']} "
+            f"(threshold {lsh['threshold']}, {lsh['bands']} bands x {lsh['rows']} rows)"
+        )
     return "\n".join(lines)
 
 
