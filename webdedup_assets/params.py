@@ -22,6 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 
 MIB = 1024 * 1024
+MAX_HAMMING_DEFAULT = 3
+# Fields added after artifacts were first stored: kept out of the stored parameters while they hold
+# their default (storage.serial.to_stored), so the artifacts of the default path are the bytes they
+# were before the field existed, and artifacts written before it read back as the default. Such a
+# default is part of the stored format: never change it.
+STORED_UNLESS_DEFAULT = {"stored_unless_default": True}
 
 
 class ParamError(ValueError):
@@ -140,8 +146,15 @@ class FingerprintParams(ParamGroup):
         "characters of the normalized text, spaces included, for short texts and scripts without word "
         "boundaries (Thai, Khmer...); with char use a shingle_size of 5-9.",
     )
-    num_perm: int = Field(default=130, ge=1, description="MinHash values per document.")
-    seed: int = Field(default=1, ge=0, description="Seed of the MinHash permutations.")
+    num_perm: int = Field(default=130, ge=1, description="MinHash values per document (minhash only).")
+    seed: int = Field(default=1, ge=0, description="Seed of the MinHash permutations (minhash only).")
+    fingerprint_method: Literal["minhash", "simhash"] = Field(
+        default="minhash",
+        description="minhash: num_perm MinHash values, banded (bands x rows); simhash: one 64-bit SimHash of the "
+        "same shingle hashes weighted by their frequency, candidates within max_hamming bits (for short texts: "
+        "titles, queries, snippets; num_perm, seed, bands and rows are then unused).",
+        json_schema_extra=STORED_UNLESS_DEFAULT,
+    )
 
 
 class BandingParams(ParamGroup):
@@ -149,6 +162,14 @@ class BandingParams(ParamGroup):
 
     bands: int = Field(default=26, ge=1, description="LSH bands; bands x rows must equal num_perm.")
     rows: int = Field(default=5, ge=1, description="MinHash values per band.")
+    max_hamming: int = Field(
+        default=MAX_HAMMING_DEFAULT,
+        ge=0,
+        le=31,
+        description="simhash only: pairs whose fingerprints differ in at most this many of 64 bits are certain to "
+        "be candidates (the 64 bits are split into max_hamming + 1 blocks; a shared block makes a candidate).",
+        json_schema_extra=STORED_UNLESS_DEFAULT,
+    )
 
 
 class CandidateParams(ParamGroup):
@@ -250,6 +271,8 @@ class EngineParams(ParamGroup):
 
 
 def check_banding(fingerprint: FingerprintParams, banding: BandingParams) -> None:
+    if fingerprint.fingerprint_method == "simhash":  # no signature to band: blocks of the 64 bits
+        return
     if banding.bands * banding.rows != fingerprint.num_perm:
         raise ParamError(
             ("bands", "rows", "num_perm"),
@@ -258,6 +281,16 @@ def check_banding(fingerprint: FingerprintParams, banding: BandingParams) -> Non
             rows=banding.rows,
             product=banding.bands * banding.rows,
             num_perm=fingerprint.num_perm,
+        )
+
+
+def check_engine(fingerprint: FingerprintParams, engine: EngineParams) -> None:
+    """The Spark engine fingerprints, bands and scores MinHash signatures only."""
+    if engine.engine == "spark" and fingerprint.fingerprint_method == "simhash":
+        raise ParamError(
+            ("engine", "fingerprint_method"),
+            "{p0} spark does not support {p1} simhash (Spark's stages band and score MinHash signatures only); "
+            "use {p0} duckdb",
         )
 
 

@@ -181,10 +181,13 @@ def _summary_table(manifest: dict[str, Any]) -> str:
         "retained_ratio",
     ]
     lines = [f"  {k:<28}{counts[k]}" for k in keys]
-    lines.append(
-        f"  {'P(candidate | threshold)':<28}{lsh['candidate_probability_at_threshold']} "
-        f"(threshold {lsh['threshold']}, {lsh['bands']} bands x {lsh['rows']} rows)"
-    )
+    if lsh.get("fingerprint_method") == "simhash":
+        lines.append(f"  {'SimHash blocking':<28}pairs within {lsh['max_hamming']} of 64 bits ({lsh['blocks']} blocks)")
+    else:
+        lines.append(
+            f"  {'P(candidate | threshold)':<28}{lsh['candidate_probability_at_threshold']} "
+            f"(threshold {lsh['threshold']}, {lsh['bands']} bands x {lsh['rows']} rows)"
+        )
     return "\n".join(lines)
 
 
@@ -210,6 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         chosen = params.EngineParams.checked(
             {k: getattr(args, k) for k in params.EngineParams.model_fields if hasattr(args, k)}
         )
+        params.check_engine(run.fingerprint, chosen)
     except params.ParamError as err:
         print(f"webdedup: error: {err.render(flag)}", file=sys.stderr)
         return EXIT_ERROR

@@ -93,6 +93,31 @@ def fingerprint_texts(
     return tokens, shingles, signatures
 
 
+def simhash_texts(
+    texts: pa.Array | pa.ChunkedArray, shingle_size: int, unit: str = "word"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(token_counts, shingle_counts, uint64 SimHashes) for a batch of texts: the shingles of
+    core.fingerprint.fingerprint_texts (the same kernel tokenizer and shingle hashes, the same
+    exact-normalizer pass for flagged documents); a document without shingles gets 0."""
+    if shingle_size < 1:
+        raise ValueError(f"shingle_size must be >= 1, got {shingle_size}")
+    char_unit = _char_unit(unit)
+    texts = _as_large(texts)
+    data, offsets = string_buffers(texts)
+    tables = unicode_tables.token_tables()
+    plain = np.zeros(len(texts), dtype=np.bool_)
+    tokens, shingles, hashes, flagged = kernel.simhash_batch(data, offsets, plain, tables, shingle_size, char_unit)
+    if flagged.any():
+        rows = np.flatnonzero(flagged)
+        exact = normalize_exact(texts.take(pa.array(rows)).to_pylist())
+        data, offsets = string_buffers(exact)
+        done = np.ones(len(rows), dtype=np.bool_)
+        tokens[rows], shingles[rows], hashes[rows], _ = kernel.simhash_batch(
+            data, offsets, done, tables, shingle_size, char_unit
+        )
+    return tokens, shingles, hashes
+
+
 def _sets_with_exact_pass(texts: pa.Array | pa.ChunkedArray, unit: str, run):
     """Shingle sets of a batch by `run(data, offsets, normalized, tables, char_unit) -> (result,
     flagged)`, and again with the flagged documents normalized exactly (as fingerprint_texts
@@ -147,3 +172,32 @@ def shingling(fingerprint: dict) -> tuple[int, str]:
     """(shingle_size, shingle_unit) of stored fingerprint parameters; artifacts written before the
     unit existed are word shingles."""
     return int(fingerprint["shingle_size"]), str(fingerprint.get("shingle_unit", "word"))
+
+
+def fingerprint_method(fingerprint: dict) -> str:
+    """minhash or simhash of stored fingerprint parameters (stored only when not minhash)."""
+    return str(fingerprint.get("fingerprint_method", "minhash"))
+
+
+def signature_width(fingerprint: dict) -> int:
+    """uint32 values per document in fingerprinted's signature column: num_perm, or the two
+    words of a SimHash (core.simhash.to_words)."""
+    return 2 if fingerprint_method(fingerprint) == "simhash" else int(fingerprint["num_perm"])
+
+
+def signatures_of(
+    texts: pa.Array | pa.ChunkedArray, fingerprint: dict, coefficients: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(token_counts, shingle_counts, signatures[n, signature_width] uint32) of a batch of texts
+    under stored (or dumped) fingerprint parameters: MinHash values, or a SimHash as two words.
+    coefficients: the MinHash ones when the caller holds them already."""
+    from .minhash import MinHashParams
+    from .simhash import to_words
+
+    size, unit = shingling(fingerprint)
+    if fingerprint_method(fingerprint) == "simhash":
+        tokens, shingles, hashes = simhash_texts(texts, size, unit)
+        return tokens, shingles, to_words(hashes)
+    if coefficients is None:
+        coefficients = MinHashParams(int(fingerprint["num_perm"]), int(fingerprint["seed"])).coefficients()
+    return fingerprint_texts(texts, size, *coefficients, unit)

@@ -51,3 +51,20 @@ def jaccard(left: set[int], right: set[int]) -> float:
     if not left and not right:
         return 0.0
     return len(left & right) / len(left | right)
+
+
+def shingle_list(text: str | None, shingle_size: int, unit: str = "word") -> list[int]:
+    """Every window's shingle hash in text order, repeats kept (what SimHash weighs)."""
+    hashes = [token_hash(token) for token in unit_tokens(text, unit)]
+    return [shingle_hash(window) for window in shingle_windows(hashes, shingle_size)]
+
+
+def simhash(shingles: list[int]) -> int:
+    """Bit b is set when more than half of the shingle hashes (repeats counted: term-frequency
+    weights) have it set; no shingles -> 0."""
+    value = 0
+    for bit in range(64):
+        ones = sum((h >> bit) & 1 for h in shingles)
+        if 2 * ones > len(shingles):
+            value |= 1 << bit
+    return value

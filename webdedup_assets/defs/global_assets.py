@@ -300,7 +300,7 @@ def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
                         charts.s_curve_png(result["lsh"]["bands"], result["lsh"]["rows"], result["lsh"]["threshold"]),
                     )
                 }
-                if storage.ui_previews
+                if storage.ui_previews and "bands" in result["lsh"]  # a SimHash run has blocks, no S-curve
                 else {}
             ),
             "preview": dg.MetadataValue.md(markdown_table(["metric", "value"], list(counts.items()))),

@@ -39,9 +39,10 @@ from ..params import (
     RunParams,
     ScoringParams,
     check_banding,
+    check_engine,
 )
 from ..storage.fileio import make_folder
-from ..storage.serial import from_stored
+from ..storage.serial import from_stored, stored_value
 from ..storage.state import clear_days, held_days, months_of, remove_leftovers, reset_outdated, writer_lock
 from ..storage.store import Store
 from ..storage.transaction import StorageTransaction, discard, storage_transaction
@@ -252,6 +253,7 @@ def run(
     nothing was changed)."""
     input_format = params.input.input_format
     engine = engine or EngineParams()
+    check_engine(params.fingerprint, engine)
     files = _check_input(input_path, input_format, storage_root, output_dir)  # before anything is touched
     if emit_shards:
         require_emittable(files)
@@ -320,7 +322,7 @@ def held_params(store: Store, given: dict[str, dict[str, Any]]) -> tuple[Fingerp
         held = store.params(asset).get(group) if store.files(asset) else None
         wanted = given.get(group, {})
         if held is not None:
-            values = {k: held[k] for k in model.model_fields}
+            values = {k: stored_value(model, held, k) for k in model.model_fields}
             differ = {k: (values[k], v) for k, v in wanted.items() if values[k] != v}
             if differ:
                 shown = ", ".join(f"{k}={a} (held) vs {b} (given)" for k, (a, b) in differ.items())
@@ -335,7 +337,8 @@ def held_params(store: Store, given: dict[str, dict[str, Any]]) -> tuple[Fingerp
         else:
             chosen[group] = model.checked(wanted)
     fingerprint, banding = chosen["fingerprint"], chosen["banding"]
-    if banding.bands * banding.rows != fingerprint.num_perm and "rows" not in given.get("banding", {}):
+    simhash = fingerprint.fingerprint_method == "simhash"
+    if not simhash and banding.bands * banding.rows != fingerprint.num_perm and "rows" not in given.get("banding", {}):
         banding = BandingParams.checked({"bands": banding.bands, "rows": fingerprint.num_perm // banding.bands})
     check_banding(fingerprint, banding)
     return fingerprint, banding

@@ -82,6 +82,11 @@ def _product_note(params: BandingParams, upstream: dict[str, dict[str, Any]]) ->
     return f" (bands={params.bands} x rows={params.rows} = {params.bands * params.rows})"
 
 
+def _simhash(stored: dict[str, Any]) -> bool:
+    """The artifact holds SimHash fingerprints: no num_perm to band (blocks of the 64 bits instead)."""
+    return (stored.get("fingerprint") or {}).get("fingerprint_method") == "simhash"
+
+
 def _scored_threshold(upstream: dict[str, dict[str, Any]]) -> ScoringParams:
     scoring = upstream["scored_pairs"].get("scoring")
     if not scoring or scoring.get("threshold") is None:
@@ -116,7 +121,7 @@ STAGES: dict[str, Stage] = {
                 Need(
                     "fingerprinted",
                     ("fingerprint", "num_perm"),
-                    lambda p, up: p.bands * p.rows,
+                    lambda p, up: None if _simhash(up["fingerprinted"]) else p.bands * p.rows,
                     "re-materialize fingerprinted with that num_perm, or band with bands x rows equal to its num_perm",
                     note=_product_note,
                 ),

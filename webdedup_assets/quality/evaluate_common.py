@@ -11,7 +11,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from ..errors import WebdedupError
+from ..params import BandingParams, FingerprintParams
 from ..storage.fileio import atomic_path
+from ..storage.serial import stored_value
 from ..storage.store import Store
 
 
@@ -23,6 +25,12 @@ class RunInfo:
     num_perm: int
     shingle_size: int
     shingle_unit: str = "word"
+    fingerprint_method: str = "minhash"
+    max_hamming: int = 3
+
+    @property
+    def simhash(self) -> bool:
+        return self.fingerprint_method == "simhash"
 
 
 def run_info(store: Store) -> RunInfo:
@@ -39,6 +47,8 @@ def run_info(store: Store) -> RunInfo:
         num_perm=int(fingerprint["num_perm"]),
         shingle_size=int(fingerprint["shingle_size"]),
         shingle_unit=str(fingerprint.get("shingle_unit", "word")),
+        fingerprint_method=str(stored_value(FingerprintParams, fingerprint, "fingerprint_method")),
+        max_hamming=int(stored_value(BandingParams, banding, "max_hamming")),
     )
 
 

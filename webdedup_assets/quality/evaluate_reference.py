@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from ..core.exact import PairBudgetExceeded, similarity_join
 from ..core.minhash import candidate_probability
+from ..core.simhash import block_values, from_words
 from ..engine.shingle_sets import ShingleSets, load_shingle_sets
 from ..errors import WebdedupError
 from ..storage.store import Store, connect
@@ -93,7 +94,11 @@ def exact_reference(
         high = 1.0 if low >= 1.0 else min(1.0, round(low + BIN_WIDTH, 6))
         count = int(in_bin.sum())
         hits = int(found[in_bin].sum())
-        expected = float(np.mean(candidate_probability(ref_j[in_bin], info.bands, info.rows))) if count else None
+        expected = (
+            float(np.mean(candidate_probability(ref_j[in_bin], info.bands, info.rows)))
+            if count and not info.simhash
+            else None  # SimHash: no closed form of P(candidate | J)
+        )
         reference_rows.append(
             {
                 "jaccard_from": float(low),
@@ -158,6 +163,8 @@ def exact_reference(
             "measured_recall_at_threshold",
             "is_run_banding",
         ]
+        if info.simhash:
+            columns = ["max_hamming", "blocks", "measured_recall_at_threshold", "is_run_banding"]
         write_csv(out_dir / "banding_recall.csv", rows_table(banding_rows, columns))
         files["banding_recall"] = str(out_dir / "banding_recall.csv")
         summary_reference["banding_recall"] = banding_rows
@@ -215,8 +222,11 @@ def banding_recall(
             WHERE f.doc_id IN (SELECT doc_id FROM wanted) ORDER BY f.doc_id""").to_arrow_table()
     finally:
         con.close()
-    signatures = found["signature"].combine_chunks().flatten().to_numpy().reshape(-1, info.num_perm)
+    width = 2 if info.simhash else info.num_perm
+    signatures = found["signature"].combine_chunks().flatten().to_numpy().reshape(-1, width)
     position = np.searchsorted(nodes, ref_left), np.searchsorted(nodes, ref_right)
+    if info.simhash:
+        return blocking_recall(info, from_words(signatures[position[0]]), from_words(signatures[position[1]]))
     equal = signatures[position[0]] == signatures[position[1]]
     rows = []
     for bands in range(1, info.num_perm + 1):
@@ -234,6 +244,24 @@ def banding_recall(
                 "p_candidate_at_threshold": rounded(candidate_probability(info.threshold, bands, r)),
                 "measured_recall_at_threshold": rounded(hit.mean()),
                 "is_run_banding": bands == info.bands and r == info.rows,
+            }
+        )
+    return rows
+
+
+def blocking_recall(info: RunInfo, left: np.ndarray, right: np.ndarray) -> list[dict[str, Any]]:
+    """Of SimHash fingerprints (uint64 of the reference pairs at the threshold): the recall every
+    max_hamming would give, a pair being a candidate when one of its max_hamming + 1 blocks is
+    equal (what equal block keys mean, key hash collisions aside)."""
+    rows = []
+    for max_hamming in range(0, 16):
+        hit = (block_values(left, max_hamming) == block_values(right, max_hamming)).any(axis=1)
+        rows.append(
+            {
+                "max_hamming": max_hamming,
+                "blocks": max_hamming + 1,
+                "measured_recall_at_threshold": rounded(hit.mean()),
+                "is_run_banding": max_hamming == info.max_hamming,
             }
         )
     return rows

@@ -18,8 +18,22 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def to_stored(model: BaseModel, **derived: Any) -> dict[str, Any]:
-    """A model's fields as JSON values, with the values a stage derived from them."""
-    return {**model.model_dump(mode="json"), **derived}
+    """A model's fields as JSON values, with the values a stage derived from them. A field marked
+    `stored_unless_default` (a field added after artifacts were first stored, see params) is left
+    out while it holds its default: the default path stores what it stored before the field existed."""
+    values = model.model_dump(mode="json")
+    for name, field in type(model).model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if extra.get("stored_unless_default") and getattr(model, name) == field.default:
+            values.pop(name, None)
+    return {**values, **derived}
+
+
+def stored_value(model: type[BaseModel], stored: dict[str, Any] | None, name: str) -> Any:
+    """One field of a stored group, its default when the group does not hold it (see to_stored)."""
+    if stored and name in stored:
+        return stored[name]
+    return model.model_fields[name].default
 
 
 def from_stored(model: type[M], stored: dict[str, Any]) -> M:

@@ -9,6 +9,7 @@ documents. Three concerns, one module each:
                (token_hashes), and the exact normalizer's per-character steps
   minhash.py   shingle hashes, MinHash signatures, and the per-batch kernels
                (fingerprint_batch, shingle_sets_batch, shingle_sets_into)
+  simhash.py   the 64-bit SimHash of the same shingle hashes (simhash_batch)
 
 mix.py holds the hash primitives both share. tests/test_kernel_reference.py,
 tests/test_core_fingerprint.py and tests/test_kernel_normalize.py check the kernels bit for bit
@@ -30,6 +31,7 @@ from .minhash import (
     shingle_sets_into,
     split_coefficients,
 )
+from .simhash import simhash_batch
 from .tokenize import collapse_separators, filter_codepoints, token_hashes
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "shingle_hashes",
     "shingle_sets_batch",
     "shingle_sets_into",
+    "simhash_batch",
     "split_coefficients",
     "token_hashes",
 ]

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ...core.fingerprint import fingerprint_texts, shingling
-from ...core.minhash import MinHashParams, estimate_jaccard
+from ...core.fingerprint import shingling, signature_width, signatures_of
 from ...errors import WebdedupError
 from ...params import ScoringParams
 from ...storage.store import scalar
 from ..invariants import cohesion_cap
 from ..shingle_sets import shingle_sets_of
-from ..stages.scoring import SCORED_SCHEMA, reasons
+from ..stages.scoring import SCORED_SCHEMA, compare_signatures, reasons_of, scored_schema
 from .bodies import bodies_of
 
 
@@ -53,10 +52,14 @@ class VerifyStep:
             sig_ids, signatures = _signatures(docs, pairs, fingerprint)
             sl = pa.compute.index_in(pairs["left_doc_id"], value_set=sig_ids).to_numpy().astype(np.int64)
             sr = pa.compute.index_in(pairs["right_doc_id"], value_set=sig_ids).to_numpy().astype(np.int64)
-            estimate = estimate_jaccard(signatures[sl], signatures[sr])
+            signatures_left, signatures_right = signatures[sl], signatures[sr]
         else:
             exact = np.zeros(0, np.float64)
-            estimate = np.zeros(0, np.float64)
+            signatures_left = signatures_right = np.zeros((0, signature_width(fingerprint)), np.uint32)
+        banding = self.upstream["candidate_pairs"].get("banding")
+        compared = compare_signatures(signatures_left, signatures_right, fingerprint, banding)
+        schema = scored_schema(fingerprint)
+        extra = [name for name in schema.names if name not in SCORED_SCHEMA.names]  # hamming_distance of SimHash
         threshold = self.scoring.threshold
         con.register(
             "fresh_arrow",
@@ -65,20 +68,22 @@ class VerifyStep:
                     "left_doc_id": pairs["left_doc_id"],
                     "right_doc_id": pairs["right_doc_id"],
                     "exact_jaccard": pa.array(exact),
-                    "minhash_estimate": pa.array(estimate),
+                    "minhash_estimate": compared["minhash_estimate"],
+                    **{name: compared[name] for name in extra},
                     "is_duplicate": pa.array(exact >= threshold),
-                    "reason": pa.array(reasons(exact, estimate, threshold), pa.string()),
+                    "reason": pa.array(reasons_of(exact, compared, threshold), pa.string()),
                 }
             ),
         )
         con.execute("CREATE TEMP TABLE fresh AS SELECT * FROM fresh_arrow")
         con.unregister("fresh_arrow")
         scored = store.scan_sql("scored_pairs")
-        cols = ", ".join(f"{f.name}" for f in SCORED_SCHEMA)
+        cols = ", ".join(schema.names)
+        kept = "".join(f"COALESCE(f.{name}, s.{name}) AS {name}, " for name in extra)
         con.execute(f"""CREATE TEMP TABLE new_scored AS
             SELECT c.left_doc_id, c.right_doc_id, c.left_domain, c.right_domain, c.cross_domain, c.shared_bands,
                    COALESCE(f.exact_jaccard, s.exact_jaccard) AS exact_jaccard,
-                   COALESCE(f.minhash_estimate, s.minhash_estimate) AS minhash_estimate,
+                   COALESCE(f.minhash_estimate, s.minhash_estimate) AS minhash_estimate, {kept}
                    COALESCE(f.is_duplicate, s.is_duplicate) AS is_duplicate,
                    COALESCE(f.reason, s.reason) AS reason
               FROM new_cand c
@@ -104,9 +109,7 @@ class VerifyStep:
             "document_passes": 1,
             "threads": 1,
         }
-        self._write(
-            "scored_pairs", f"SELECT {cols} FROM new_scored", run.parameters, rows, figures, schema=SCORED_SCHEMA
-        )
+        self._write("scored_pairs", f"SELECT {cols} FROM new_scored", run.parameters, rows, figures, schema=schema)
         self.upstream["scored_pairs"] = run.parameters
         # duplicate_pairs: the scored pairs over the threshold
         con.execute(
@@ -114,7 +117,7 @@ class VerifyStep:
         )
         con.execute(f"""CREATE TEMP TABLE new_dup AS
             SELECT left_doc_id, right_doc_id, left_domain, right_domain, cross_domain, shared_bands,
-                   exact_jaccard, minhash_estimate,
+                   exact_jaccard, minhash_estimate, {"".join(name + ", " for name in extra)}
                    CASE WHEN exact_jaccard >= 1.0 THEN 'exact' ELSE 'near' END AS kind
               FROM new_scored WHERE exact_jaccard >= {threshold!r} ORDER BY left_doc_id, right_doc_id""")
         dup_rows = scalar(con, "SELECT count(*) FROM new_dup")
@@ -142,7 +145,5 @@ def _signatures(docs: pa.Table, pairs: pa.Table, fingerprint: dict) -> tuple[pa.
     ids = docs.column("doc_id").combine_chunks()
     wanted = pa.concat_arrays([pairs[c].combine_chunks() for c in ("left_doc_id", "right_doc_id")])
     chosen = docs.filter(pa.compute.is_in(ids, value_set=wanted))
-    (shingle_size, unit), num_perm = shingling(fingerprint), int(fingerprint["num_perm"])
-    coeff_a, coeff_b = MinHashParams(num_perm, int(fingerprint["seed"])).coefficients()
-    _, _, signatures = fingerprint_texts(chosen.column("body").combine_chunks(), shingle_size, coeff_a, coeff_b, unit)
+    _, _, signatures = signatures_of(chosen.column("body").combine_chunks(), fingerprint)
     return chosen.column("doc_id").combine_chunks(), signatures

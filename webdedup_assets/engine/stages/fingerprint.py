@@ -11,9 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...core.fingerprint import fingerprint_texts
+from ...core.fingerprint import fingerprint_method, signature_width, signatures_of
 from ...core.hashing import FINGERPRINT_VERSION
 from ...core.minhash import MinHashParams, band_keys
+from ...core.simhash import block_keys, from_words
 from ...errors import WebdedupError
 from ...params import BandingParams, FingerprintParams
 from ...progress import Task
@@ -184,28 +185,27 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
     threads (option): kernel worker threads (default $WEBDEDUP_THREADS or the CPU count); the
     output does not depend on it."""
     params = run.params
-    num_perm = params.num_perm
+    stored = params.model_dump()
+    width = signature_width(stored)
     try:
-        coeff_a, coeff_b = MinHashParams(num_perm, params.seed).coefficients()
+        coefficients = MinHashParams(params.num_perm, params.seed).coefficients()
     except ValueError as err:
         raise WebdedupError(str(err)) from None
     run.derive(version=FINGERPRINT_VERSION)
-    schema = fingerprint_schema(num_perm)
+    schema = fingerprint_schema(width)
     workers = thread_count(run.options.get("threads"))
 
     def compute(group):
         bodies = pa.chunked_array([b.column("body") for _, b in group], type=group[0][1].schema.field("body").type)
         doc_ids = pa.chunked_array([b.column("doc_id") for _, b in group])
-        tokens, shingles, signatures = fingerprint_texts(
-            bodies.combine_chunks(), params.shingle_size, coeff_a, coeff_b, params.shingle_unit
-        )
+        tokens, shingles, signatures = signatures_of(bodies.combine_chunks(), stored, coefficients)
         flat = pa.array(signatures.reshape(-1), type=pa.uint32())
         out = pa.record_batch(
             [
                 doc_ids.combine_chunks().cast(pa.string()),
                 pa.array(tokens.astype(np.int32)),
                 pa.array(shingles.astype(np.int32)),
-                pa.FixedSizeListArray.from_arrays(flat, num_perm),
+                pa.FixedSizeListArray.from_arrays(flat, width),
             ],
             schema=schema,
         )
@@ -258,12 +258,18 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
 @DUCKDB.implements("band_memberships")
 def band_partitions(run: StageRun) -> StageOutput:
     """Band keys of every document of the run's months in one streamed pass, one file per
-    fingerprinted file (the contract has checked bands x rows against the fingerprints' num_perm)."""
-    bands, rows = run.params.bands, run.params.rows
-    num_perm = run.upstream["fingerprinted"]["fingerprint"]["num_perm"]
+    fingerprinted file (the contract has checked bands x rows against the fingerprints' num_perm).
+    Of SimHash fingerprints, the max_hamming + 1 block keys (core.simhash) in the same rows:
+    band_index is the block's number."""
+    fingerprint = run.upstream["fingerprinted"]["fingerprint"]
+    simhash = fingerprint_method(fingerprint) == "simhash"
+    bands, rows, max_hamming = run.params.bands, run.params.rows, run.params.max_hamming
+    if simhash:
+        bands = max_hamming + 1
+    width = signature_width(fingerprint)
     plan = plan_pieces(run, "fingerprinted")
     for piece in plan.compute:
-        if pq.read_schema(piece.source).field("signature").type.list_size != num_perm:
+        if pq.read_schema(piece.source).field("signature").type.list_size != width:
             raise WebdedupError(f"{piece.source} holds signatures of another num_perm; re-materialize fingerprinted")
     totals: dict[str | None, dict[str, int]] = {
         month: {"documents_banded": 0, "documents_without_shingles": 0, "files_reused": plan.reused_files[month]}
@@ -279,7 +285,7 @@ def band_partitions(run: StageRun) -> StageOutput:
         if with_shingles.any():
             kept = batch.filter(pa.array(with_shingles))
             signatures = kept.column("signature").flatten().to_numpy().reshape(kept.num_rows, -1)
-            keys = band_keys(signatures, bands, rows)
+            keys = block_keys(from_words(signatures), max_hamming) if simhash else band_keys(signatures, bands, rows)
         return group, with_shingles, batch, keys
 
     writer = _writer(run, BAND_SCHEMA, use_dictionary=["doc_id", "band_index"])

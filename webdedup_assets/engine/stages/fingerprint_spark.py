@@ -181,11 +181,21 @@ def _compute(
     return done
 
 
+def refuse_simhash(stage: str, fingerprint: dict[str, Any] | None) -> None:
+    """The Spark stages band and score MinHash signatures only (see params.check_engine)."""
+    if (fingerprint or {}).get("fingerprint_method") == "simhash":
+        raise WebdedupError(
+            f"{stage}: the spark engine does not support fingerprint_method simhash (its stages band and score "
+            "MinHash signatures only); use the duckdb engine"
+        )
+
+
 @SPARK.implements("fingerprinted")
 def fingerprint_partitions(run: StageRun) -> StageOutput:
     """Signatures of every document of the run's months, one file per documents file, computed
     in the executors by the DuckDB engine's kernel (bit-identical signatures)."""
     params = run.params
+    refuse_simhash("fingerprinted", params.model_dump())
     try:
         coeff_a, coeff_b = MinHashParams(params.num_perm, params.seed).coefficients()
     except ValueError as err:
@@ -223,6 +233,7 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
 def band_partitions(run: StageRun) -> StageOutput:
     """Band keys of every document of the run's months, one file per fingerprinted file,
     computed in the executors by core.minhash.band_keys (bit-identical keys)."""
+    refuse_simhash("band_memberships", run.upstream["fingerprinted"]["fingerprint"])
     bands, rows = run.params.bands, run.params.rows
     num_perm = run.upstream["fingerprinted"]["fingerprint"]["num_perm"]
     plan = plan_pieces(run, "fingerprinted")

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ...core.minhash import candidate_probability
+from ...params import BandingParams
 from ...storage.fileio import write_text
+from ...storage.serial import stored_value
 from ...storage.store import Store, sum_figures
 from ..columns import mapping_given
 from ..publish import publish
@@ -76,6 +78,14 @@ def build_manifest(store: Store) -> dict[str, Any]:
             "candidate_probability_at_threshold": round(
                 candidate_probability(threshold, banding["bands"], banding["rows"]), 6
             ),
+        }
+        if fingerprint.get("fingerprint_method") != "simhash"
+        else {  # no bands: every pair within max_hamming bits shares one of the blocks
+            "threshold": threshold,
+            "fingerprint_method": "simhash",
+            "max_hamming": stored_value(BandingParams, banding, "max_hamming"),
+            "blocks": stored_value(BandingParams, banding, "max_hamming") + 1,
+            "candidate_probability_at_threshold": None,
         },
         "counts": {
             "documents": documents,

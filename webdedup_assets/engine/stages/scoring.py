@@ -11,12 +11,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...core.fingerprint import shingle_sets_into, shingling
+from ...core.fingerprint import fingerprint_method, shingle_sets_into, shingling, signature_width
 from ...core.minhash import estimate_jaccard
 from ...core.sets import jaccard_blocks
+from ...core.simhash import from_words, hamming
 from ...errors import WebdedupError
-from ...params import ScoringParams
+from ...params import BandingParams, ScoringParams
 from ...progress import Task
+from ...storage.serial import stored_value
 from ...storage.store import Store, connect, scalar, write_batches, write_relation
 from ...threads import ordered_map, prefetch, thread_count
 from ..stage import DUCKDB, StageOutput, StageResult, StageRun
@@ -46,6 +48,46 @@ SCORED_SCHEMA = pa.schema(
 DUPLICATE_SCHEMA = pa.schema(
     [*(f for f in SCORED_SCHEMA if f.name not in ("is_duplicate", "reason")), ("kind", pa.string())]
 )
+# Of SimHash fingerprints: minhash_estimate is null and the Hamming distance of the two fingerprints
+# follows as a last column (the MinHash path's files keep their columns, and their bytes).
+HAMMING = pa.field("hamming_distance", pa.int32())
+
+
+def scored_schema(fingerprint: dict) -> pa.Schema:
+    return SCORED_SCHEMA.append(HAMMING) if fingerprint_method(fingerprint) == "simhash" else SCORED_SCHEMA
+
+
+def duplicate_schema(fingerprint: dict) -> pa.Schema:
+    return DUPLICATE_SCHEMA.append(HAMMING) if fingerprint_method(fingerprint) == "simhash" else DUPLICATE_SCHEMA
+
+
+def compare_signatures(left: np.ndarray, right: np.ndarray, fingerprint: dict, banding: dict | None) -> dict:
+    """What the fingerprints say of pairs of (n, signature_width) signatures: {minhash_estimate,
+    and for SimHash hamming_distance} as Arrow arrays, and `agrees` (the estimate reaches the
+    threshold, or the Hamming distance is within max_hamming), for the reason."""
+    if fingerprint_method(fingerprint) != "simhash":
+        estimate = estimate_jaccard(left, right)
+        return {"minhash_estimate": pa.array(estimate), "estimate": estimate}
+    distance = hamming(from_words(left), from_words(right))
+    within = distance <= stored_value(BandingParams, banding, "max_hamming")
+    return {
+        "minhash_estimate": pa.nulls(len(distance), pa.float64()),
+        "hamming_distance": pa.array(distance, pa.int32()),
+        "agrees": within,
+    }
+
+
+def reasons_of(exact: np.ndarray, compared: dict, threshold: float) -> np.ndarray:
+    """reasons() of a compare_signatures result; of SimHash: jaccard_and_simhash | jaccard_match |
+    simhash_only_rejected | below_jaccard_threshold (simhash: within max_hamming bits)."""
+    if "estimate" in compared:
+        return reasons(exact, compared["estimate"], threshold)
+    exact_ok, within = exact >= threshold, compared["agrees"]
+    return np.where(
+        exact_ok,
+        np.where(within, "jaccard_and_simhash", "jaccard_match"),
+        np.where(within, "simhash_only_rejected", "below_jaccard_threshold"),
+    )
 
 
 def reasons(exact: np.ndarray, estimate: np.ndarray, threshold: float) -> np.ndarray:
@@ -170,7 +212,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
     con.unregister("member_ids")
 
     # Signatures and shingle counts of the members, placed by node (no sort needed).
-    num_perm = fingerprint["num_perm"]
+    num_perm = signature_width(fingerprint)
     found = con.sql(f"""
         SELECT m.node, f.shingle_count, f.signature FROM {store.scan_sql("fingerprinted")} f
           JOIN members m USING (doc_id)""").to_arrow_table()
@@ -213,29 +255,27 @@ def scored_pairs(run: StageRun) -> StageOutput:
     shown.close()
     loaded.clear()
 
+    schema = scored_schema(fingerprint)
+    banding = run.upstream["candidate_pairs"].get("banding")
+
     def batches():
         for begin in range(0, len(left), PAIRS_PER_CHUNK):
             stop = min(begin + PAIRS_PER_CHUNK, len(left))
             chunk = pairs.slice(begin, stop - begin)
             score = exact[begin:stop]
-            estimate = estimate_jaccard(signatures[left[begin:stop]], signatures[right[begin:stop]])
-            yield pa.record_batch(
-                [
-                    chunk.column("left_doc_id").combine_chunks(),
-                    chunk.column("right_doc_id").combine_chunks(),
-                    chunk.column("left_domain").combine_chunks(),
-                    chunk.column("right_domain").combine_chunks(),
-                    chunk.column("cross_domain").combine_chunks(),
-                    chunk.column("shared_bands").combine_chunks(),
-                    pa.array(score),
-                    pa.array(estimate),
-                    pa.array(score >= threshold),
-                    pa.array(reasons(score, estimate, threshold)),
-                ],
-                schema=SCORED_SCHEMA,
+            compared = compare_signatures(
+                signatures[left[begin:stop]], signatures[right[begin:stop]], fingerprint, banding
             )
+            columns = {
+                **{name: chunk.column(name).combine_chunks() for name in SCORED_SCHEMA.names[:6]},
+                "exact_jaccard": pa.array(score),
+                **compared,
+                "is_duplicate": pa.array(score >= threshold),
+                "reason": pa.array(reasons_of(score, compared, threshold)),
+            }
+            yield pa.record_batch([columns[name] for name in schema.names], schema=schema)
 
-    rows = write_batches(store.path("scored_pairs"), SCORED_SCHEMA, batches(), run.parameters)
+    rows = write_batches(store.path("scored_pairs"), schema, batches(), run.parameters)
     scored = store.scan_sql("scored_pairs")
     by_reason = dict(con.execute(f"SELECT reason, count(*) FROM {scored} GROUP BY reason").fetchall())
     figures = {
@@ -261,10 +301,15 @@ def duplicate_pairs(run: StageRun) -> StageOutput:
     There is one threshold: is_duplicate in scored_pairs and this stage always agree (the
     contract refuses a threshold other than scored_pairs')."""
     store, threshold = run.store, run.params.threshold
+    hamming_column = (
+        ", hamming_distance"
+        if HAMMING.name in duplicate_schema(run.upstream["scored_pairs"]["fingerprint"]).names
+        else ""
+    )
     con = connect(store)
     relation = con.sql(f"""
         SELECT left_doc_id, right_doc_id, left_domain, right_domain, cross_domain, shared_bands,
-               exact_jaccard, minhash_estimate,
+               exact_jaccard, minhash_estimate{hamming_column},
                CASE WHEN exact_jaccard >= 1.0 THEN 'exact' ELSE 'near' END AS kind
           FROM {store.scan_sql("scored_pairs")}
          WHERE exact_jaccard >= {threshold!r}

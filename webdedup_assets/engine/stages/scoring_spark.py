@@ -22,6 +22,7 @@ from ...core.fingerprint import shingling
 from ..spark.engine import SPARK, session_of
 from ..spark.io import read_asset, write_asset
 from ..stage import StageOutput, StageRun
+from .fingerprint_spark import refuse_simhash
 from .scoring import DUPLICATE_SCHEMA, SCORED_SCHEMA
 
 # One group's shingle sets (8 bytes a shingle) held by a scoring task; it holds two groups at most.
@@ -108,9 +109,10 @@ def scored_pairs(run: StageRun) -> StageOutput:
     the module's docstring)."""
     from pyspark.sql import functions as F
 
+    fingerprint = run.upstream["fingerprinted"]["fingerprint"]
+    refuse_simhash("scored_pairs", fingerprint)
     spark = session_of(run)
     store, threshold = run.store, run.params.threshold
-    fingerprint = run.upstream["fingerprinted"]["fingerprint"]
     (shingle_size, unit), num_perm = shingling(fingerprint), fingerprint["num_perm"]
     pairs = read_asset(spark, store, "candidate_pairs", SCORED_SCHEMA.names[:6])
     members = (

@@ -1,0 +1,214 @@
+"""fingerprint_method simhash: the kernel against its plain-Python definition, the pigeonhole
+blocking, the fixture end to end, the refusals, and incremental add against a full run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from webdedup_assets.core import reference
+from webdedup_assets.core.fingerprint import simhash_texts
+from webdedup_assets.core.simhash import block_bounds, block_keys, from_words, hamming, to_words
+from webdedup_assets.params import BandingParams, FingerprintParams
+from webdedup_assets.storage.store import connect
+
+from .conftest import FIXTURE
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog",
+    "The quick brown fox jumped over the lazy dog!",
+    "",
+    None,
+    "word",
+    "a a a a a a a b",  # repeated shingles: weighed by their count
+    "Cafe\u0301 cre\u0300me bru\u0302le\u0301e",  # combining marks: the exact normalizer's pass
+    "\u4eca\u65e5\u306f\u826f\u3044\u5929\u6c17 \ud55c\uad6d\uc5b4",
+    "Городской совет одобрил новый бюджет для школ",
+]
+
+
+@pytest.mark.parametrize("unit, size", [("word", 1), ("word", 3), ("word", 5), ("char", 2), ("char", 5)])
+def test_kernel_equals_the_plain_python_definition(unit, size):
+    tokens, shingles, hashes = simhash_texts(pa.array(TEXTS, pa.string()), size, unit)
+    expected = [reference.simhash(reference.shingle_list(text, size, unit)) for text in TEXTS]
+    assert [int(h) for h in hashes] == expected
+    assert [int(n) for n in shingles] == [len(reference.shingle_list(t, size, unit)) for t in TEXTS]
+    assert int(hashes[2]) == 0 and int(hashes[3]) == 0  # no shingles: 0 (and no block keys downstream)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(min_size=0, max_size=60), min_size=1, max_size=8), st.integers(1, 4))
+def test_kernel_equals_reference_on_any_text(texts, size):
+    for unit in ("word", "char"):
+        _, _, hashes = simhash_texts(pa.array(texts, pa.string()), size, unit)
+        assert [int(h) for h in hashes] == [reference.simhash(reference.shingle_list(t, size, unit)) for t in texts]
+
+
+def test_term_frequency_decides_a_bit():
+    """One shingle repeated three times outvotes two others: the fingerprint is its hash where
+    the other two disagree with it, whatever their bits."""
+    a, b, c = 0b1100, 0b1010, 0b0110
+    assert reference.simhash([a, a, a, b, c]) == a
+    assert reference.simhash([a, b, c]) == 0b1110  # each of bits 1..3 has 2 of 3 votes
+
+
+def test_stored_words_round_trip_and_hamming():
+    values = np.array([0, 1, 2**64 - 1, 0x8000_0000_0000_0001], dtype=np.uint64)
+    words = to_words(values)
+    assert words.dtype == np.uint32 and words.shape == (4, 2)
+    assert words[3].tolist() == [0x8000_0000, 1]  # high half first
+    assert (from_words(words) == values).all()
+    assert hamming(values, values[::-1]).tolist() == [2, 63, 63, 2]  # 0 vs 0x80..01; 1 vs all ones
+
+
+@pytest.mark.parametrize("max_hamming", [0, 1, 3, 7, 31])
+def test_blocks_cover_the_64_bits(max_hamming):
+    bounds = block_bounds(max_hamming)
+    assert len(bounds) == max_hamming + 1
+    assert bounds[0][0] == 0 and sum(width for _, width in bounds) == 64
+    assert all(start + width == nxt for (start, width), (nxt, _) in zip(bounds, bounds[1:]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.integers(0, 2**64 - 1),
+    max_hamming=st.integers(0, 31),
+    flips=st.lists(st.integers(0, 63), max_size=31, unique=True),
+)
+def test_every_pair_within_max_hamming_shares_a_block(value, max_hamming, flips):
+    """The pigeonhole guarantee: max_hamming flipped bits leave one of max_hamming + 1 blocks
+    whole, so the two fingerprints share that block's key (band_index, band_hash)."""
+    flips = flips[:max_hamming]
+    other = value
+    for bit in flips:
+        other ^= 1 << bit
+    left, right = np.array([value], np.uint64), np.array([other], np.uint64)
+    assert int(hamming(left, right)[0]) == len(flips) <= max_hamming
+    keys_left, keys_right = block_keys(left, max_hamming)[0], block_keys(right, max_hamming)[0]
+    assert (keys_left == keys_right).any()
+    # and a pair differing in one bit of every block shares none (the guarantee is tight)
+    spread = value
+    for start, _ in block_bounds(max_hamming):
+        spread ^= 1 << start
+    assert not (block_keys(np.array([spread], np.uint64), max_hamming)[0] == keys_left).any()
+
+
+def _pairs(folder) -> set[tuple[str, str]]:
+    con = connect()
+    rows = con.sql(f"SELECT left_doc_id, right_doc_id FROM read_csv('{folder / 'duplicate_pairs.csv'}')").fetchall()
+    con.close()
+    return set(rows)
+
+
+def test_fixture_with_simhash(tmp_path, capsys):
+    """The fixture's revisions (exact Jaccard about 0.93 to their canonical page) lie 4 to 9 bits
+    from it: at max_hamming 9 simhash finds the 18 duplicate pairs and 12 representatives MinHash
+    finds (from 54 candidates, where the pinned count is MinHash's 18); at the default 3 only the
+    pairs whose fingerprints share a 16-bit block (the 6 exact mirrors and 6 of the 12 revisions),
+    and the pinned counts' checks say so (exit 1)."""
+    import json
+
+    from webdedup_assets.cli.main import main
+
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "minhash"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "wide"), "--quiet", "--fingerprint-method",
+                 "simhash", "--max-hamming", "9"]) == 1  # fmt: skip
+    # 10 blocks of 6-7 bits: more candidates than the pinned 18 (54), the same duplicates
+    failed = [line for line in capsys.readouterr().err.splitlines() if "check failed" in line]
+    assert len(failed) == 1 and "candidate pairs: expected 18, actual 54" in failed[0]
+    wide = json.loads((tmp_path / "wide" / "manifest.json").read_text())
+    assert wide["counts"]["duplicate_pairs"] == 18 and wide["counts"]["representatives"] == 12
+    assert _pairs(tmp_path / "wide") == _pairs(tmp_path / "minhash")
+    con = connect()
+    scored = con.execute(f"""SELECT min(hamming_distance), max(hamming_distance), count(minhash_estimate),
+        count(*) FILTER (reason = 'jaccard_and_simhash')
+        FROM '{tmp_path / "wide" / "scored_pairs.parquet"}' WHERE is_duplicate""").fetchall()[0]
+    assert scored == (0, 9, 0, 18)  # minhash_estimate is null for simhash
+    assert pq.read_schema(tmp_path / "minhash" / "scored_pairs.parquet").names[-1] == "reason"  # columns kept
+    assert pq.read_schema(tmp_path / "wide" / "_storage" / "duplicate_pairs" / "data.parquet").names[-2:] == [
+        "hamming_distance",
+        "kind",
+    ]
+    con.close()
+    capsys.readouterr()
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "default"), "--quiet", "--fingerprint-method",
+                 "simhash"]) == 1  # fmt: skip
+    assert "duplicate pairs: expected 18, actual 12" in capsys.readouterr().err
+    narrow = _pairs(tmp_path / "default")
+    assert len(narrow) == 12 and narrow < _pairs(tmp_path / "minhash")
+    stored = json.loads((tmp_path / "default" / "manifest.json").read_text())
+    assert stored["counts"]["exact_duplicate_pairs"] == 6 and stored["counts"]["representatives"] == 15
+
+
+def test_spark_with_simhash_is_refused_in_one_line(tmp_path, capsys):
+    from webdedup_assets.cli.main import main
+
+    code = main(["run", str(FIXTURE), "--output", str(tmp_path / "out"), "--engine", "spark",
+                 "--fingerprint-method", "simhash"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (
+        "webdedup: error: --engine spark does not support --fingerprint-method simhash (Spark's stages band and "
+        "score MinHash signatures only); use --engine duckdb\n"
+    )
+    assert not (tmp_path / "out").exists()  # refused before anything was touched
+
+
+def test_add_with_another_method_is_refused(tmp_path, capsys):
+    from webdedup_assets.cli.main import main
+
+    from .test_incremental import _split_fixture
+
+    early, late = _split_fixture(tmp_path)
+    assert main(["add", str(early), "--output", str(tmp_path / "inc"), "--fingerprint-method", "simhash"]) == 0
+    capsys.readouterr()
+    assert main(["add", str(late), "--output", str(tmp_path / "inc"), "--fingerprint-method", "minhash"]) == 2
+    err = capsys.readouterr().err
+    assert "fingerprint_method=simhash (held) vs minhash (given)" in err
+    assert "changing a fingerprint parameter needs a full rebuild" in err
+
+
+def test_scoring_refuses_candidates_of_another_method(tmp_path):
+    """Stored with the data: candidate pairs built over simhash fingerprints are not scored over
+    minhash ones fingerprinted since (the upstream check names both fingerprint groups)."""
+    from webdedup_assets.engine.stage import DUCKDB
+    from webdedup_assets.engine.stages.documents import stage_documents
+    from webdedup_assets.engine.stages.fingerprint import stage_band_memberships, stage_fingerprinted
+    from webdedup_assets.errors import WebdedupError
+    from webdedup_assets.params import CandidateParams, ScoringParams
+    from webdedup_assets.storage.store import Store
+
+    store = Store(tmp_path / "storage")
+    stage_documents(store, str(FIXTURE), "csv", months=["2026-03"])
+    stage_fingerprinted(store, FingerprintParams(fingerprint_method="simhash"), ["2026-03"])
+    banded = stage_band_memberships(store, BandingParams(), ["2026-03"])
+    assert banded.rows == 24 * 4  # 4 blocks per document at max_hamming 3
+    assert banded.parameters["fingerprint"]["fingerprint_method"] == "simhash"
+    assert "max_hamming" not in banded.parameters["banding"]  # the default is not stored (see params)
+    DUCKDB.run("candidate_pairs", store, CandidateParams())
+    stage_fingerprinted(store, FingerprintParams(), ["2026-03"])
+    with pytest.raises(WebdedupError, match=r"scored_pairs: candidate_pairs was built with fingerprint=.*simhash"):
+        DUCKDB.run("scored_pairs", store, ScoringParams())
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000))
+def test_incremental_simhash_equals_full_recompute(tmp_path_factory, monkeypatch, seed):
+    """test_incremental's add / merge / replace / delete sequence over SimHash fingerprints: after
+    every step the update equals a run from scratch (band keys, Hamming distances, clusters)."""
+    from . import test_incremental
+
+    monkeypatch.setattr(
+        test_incremental, "FINGERPRINT", FingerprintParams(shingle_size=3, fingerprint_method="simhash")
+    )
+    monkeypatch.setattr(test_incremental, "BANDING", BandingParams(max_hamming=6))
+    store = test_incremental._ops_sequence(tmp_path_factory.mktemp("sim"), seed, ["add", "merge", "replace", "delete"])
+    assert store.params("fingerprinted")["fingerprint"]["fingerprint_method"] == "simhash"
+    con = connect()
+    assert con.execute(f"SELECT count(hamming_distance) FROM {store.scan_sql('scored_pairs')}").fetchone()[0] > 0
+    con.close()
