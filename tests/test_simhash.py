@@ -143,6 +143,12 @@ def test_fixture_with_simhash(tmp_path, capsys):
     assert len(narrow) == 12 and narrow < _pairs(tmp_path / "minhash")
     stored = json.loads((tmp_path / "default" / "manifest.json").read_text())
     assert stored["counts"]["exact_duplicate_pairs"] == 6 and stored["counts"]["representatives"] == 15
+    capsys.readouterr()
+    assert main(["tune", "--output", str(tmp_path / "default")]) == 2  # MinHash bandings only: said, not guessed
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "webdedup: error: tune measures MinHash bandings and this corpus is fingerprinted with simhash: "
+        "`webdedup evaluate` writes the recall of each max_hamming (banding_recall.csv)"
+    )
 
 
 def test_spark_with_simhash_is_refused_in_one_line(tmp_path, capsys):

@@ -106,6 +106,11 @@ def _tune(
     started = time.perf_counter()
     out_dir = make_folder(Path(out_dir))  # before the work: a folder that cannot be made is said at once
     fingerprint = store.params("fingerprinted")["fingerprint"]
+    if fingerprint.get("fingerprint_method") == "simhash":
+        raise WebdedupError(
+            "tune measures MinHash bandings and this corpus is fingerprinted with simhash: `webdedup evaluate` "
+            "writes the recall of each max_hamming (banding_recall.csv)"
+        )
     if threshold is None:
         threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
     if not 0.0 < threshold <= 1.0:
