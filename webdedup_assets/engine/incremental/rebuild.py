@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,34 @@ def full_rebuild(
 ) -> None:
     """Every global stage from scratch (the contract's own implementations, each through
     `run_stage`: the pipeline's, which reports progress and checks the stage), then a fresh snapshot."""
-    run_global_stages(
-        run_stage or (lambda name, params: DUCKDB.run(name, store, params)), candidates, scoring, representative
-    )
+    for _ in full_rebuild_steps(store, candidates, scoring, representative, run_stage):
+        pass
+
+
+def full_rebuild_steps(
+    store: Store,
+    candidates: CandidateParams,
+    scoring: ScoringParams,
+    representative: RepresentativeParams,
+    run_stage: StageRunner | None = None,
+) -> Iterator[str]:
+    """full_rebuild one global stage at a time: yields each stage's name once it is written (the
+    snapshot and the state are recorded before the last one, deduped_documents, is yielded)."""
+    run_stage = run_stage or (lambda name, params: DUCKDB.run(name, store, params))
+    *first, (last, last_params) = global_stage_params(candidates, scoring, representative)
+    for name, params in first:
+        run_stage(name, params)
+        yield name
+    run_stage(last, last_params)
+    _snapshot(store, candidates, scoring, representative)
+    yield last
+
+
+def _snapshot(
+    store: Store, candidates: CandidateParams, scoring: ScoringParams, representative: RepresentativeParams
+) -> None:
+    """What the next update extends: the bucket figures, the largest buckets, the cluster
+    inspection rows, the daily files' snapshot and the state."""
     con = connect(store)
     try:
         bm = store.scan_sql("band_memberships")
@@ -95,11 +120,21 @@ def run_global_stages(
     representative: RepresentativeParams,
 ) -> None:
     """candidate_pairs .. deduped_documents from scratch, in order, on any engine."""
-    run_stage("candidate_pairs", candidates)
-    run_stage("scored_pairs", scoring)
-    run_stage("duplicate_pairs", None)
-    run_stage("clusters", None)
-    run_stage("deduped_documents", representative)
+    for name, params in global_stage_params(candidates, scoring, representative):
+        run_stage(name, params)
+
+
+def global_stage_params(
+    candidates: CandidateParams, scoring: ScoringParams, representative: RepresentativeParams
+) -> list[tuple[str, Any]]:
+    """The global stages in order, each with its parameters."""
+    return [
+        ("candidate_pairs", candidates),
+        ("scored_pairs", scoring),
+        ("duplicate_pairs", None),
+        ("clusters", None),
+        ("deduped_documents", representative),
+    ]
 
 
 def bucket_totals(con, bm: str, candidates: CandidateParams) -> tuple[int, int, int, int, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -23,7 +24,7 @@ from .changes import changed_documents, daily_changes
 from .components import ComponentsStep
 from .layout import UpdateReport, load_state
 from .links import LinksStep
-from .rebuild import StageRunner, check_fixed_params, commit, full_rebuild, rebuild_reason, stored_choice
+from .rebuild import StageRunner, check_fixed_params, commit, full_rebuild_steps, rebuild_reason, stored_choice
 from .representatives import RepresentativesStep
 from .verify import VerifyStep
 
@@ -39,49 +40,89 @@ def update(
     """Bring every global asset up to date with the daily assets, processing only the
     documents that changed since the last update (a full rebuild when it has to, its stages run
     through `run_stage`; the report says why). The caller holds the storage's writer lock."""
-    started = time.perf_counter()
-    check_consistent(store)
-    for asset in ("fingerprinted", "band_memberships"):
-        check_uniform(STAGES["candidate_pairs"], store, asset, store.params(asset))
-    state = load_state(store, damaged_as_absent=full_rebuild_flag)  # what a full rebuild writes again
-    if not full_rebuild_flag:
-        check_fixed_params(store, state)
-    candidates = stored_choice(store, state, "candidates", CandidateParams, candidates)
-    scoring = stored_choice(store, state, "scoring", ScoringParams, scoring)
-    representative = stored_choice(store, state, "representative", RepresentativeParams, representative)
-    days_before = set(state["days"]) if state else set()
-    days_now = set(held_days(store))
-    reason = (
-        "full_rebuild requested"
-        if full_rebuild_flag
-        else rebuild_reason(store, state, candidates, scoring, representative)
-    )
-    if reason is not None:
-        added, removed = _documents_since_last_build(store)
-        full_rebuild(store, candidates, scoring, representative, run_stage)
-        bodies.sync(store, rebuild_damaged=full_rebuild_flag)  # for the next update (engine.incremental.bodies)
-        return UpdateReport(
-            "full",
-            reason,
-            days_added=sorted(days_now - days_before),
-            days_removed=sorted(days_before - days_now),
-            documents_added=added,
-            documents_removed=removed,
-            seconds={"total": round(time.perf_counter() - started, 4)},
+    session = UpdateSession(store, candidates, scoring, representative, full_rebuild_flag, run_stage)
+    session.finish()
+    return session.report
+
+
+class UpdateSession:
+    """One update, a global stage at a time: `advance(stage)` brings the global assets up to and
+    including `stage` (each Dagster asset of a whole-chain run does its own stage's work this
+    way), `finish()` does the rest. `report` is set once the first stage has been advanced to.
+    Its steps share one DuckDB connection, so a session lives in one process; `close()` abandons
+    it (nothing is recorded: the next update finds the state behind and rebuilds)."""
+
+    def __init__(
+        self,
+        store: Store,
+        candidates: CandidateParams | None = None,
+        scoring: ScoringParams | None = None,
+        representative: RepresentativeParams | None = None,
+        full_rebuild_flag: bool = False,
+        run_stage: StageRunner | None = None,
+    ) -> None:
+        self.report = UpdateReport("unchanged")
+        self.done: list[str] = []
+        self._steps = self._run(store, candidates, scoring, representative, full_rebuild_flag, run_stage)
+
+    def advance(self, stage: str) -> None:
+        while stage not in self.done:
+            self.done.append(next(self._steps))
+
+    def finish(self) -> None:
+        self.done.extend(self._steps)
+
+    @property
+    def finished(self) -> bool:
+        return self.done[-1:] == [GLOBAL_ORDER[-1]]
+
+    def close(self) -> None:
+        self._steps.close()
+
+    def _run(self, store, candidates, scoring, representative, full_rebuild_flag, run_stage) -> Iterator[str]:
+        started = time.perf_counter()
+        check_consistent(store)
+        for asset in ("fingerprinted", "band_memberships"):
+            check_uniform(STAGES["candidate_pairs"], store, asset, store.params(asset))
+        state = load_state(store, damaged_as_absent=full_rebuild_flag)  # what a full rebuild writes again
+        if not full_rebuild_flag:
+            check_fixed_params(store, state)
+        candidates = stored_choice(store, state, "candidates", CandidateParams, candidates)
+        scoring = stored_choice(store, state, "scoring", ScoringParams, scoring)
+        representative = stored_choice(store, state, "representative", RepresentativeParams, representative)
+        days_before = set(state["days"]) if state else set()
+        days_now = set(held_days(store))
+        report = self.report
+        report.days_added, report.days_removed = sorted(days_now - days_before), sorted(days_before - days_now)
+        reason = (
+            "full_rebuild requested"
+            if full_rebuild_flag
+            else rebuild_reason(store, state, candidates, scoring, representative)
         )
-    changes = daily_changes(store)
-    report = UpdateReport(
-        "unchanged", days_added=sorted(days_now - days_before), days_removed=sorted(days_before - days_now)
-    )
-    if not changes.any:
-        report.seconds["total"] = round(time.perf_counter() - started, 4)
-        return report
-    indexing = time.perf_counter()
-    bodies.sync(store)  # the changed files' bodies, for verification
-    report.seconds["body_index"] = round(time.perf_counter() - indexing, 4)
-    _Updater(store, state, changes, candidates, scoring, representative, report).run()
-    report.seconds["total"] = round(time.perf_counter() - started, 4)
-    return report
+        if reason is not None:
+            report.mode, report.reason = "full", reason
+            report.documents_added, report.documents_removed = _documents_since_last_build(store)
+            for name in full_rebuild_steps(store, candidates, scoring, representative, run_stage):
+                if name == GLOBAL_ORDER[-1]:  # the body index for the next update (engine.incremental.bodies)
+                    bodies.sync(store, rebuild_damaged=full_rebuild_flag)
+                    report.seconds["total"] = round(time.perf_counter() - started, 4)
+                yield name
+            return
+        changes = daily_changes(store)
+        if not changes.any:
+            report.seconds["total"] = round(time.perf_counter() - started, 4)
+            yield from GLOBAL_ORDER
+            return
+        indexing = time.perf_counter()
+        bodies.sync(store)  # the changed files' bodies, for verification
+        report.seconds["body_index"] = round(time.perf_counter() - indexing, 4)
+        for name in _Updater(store, state, changes, candidates, scoring, representative, report).steps():
+            if name == GLOBAL_ORDER[-1]:
+                report.seconds["total"] = round(time.perf_counter() - started, 4)
+            yield name
+
+
+GLOBAL_ORDER = ("candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "deduped_documents")
 
 
 def _documents_since_last_build(store: Store) -> tuple[int, int]:
@@ -119,13 +160,14 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         self.report.seconds[name] = round(now - self.clock, 4)
         self.clock = now
 
-    def run(self) -> None:
+    def steps(self) -> Iterator[str]:
+        """The update's steps; yields each global asset's name once it is written."""
         try:
-            self._run()
+            yield from self._steps()
         finally:
             self.con.close()
 
-    def _run(self) -> None:
+    def _steps(self) -> Iterator[str]:
         con, store = self.con, self.store
         self._documents_table()
         added, removed = changed_documents(con, store, self.changes)
@@ -138,15 +180,22 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
                 self.report.mode = "incremental"
                 self._keep_diagnostics(pa.array([], pa.string()), measured_before)
             commit(store, self.candidates, self.scoring, self.representative, self.figures)
+            yield from GLOBAL_ORDER
             return
         self.report.mode = "incremental"
         require_unique_doc_ids(store, con, "docs")
         self._links()
         self._mark("candidates")
+        yield "candidate_pairs"
         self._score()
         self._mark("scoring")
+        yield "scored_pairs"
+        self._duplicates()
+        self._mark("duplicates")
+        yield "duplicate_pairs"
         self._clusters()
         self._mark("clusters")
+        yield "clusters"
         self._representatives()  # marks representatives, deduped_documents, cluster_inspection
         # cluster_diagnostics.csv as the full stage writes it (bounded, see engine.diagnostics),
         # recomputed for the touched clusters only
@@ -158,6 +207,7 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         self._keep_diagnostics(changed, measured_before, self.shingle_sets)
         self._mark("diagnostics")
         commit(store, self.candidates, self.scoring, self.representative, self.figures)
+        yield "deduped_documents"
 
     def _keep_diagnostics(self, changed: pa.Array, measured_before, known_sets=None) -> None:
         figures = write_cluster_diagnostics(

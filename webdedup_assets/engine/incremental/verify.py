@@ -111,7 +111,11 @@ class VerifyStep:
         }
         self._write("scored_pairs", f"SELECT {cols} FROM new_scored", run.parameters, rows, figures, schema=schema)
         self.upstream["scored_pairs"] = run.parameters
-        # duplicate_pairs: the scored pairs over the threshold
+        self.threshold, self.extra_columns = threshold, extra
+
+    def _duplicates(self) -> None:
+        """duplicate_pairs: the scored pairs over the threshold."""
+        con, store, threshold, extra = self.con, self.store, self.threshold, self.extra_columns
         con.execute(
             f"CREATE TEMP TABLE old_dup AS SELECT left_doc_id, right_doc_id FROM {store.scan_sql('duplicate_pairs')}"
         )
