@@ -2,6 +2,11 @@
 # Both create .venv with Python 3.11 (or python3), install the package and compile its kernels first.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
+# The Dagster instance (run history, registered crawl months) of `make ui`; kept between sessions.
+DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+# dagster 1.13 warns at every start that `dagster dev` is superseded by `dg dev` (the dagster-dg-cli
+# package, not installed here); `dagster dev` is what this project runs.
+DEV_WARNINGS := ignore:Function `dev_command` is superseded
 BIN := $(VENV)/bin
 
 .PHONY: demo test lint ui install clean
@@ -25,7 +30,9 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 
 ui: $(BIN)/.installed
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	mkdir -p $(DAGSTER_HOME)
+	test -e $(DAGSTER_HOME)/dagster.yaml || cp dagster_instance.yaml $(DAGSTER_HOME)/dagster.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME) PYTHONWARNINGS='$(DEV_WARNINGS)' $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 clean:
 	rm -rf output .webdedup .tmp_dagster_home_*

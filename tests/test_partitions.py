@@ -214,7 +214,7 @@ def dagster_cli(tmp_path: Path) -> tuple[dict[str, str], str]:
     split_fixture_by_day(folder)
     home = tmp_path / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text((Path(__file__).parents[1] / "dagster.yaml").read_text())
+    (home / "dagster.yaml").write_text((Path(__file__).parents[1] / "dagster_instance.yaml").read_text())
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),

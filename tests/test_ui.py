@@ -36,6 +36,14 @@ GLOBAL = ["candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "ded
 ASSETS = set(DAILY + GLOBAL) | {"rejected_records", "evaluation", "checked_documents"}
 
 
+def make_variable(name: str) -> str:
+    """A variable of the Makefile (`NAME := value`), so that the test starts dagster dev as `make ui` does."""
+    for line in (REPO / "Makefile").read_text().splitlines():
+        if line.startswith(f"{name} :="):
+            return line.split(":=", 1)[1].strip()
+    raise AssertionError(f"{name} is not set in the Makefile")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -91,9 +99,19 @@ class Ui:
         )["assetOrError"]
         return data.get("assetMaterializations", []) if data else []
 
+    def materialized_at(self, asset: str) -> float:
+        """The time (seconds since the epoch) of the asset's latest materialization."""
+        [event] = self.graphql(
+            """query($key: AssetKeyInput!) { assetOrError(assetKey: $key) { ... on Asset {
+            assetMaterializations(limit: 1) { timestamp } } } }""",
+            {"key": {"path": [asset]}},
+        )["assetOrError"]["assetMaterializations"]
+        return int(event["timestamp"]) / 1000
+
     def runs(self) -> list[dict]:
         data = self.graphql(
-            "{ runsOrError { ... on Runs { results { runId jobName status startTime endTime tags { key value } } } } }"
+            "{ runsOrError { ... on Runs { results { runId jobName status creationTime startTime endTime "
+            "tags { key value } } } } }"
         )
         return data["runsOrError"]["results"]
 
@@ -104,7 +122,7 @@ def ui(tmp_path_factory):
     port = _free_port()
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(REPO / "dagster_instance.yaml", home / "dagster.yaml")
     corpus = tmp_path / "corpus.csv"
     with open(FIXTURE, newline="") as source, open(corpus, "w", newline="") as target:
         rows = list(csv.DictReader(source))
@@ -117,13 +135,14 @@ def ui(tmp_path_factory):
         "WEBDEDUP_INPUT": str(corpus),
         "WEBDEDUP_STORAGE_ROOT": str(tmp_path / "storage"),
         "WEBDEDUP_OUTPUT_DIR": str(tmp_path / "output"),
+        "PYTHONWARNINGS": make_variable("DEV_WARNINGS"),  # as `make ui` starts it
     }
     dagster = Path(sys.executable).with_name("dagster")
     log_path = tmp_path / "dagster_dev.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [str(dagster), "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-        cwd=tmp_path,
+        cwd=REPO,  # as `make ui` runs it: from the checkout, with DAGSTER_HOME set
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -148,6 +167,7 @@ def ui(tmp_path_factory):
         entry = session.wait(location_loaded, 180, "the code location")
         assert entry["name"] == "webdedup"
         assert entry["locationOrLoadError"]["__typename"] == "RepositoryLocation", entry
+        session.startup_log = log_path.read_text()
         yield session
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -172,6 +192,14 @@ def months_doc_ids() -> dict[str, set[str]]:
     return ids
 
 
+def test_dagster_dev_starts_without_a_warning(ui):
+    """Started as the docs say (DAGSTER_HOME holding a copy of dagster_instance.yaml, from the
+    checkout), `dagster dev` warns of nothing, e.g. not of a dagster.yaml it would ignore."""
+    assert "Launching Dagster services" in ui.startup_log
+    warnings = [line for line in ui.startup_log.splitlines() if " - WARNING - " in line or "Warning:" in line]
+    assert not warnings, warnings
+
+
 def test_the_assets_show_and_the_partitions_are_the_datas_months(ui):
     nodes = ui.graphql("{ assetNodes { assetKey { path } groupName description } }")["assetNodes"]
     assert {n["assetKey"]["path"][-1] for n in nodes} == ASSETS
@@ -187,6 +215,7 @@ def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_months_ro
     months = fixture_months()
     ui.wait(lambda: len(ui.partition_keys("documents")) == len(months), 120, "the crawl-month partitions")
     # Catalog -> select the three daily assets -> Materialize -> the input's months: an asset backfill
+    clicked = time.time()
     launched = ui.graphql(
         """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
         __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
@@ -236,5 +265,13 @@ def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_months_ro
     )["runOrError"]["eventConnection"]["events"]
     messages = [e.get("message", "") for e in events if e["__typename"] == "EngineEvent"]
     assert any("in process" in m for m in messages), messages
-    # (its duration is printed, not asserted: a time bound in a test fails on a loaded machine)
-    print(f"global run: {global_runs[0]['endTime'] - global_runs[0]['startTime']:.1f} s")
+    # (durations are printed, not asserted: a time bound in a test fails on a loaded machine)
+    manifest_at = ui.materialized_at("manifest")
+    daily, glob = daily_runs[0], global_runs[0]
+    print(
+        f"\nclick-to-manifest: {manifest_at - clicked:.1f} s "
+        f"(daily run created +{daily['creationTime'] - clicked:.1f} s, "
+        f"started +{daily['startTime'] - clicked:.1f} s, ended +{daily['endTime'] - clicked:.1f} s; global run created "
+        f"+{glob['creationTime'] - clicked:.1f} s, started +{glob['startTime'] - clicked:.1f} s; "
+        f"manifest +{manifest_at - clicked:.1f} s; global run {glob['endTime'] - glob['startTime']:.1f} s)"
+    )
