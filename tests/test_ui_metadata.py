@@ -101,6 +101,28 @@ def test_scored_pairs_shows_the_jaccard_histogram_and_the_s_curve(fixture_metada
     assert scored["candidate_probability_at_threshold"].value == pytest.approx(0.991639, abs=1e-6)
 
 
+def test_every_chart_has_its_numbers_in_a_table_the_ui_shows_inline(fixture_metadata):
+    """A PNG chart is too long for the UI to show inline (it opens on a click); beside each, a
+    Markdown table of its numbers short enough to be shown inline."""
+    from webdedup_assets.defs.assets import INLINE_MARKDOWN_CHARS
+
+    materialized, _, _ = fixture_metadata
+    pairs = {
+        "scored_pairs": [("jaccard_histogram", "jaccard_counts"), ("s_curve", "candidate_probability")],
+        "clusters": [("cluster_sizes", "cluster_size_counts")],
+        "manifest": [("s_curve", "candidate_probability")],
+    }
+    for asset, charts in pairs.items():
+        for chart, numbers in charts:
+            assert len(materialized[asset][chart].value) >= INLINE_MARKDOWN_CHARS, (asset, chart)
+            table = materialized[asset][numbers].value
+            assert len(table) < INLINE_MARKDOWN_CHARS and table.startswith("| "), (asset, numbers)
+    lines = materialized["manifest"]["candidate_probability"].value.splitlines()[2:]
+    curve = {float(j): float(p) for j, p in (line.split("|")[1:3] for line in lines)}
+    assert curve[0.7] == 0.9916  # the threshold's row: P(candidate) at 26 bands x 5 rows
+    assert curve[0.3] < 0.1 and curve[0.95] == 1.0
+
+
 def test_clusters_show_their_size_distribution(fixture_metadata):
     materialized, _, store = fixture_metadata
     clusters = materialized["clusters"]

@@ -115,6 +115,19 @@ def column_schema(store: Store, asset: str) -> dg.TableSchema:
     return table_schema(asset, charts.column_schema(store, asset))
 
 
+S_CURVE_JACCARDS = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+# The UI shows a Markdown entry inline below this many characters, behind [Show Markdown] beyond
+# (dagster-webserver 1.13): a PNG chart never fits, its table of numbers always does.
+INLINE_MARKDOWN_CHARS = 1000
+
+
+def s_curve_table(bands: int, rows: int, threshold: float | None = None) -> dg.MetadataValue:
+    """The banding's S-curve as numbers: P(candidate) at a few Jaccards (and at the threshold)."""
+    jaccards = sorted({*S_CURVE_JACCARDS, *([threshold] if threshold is not None else [])})
+    curve = [(j, round(candidate_probability(j, bands, rows), 4)) for j in jaccards]
+    return dg.MetadataValue.md(markdown_table(["jaccard", "P(candidate)"], curve))
+
+
 def png_markdown(title: str, png: bytes) -> dg.MetadataValue:
     """A chart shown in the UI: a Markdown image with the PNG inline."""
     return dg.MetadataValue.md(f"![{title}](data:image/png;base64,{base64.b64encode(png).decode()})")
@@ -314,15 +327,11 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
     ) -> dg.MaterializeResult:
         months = _months(context)
         result = run_contract("band_memberships", storage, config.params(), months, engine_choice=engine)
-        curve = [
-            (j, round(candidate_probability(j, config.bands, config.rows), 4))
-            for j in (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
-        ]
         rows = report_months(context, storage, "band_memberships", months)
         return dg.MaterializeResult(
             metadata={
                 **run_metadata(result.seconds, config.model_dump(), months, rows),
-                "candidate_probability": dg.MetadataValue.md(markdown_table(["jaccard", "P(candidate)"], curve)),
+                "candidate_probability": s_curve_table(config.bands, config.rows),
             }
         )
 
