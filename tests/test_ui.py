@@ -275,3 +275,47 @@ def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_months_ro
         f"+{glob['creationTime'] - clicked:.1f} s, started +{glob['startTime'] - clicked:.1f} s; "
         f"manifest +{manifest_at - clicked:.1f} s; global run {glob['endTime'] - glob['startTime']:.1f} s)"
     )
+
+
+def test_one_months_run_is_followed_by_the_global_stages_within_seconds(ui):
+    """Catalog -> a daily asset -> Materialize -> one month: the UI launches one run (no backfill,
+    so no wait for the backfill daemon); the global stages follow it. Prints click-to-manifest."""
+    ui.wait(lambda: any(r["jobName"] == "webdedup_global" for r in ui.runs()), 600, "the first global run")
+    ui.wait(lambda: all(r["status"] in ("SUCCESS", "FAILURE", "CANCELED") for r in ui.runs()), 300, "runs ended")
+    before = {r["runId"] for r in ui.runs()}
+    clicked = time.time()
+    launched = ui.graphql(
+        """mutation($params: ExecutionParams!) { launchPipelineExecution(executionParams: $params) {
+        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }""",
+        {
+            "params": {
+                "selector": {
+                    "repositoryLocationName": "webdedup",
+                    "repositoryName": "__repository__",
+                    "pipelineName": "__ASSET_JOB",
+                    "assetSelection": [{"path": [a]} for a in DAILY],
+                },
+                "executionMetadata": {"tags": [{"key": "dagster/partition", "value": "2026-03"}]},
+            }
+        },
+    )["launchPipelineExecution"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    daily_id = launched["run"]["runId"]
+
+    def followed():
+        new = [r for r in ui.runs() if r["runId"] not in before and r["jobName"] == "webdedup_global"]
+        return new and new[0]["status"] in ("SUCCESS", "FAILURE", "CANCELED") and new[0]
+
+    run = ui.wait(followed, 300, "the global run after the month's run")
+    assert run["status"] == "SUCCESS"
+    assert {t["key"]: t["value"] for t in run["tags"]}["webdedup/after_run"] == daily_id
+    daily = next(r for r in ui.runs() if r["runId"] == daily_id)
+    assert daily["status"] == "SUCCESS"
+    manifest = json.loads((ui.storage.parent / "output" / "manifest.json").read_text())
+    assert manifest["counts"]["candidate_pairs"] == 18 and manifest["counts"]["representatives"] == 12
+    manifest_at = ui.materialized_at("manifest")
+    print(
+        f"\none month, click-to-manifest: {manifest_at - clicked:.1f} s (daily run started "
+        f"+{daily['startTime'] - clicked:.1f} s, ended +{daily['endTime'] - clicked:.1f} s; global run created "
+        f"+{run['creationTime'] - clicked:.1f} s, started +{run['startTime'] - clicked:.1f} s)"
+    )
