@@ -211,6 +211,7 @@ def test_the_check_job_names_a_missing_input(fixture_run, tmp_path):
             "resources": {
                 "storage": {"config": {"storage_root": str(store.root), "output_dir": str(tmp_path / "out")}}
             },
+            "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
         },
         instance=dg.DagsterInstance.ephemeral(),
         raise_on_error=False,
