@@ -236,6 +236,23 @@ def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_months_ro
     global_runs = [r for r in runs if r["jobName"] == "webdedup_global"]
     assert len(daily_runs) == 1  # a single-run backfill of 3 months
     assert len(global_runs) == 1 and global_runs[0]["status"] == "SUCCESS"  # once for the batch
+    # the global run did not wait for the backfill daemon (every 30 s) to mark the backfill completed
+    backfill = ui.wait(
+        lambda: (
+            (
+                b := ui.graphql(
+                    """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
+                ... on PartitionBackfill { status endTimestamp } } }""",
+                    {"id": launched["backfillId"]},
+                )["partitionBackfillOrError"]
+            )["endTimestamp"]
+            and b
+        ),
+        120,
+        "the backfill marked completed",
+    )
+    assert backfill["status"] == "COMPLETED_SUCCESS"
+    assert global_runs[0]["creationTime"] < backfill["endTimestamp"], (global_runs[0], backfill)
     tags = {t["key"]: t["value"] for t in global_runs[0]["tags"]}
     assert tags["webdedup/after_run"] == daily_runs[0]["runId"]
     manifest = json.loads((ui.storage.parent / "output" / "manifest.json").read_text())
