@@ -39,6 +39,8 @@ from ..params import (
 
 FIXTURE_INPUT = str(Path(__file__).resolve().parents[2] / "fixtures" / "documents.csv")
 DEFAULT_INPUT = os.environ.get("WEBDEDUP_INPUT", FIXTURE_INPUT)
+# The storage resource's default root (resources.py); relative to the working directory.
+DEFAULT_STORAGE_ROOT = os.environ.get("WEBDEDUP_STORAGE_ROOT", ".webdedup/storage")
 
 # The group under which each asset stores its own parameters (`storage/serial.py`).
 STORED_GROUP = {
@@ -75,13 +77,7 @@ def parameters_in_force(storage_root: str | Path) -> dict[str, dict[str, Any]]:
     return in_force
 
 
-def _storage_root() -> str:
-    from .resources import DEFAULT_STORAGE_ROOT
-
-    return DEFAULT_STORAGE_ROOT
-
-
-IN_FORCE = parameters_in_force(_storage_root())
+IN_FORCE = parameters_in_force(DEFAULT_STORAGE_ROOT)
 
 
 class InvalidConfig(dg.Failure):
