@@ -36,6 +36,14 @@ GLOBAL = ["candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "ded
 ASSETS = set(DAILY + GLOBAL) | {"rejected_records", "evaluation", "checked_documents"}
 
 
+def make_variable(name: str) -> str:
+    """A variable of the Makefile (`NAME := value`), so that the test starts dagster dev as `make ui` does."""
+    for line in (REPO / "Makefile").read_text().splitlines():
+        if line.startswith(f"{name} :="):
+            return line.split(":=", 1)[1].strip()
+    raise AssertionError(f"{name} is not set in the Makefile")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -91,9 +99,19 @@ class Ui:
         )["assetOrError"]
         return data.get("assetMaterializations", []) if data else []
 
+    def materialized_at(self, asset: str) -> float:
+        """The time (seconds since the epoch) of the asset's latest materialization."""
+        [event] = self.graphql(
+            """query($key: AssetKeyInput!) { assetOrError(assetKey: $key) { ... on Asset {
+            assetMaterializations(limit: 1) { timestamp } } } }""",
+            {"key": {"path": [asset]}},
+        )["assetOrError"]["assetMaterializations"]
+        return int(event["timestamp"]) / 1000
+
     def runs(self) -> list[dict]:
         data = self.graphql(
-            "{ runsOrError { ... on Runs { results { runId jobName status startTime endTime tags { key value } } } } }"
+            "{ runsOrError { ... on Runs { results { runId jobName status creationTime startTime endTime "
+            "tags { key value } } } } }"
         )
         return data["runsOrError"]["results"]
 
@@ -117,13 +135,14 @@ def ui(tmp_path_factory):
         "WEBDEDUP_INPUT": str(corpus),
         "WEBDEDUP_STORAGE_ROOT": str(tmp_path / "storage"),
         "WEBDEDUP_OUTPUT_DIR": str(tmp_path / "output"),
+        "PYTHONWARNINGS": make_variable("DEV_WARNINGS"),  # as `make ui` starts it
     }
     dagster = Path(sys.executable).with_name("dagster")
     log_path = tmp_path / "dagster_dev.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [str(dagster), "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-        cwd=tmp_path,
+        cwd=home,  # as `make ui` runs it: in DAGSTER_HOME, the checkout holding a dagster.yaml of its own
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -148,6 +167,7 @@ def ui(tmp_path_factory):
         entry = session.wait(location_loaded, 180, "the code location")
         assert entry["name"] == "webdedup"
         assert entry["locationOrLoadError"]["__typename"] == "RepositoryLocation", entry
+        session.startup_log = log_path.read_text()
         yield session
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -172,6 +192,14 @@ def months_doc_ids() -> dict[str, set[str]]:
     return ids
 
 
+def test_dagster_dev_starts_without_a_warning(ui):
+    """Started as the docs say (in DAGSTER_HOME, holding a copy of the checkout's dagster.yaml),
+    `dagster dev` warns of nothing, e.g. not of a dagster.yaml it would ignore."""
+    assert "Launching Dagster services" in ui.startup_log
+    warnings = [line for line in ui.startup_log.splitlines() if " - WARNING - " in line or "Warning:" in line]
+    assert not warnings, warnings
+
+
 def test_the_assets_show_and_the_partitions_are_the_datas_months(ui):
     nodes = ui.graphql("{ assetNodes { assetKey { path } groupName description } }")["assetNodes"]
     assert {n["assetKey"]["path"][-1] for n in nodes} == ASSETS
@@ -187,6 +215,7 @@ def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_months_ro
     months = fixture_months()
     ui.wait(lambda: len(ui.partition_keys("documents")) == len(months), 120, "the crawl-month partitions")
     # Catalog -> select the three daily assets -> Materialize -> the input's months: an asset backfill
+    clicked = time.time()
     launched = ui.graphql(
         """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
         __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
@@ -207,6 +236,23 @@ def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_months_ro
     global_runs = [r for r in runs if r["jobName"] == "webdedup_global"]
     assert len(daily_runs) == 1  # a single-run backfill of 3 months
     assert len(global_runs) == 1 and global_runs[0]["status"] == "SUCCESS"  # once for the batch
+    # the global run did not wait for the backfill daemon (every 30 s) to mark the backfill completed
+    backfill = ui.wait(
+        lambda: (
+            (
+                b := ui.graphql(
+                    """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
+                ... on PartitionBackfill { status endTimestamp } } }""",
+                    {"id": launched["backfillId"]},
+                )["partitionBackfillOrError"]
+            )["endTimestamp"]
+            and b
+        ),
+        120,
+        "the backfill marked completed",
+    )
+    assert backfill["status"] == "COMPLETED_SUCCESS"
+    assert global_runs[0]["creationTime"] < backfill["endTimestamp"], (global_runs[0], backfill)
     tags = {t["key"]: t["value"] for t in global_runs[0]["tags"]}
     assert tags["webdedup/after_run"] == daily_runs[0]["runId"]
     manifest = json.loads((ui.storage.parent / "output" / "manifest.json").read_text())
@@ -236,5 +282,57 @@ def test_a_catalog_backfill_is_followed_by_the_global_stages_with_each_months_ro
     )["runOrError"]["eventConnection"]["events"]
     messages = [e.get("message", "") for e in events if e["__typename"] == "EngineEvent"]
     assert any("in process" in m for m in messages), messages
-    # (its duration is printed, not asserted: a time bound in a test fails on a loaded machine)
-    print(f"global run: {global_runs[0]['endTime'] - global_runs[0]['startTime']:.1f} s")
+    # (durations are printed, not asserted: a time bound in a test fails on a loaded machine)
+    manifest_at = ui.materialized_at("manifest")
+    daily, glob = daily_runs[0], global_runs[0]
+    print(
+        f"\nclick-to-manifest: {manifest_at - clicked:.1f} s "
+        f"(daily run created +{daily['creationTime'] - clicked:.1f} s, "
+        f"started +{daily['startTime'] - clicked:.1f} s, ended +{daily['endTime'] - clicked:.1f} s; global run created "
+        f"+{glob['creationTime'] - clicked:.1f} s, started +{glob['startTime'] - clicked:.1f} s; "
+        f"manifest +{manifest_at - clicked:.1f} s; global run {glob['endTime'] - glob['startTime']:.1f} s)"
+    )
+
+
+def test_one_months_run_is_followed_by_the_global_stages_within_seconds(ui):
+    """Catalog -> a daily asset -> Materialize -> one month: the UI launches one run (no backfill,
+    so no wait for the backfill daemon); the global stages follow it. Prints click-to-manifest."""
+    ui.wait(lambda: any(r["jobName"] == "webdedup_global" for r in ui.runs()), 600, "the first global run")
+    ui.wait(lambda: all(r["status"] in ("SUCCESS", "FAILURE", "CANCELED") for r in ui.runs()), 300, "runs ended")
+    before = {r["runId"] for r in ui.runs()}
+    clicked = time.time()
+    launched = ui.graphql(
+        """mutation($params: ExecutionParams!) { launchPipelineExecution(executionParams: $params) {
+        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }""",
+        {
+            "params": {
+                "selector": {
+                    "repositoryLocationName": "webdedup",
+                    "repositoryName": "__repository__",
+                    "pipelineName": "__ASSET_JOB",
+                    "assetSelection": [{"path": [a]} for a in DAILY],
+                },
+                "executionMetadata": {"tags": [{"key": "dagster/partition", "value": "2026-03"}]},
+            }
+        },
+    )["launchPipelineExecution"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    daily_id = launched["run"]["runId"]
+
+    def followed():
+        new = [r for r in ui.runs() if r["runId"] not in before and r["jobName"] == "webdedup_global"]
+        return new and new[0]["status"] in ("SUCCESS", "FAILURE", "CANCELED") and new[0]
+
+    run = ui.wait(followed, 300, "the global run after the month's run")
+    assert run["status"] == "SUCCESS"
+    assert {t["key"]: t["value"] for t in run["tags"]}["webdedup/after_run"] == daily_id
+    daily = next(r for r in ui.runs() if r["runId"] == daily_id)
+    assert daily["status"] == "SUCCESS"
+    manifest = json.loads((ui.storage.parent / "output" / "manifest.json").read_text())
+    assert manifest["counts"]["candidate_pairs"] == 18 and manifest["counts"]["representatives"] == 12
+    manifest_at = ui.materialized_at("manifest")
+    print(
+        f"\none month, click-to-manifest: {manifest_at - clicked:.1f} s (daily run started "
+        f"+{daily['startTime'] - clicked:.1f} s, ended +{daily['endTime'] - clicked:.1f} s; global run created "
+        f"+{run['creationTime'] - clicked:.1f} s, started +{run['startTime'] - clicked:.1f} s)"
+    )

@@ -53,6 +53,38 @@ def test_every_asset_declares_its_stored_columns(fixture_metadata):
         stored = pq.read_schema(store.files(asset)[0])
         assert [c.name for c in schema.columns] == stored.names, asset
         assert [c.type for c in schema.columns] == [str(f.type) for f in stored], asset
+        undescribed = [c.name for c in schema.columns if not c.description]
+        assert not undescribed, (asset, undescribed)
+        # the input contract's columns have their own meaning, not the carried-through sentence
+        assert not [c.name for c in schema.columns if "carried through unchanged" in c.description], asset
+    descriptions = {c.name: c.description for c in materialized["scored_pairs"]["dagster/column_schema"].value.columns}
+    assert descriptions["exact_jaccard"].startswith("Exact Jaccard similarity of the two shingle sets")
+
+
+def test_an_extra_input_column_is_described_as_carried_through():
+    from webdedup_assets.defs.columns import table_schema
+
+    [extra, known] = table_schema("documents", [("lang", "string"), ("doc_id", "string")]).columns
+    assert extra.description == "Field `lang` of the input, carried through unchanged."
+    assert known.description.startswith("Document id")
+
+
+def test_documents_parameters_list_only_what_applies_to_a_csv_input(fixture_metadata):
+    materialized, _, _ = fixture_metadata
+    parameters = materialized["documents"]["parameters"].value
+    assert parameters["input_format"] == "auto" and parameters["id_column"] == "doc_id"
+    assert parameters["input_path"].endswith("documents.csv")
+    assert not [k for k in parameters if k.startswith(("cc_", "warc_"))], sorted(parameters)
+
+
+def test_input_parameters_keep_the_warc_options_for_a_warc_input(tmp_path):
+    from webdedup_assets.defs.assets import input_parameters
+    from webdedup_assets.defs.config import DocumentsConfig
+
+    warc = tmp_path / "crawl.warc.gz"
+    warc.write_bytes(b"")
+    kept = input_parameters(DocumentsConfig(input_path=str(warc)).model_dump())
+    assert set(kept) == {"input_path", "input_format", "warc_max_record_bytes", "warc_workers"}
 
 
 def test_scored_pairs_shows_the_jaccard_histogram_and_the_s_curve(fixture_metadata):
@@ -67,6 +99,28 @@ def test_scored_pairs_shows_the_jaccard_histogram_and_the_s_curve(fixture_metada
     ).fetchall()
     assert int(counts[-1][1]) == stored  # the top bin: [0.95, 1.0]
     assert scored["candidate_probability_at_threshold"].value == pytest.approx(0.991639, abs=1e-6)
+
+
+def test_every_chart_has_its_numbers_in_a_table_the_ui_shows_inline(fixture_metadata):
+    """A PNG chart is too long for the UI to show inline (it opens on a click); beside each, a
+    Markdown table of its numbers short enough to be shown inline."""
+    from webdedup_assets.defs.assets import INLINE_MARKDOWN_CHARS
+
+    materialized, _, _ = fixture_metadata
+    pairs = {
+        "scored_pairs": [("jaccard_histogram", "jaccard_counts"), ("s_curve", "candidate_probability")],
+        "clusters": [("cluster_sizes", "cluster_size_counts")],
+        "manifest": [("s_curve", "candidate_probability")],
+    }
+    for asset, charts in pairs.items():
+        for chart, numbers in charts:
+            assert len(materialized[asset][chart].value) >= INLINE_MARKDOWN_CHARS, (asset, chart)
+            table = materialized[asset][numbers].value
+            assert len(table) < INLINE_MARKDOWN_CHARS and table.startswith("| "), (asset, numbers)
+    lines = materialized["manifest"]["candidate_probability"].value.splitlines()[2:]
+    curve = {float(j): float(p) for j, p in (line.split("|")[1:3] for line in lines)}
+    assert curve[0.7] == 0.9916  # the threshold's row: P(candidate) at 26 bands x 5 rows
+    assert curve[0.3] < 0.1 and curve[0.95] == 1.0
 
 
 def test_clusters_show_their_size_distribution(fixture_metadata):
@@ -139,3 +193,60 @@ def test_ui_previews_off_leaves_the_charts_and_previews_out_of_the_metadata(tmp_
     assert {"documents", "scored_pairs", "clusters", "deduped_documents", "manifest"} <= seen
     assert any(e.event_type_value == "ASSET_CHECK_EVALUATION" for e in result.all_events)
     assert (tmp_path / "output" / "manifest.json").exists()
+
+
+def test_the_check_job_names_a_missing_input(fixture_run, tmp_path):
+    """The webdedup_check job on an input_path that does not exist fails in one line naming it."""
+    import dagster as dg
+
+    from webdedup_assets.defs import defs
+
+    from .conftest import failure_messages
+
+    _, store, _ = fixture_run
+    missing = tmp_path / "no-such-crawl" / "new.csv"
+    result = defs.resolve_job_def("webdedup_check").execute_in_process(
+        run_config={
+            "ops": {"checked_documents": {"config": {"input_path": str(missing)}}},
+            "resources": {
+                "storage": {"config": {"storage_root": str(store.root), "output_dir": str(tmp_path / "out")}}
+            },
+            "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+        },
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
+    assert not result.success
+    assert failure_messages(result) == [f"input '{missing}' does not exist"]
+
+
+def _global_defaults(storage_root) -> dict:
+    """The launchpad's defaults of the global job as a freshly loaded code location sees them (a new
+    process, as `dagster dev` starts on Reload), for the given storage root."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    script = (
+        "import json; from webdedup_assets.defs import defs\n"
+        "ops = defs.resolve_job_def('webdedup_global').run_config_schema.config_type.fields['ops'].config_type\n"
+        "def default(op, field):\n"
+        "    return ops.fields[op].config_type.fields['config'].config_type.fields[field].default_value\n"
+        "print(json.dumps({'threshold': default('scored_pairs', 'threshold'),\n"
+        "    'representative_policy': default('deduped_documents', 'representative_policy')}))\n"
+    )
+    env = {**os.environ, "WEBDEDUP_STORAGE_ROOT": str(storage_root), "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_launchpad_defaults_are_the_parameters_in_force(tmp_path):
+    """After a run at threshold 0.9 (and the oldest-page policy), the definitions loaded again
+    offer 0.9 and that policy as the launchpad's defaults; an empty storage offers the model's."""
+    result, store = run_job(tmp_path, threshold=0.9, representative_policy="oldest")
+    assert result.success
+    assert _global_defaults(store.root) == {"threshold": 0.9, "representative_policy": "oldest"}
+    assert _global_defaults(tmp_path / "empty") == {"threshold": 0.7, "representative_policy": "newest"}

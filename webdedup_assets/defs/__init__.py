@@ -37,6 +37,11 @@ DAILY_JOB = "webdedup_daily"
 GLOBAL_JOB = "webdedup_global"
 DAILY_ASSETS = ["documents", "fingerprinted", "band_memberships"]
 BAND_MEMBERSHIPS = dg.AssetKey("band_memberships")
+DAILY_KEYS = {dg.AssetKey(name) for name in DAILY_ASSETS}
+BACKFILL_TAG = "dagster/backfill"
+# The sensor daemon looks at sensors every 5 s at most: the global run follows a daily one within
+# about that much.
+GLOBAL_SENSOR_INTERVAL_SECONDS = 5
 RECENT_BACKFILLS = 100
 IN_PROGRESS = [
     dg.DagsterRunStatus.QUEUED,
@@ -103,6 +108,14 @@ def latest_run_config(instance: dg.DagsterInstance, assets: list[dg.AssetsDefini
     return {"ops": ops} if ops else {}
 
 
+def _backfill_settled(instance: dg.DagsterInstance, backfill_id: str) -> bool:
+    """A backfill of daily assets only whose runs have all ended: the daily assets' single-run
+    backfill policy puts the whole range in one run, so nothing of it is left to launch, even
+    though the backfill daemon (every 30 s) has not yet marked the backfill completed."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={BACKFILL_TAG: backfill_id}))
+    return bool(runs) and all(run.status not in IN_PROGRESS for run in runs)
+
+
 def _daily_runs_in_progress(instance: dg.DagsterInstance) -> list[str]:
     """Runs and backfills not finished that (may) materialize band_memberships, or a global run."""
     busy = []
@@ -112,8 +125,12 @@ def _daily_runs_in_progress(instance: dg.DagsterInstance) -> list[str]:
             busy.append(f"run {run.run_id[:8]} ({run.job_name})")
     # the newest backfills; filtered by status value (dagster 1.13 does not export the status enum)
     for backfill in instance.get_backfills(limit=RECENT_BACKFILLS):
-        if backfill.status.value == "REQUESTED" and BAND_MEMBERSHIPS in set(backfill.asset_selection or ()):
-            busy.append(f"backfill {backfill.backfill_id}")
+        selection = set(backfill.asset_selection or ())
+        if backfill.status.value != "REQUESTED" or BAND_MEMBERSHIPS not in selection:
+            continue
+        if selection <= DAILY_KEYS and _backfill_settled(instance, backfill.backfill_id):
+            continue
+        busy.append(f"backfill {backfill.backfill_id}")
     return busy
 
 
@@ -146,7 +163,7 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
     @dg.sensor(
         job=global_job,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        minimum_interval_seconds=15,
+        minimum_interval_seconds=GLOBAL_SENSOR_INTERVAL_SECONDS,
         description="After band_memberships is materialized by a successful run, however launched (the daily job, "
         "a Catalog backfill, the schedule), run the global stages once for the batch (it waits while daily runs "
         "or backfills are in progress), with the parameters of the latest global materializations.",

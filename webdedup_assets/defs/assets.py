@@ -17,10 +17,12 @@ from .. import engine
 from ..core.minhash import candidate_probability
 from ..engine.preview import markdown_table, partition_previews, preview
 from ..engine.stage import StageResult
-from ..params import ParamGroup
+from ..ingest.inputs import resolve_input
+from ..params import ColumnParams, ParamGroup
 from ..storage.state import writer_lock
 from ..storage.store import Store
 from . import charts
+from .columns import table_schema
 from .config import (
     BandConfig,
     DocumentsConfig,
@@ -109,8 +111,21 @@ def figure_entries(figures: dict[str, Any], prefix: str = "") -> dict[str, dg.Me
 
 
 def column_schema(store: Store, asset: str) -> dg.TableSchema:
-    """`dagster/column_schema`: the stored columns and their Arrow types."""
-    return dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in charts.column_schema(store, asset)])
+    """`dagster/column_schema`: the stored columns, their Arrow types and what each means."""
+    return table_schema(asset, charts.column_schema(store, asset))
+
+
+S_CURVE_JACCARDS = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+# The UI shows a Markdown entry inline below this many characters, behind [Show Markdown] beyond
+# (dagster-webserver 1.13): a PNG chart never fits, its table of numbers always does.
+INLINE_MARKDOWN_CHARS = 1000
+
+
+def s_curve_table(bands: int, rows: int, threshold: float | None = None) -> dg.MetadataValue:
+    """The banding's S-curve as numbers: P(candidate) at a few Jaccards (and at the threshold)."""
+    jaccards = sorted({*S_CURVE_JACCARDS, *([threshold] if threshold is not None else [])})
+    curve = [(j, round(candidate_probability(j, bands, rows), 4)) for j in jaccards]
+    return dg.MetadataValue.md(markdown_table(["jaccard", "P(candidate)"], curve))
 
 
 def png_markdown(title: str, png: bytes) -> dg.MetadataValue:
@@ -185,6 +200,25 @@ def _add_partition_metadata(context: dg.AssetExecutionContext, per_month: dict[s
         context.add_asset_metadata(metadata, partition_key=month)
 
 
+TABULAR_FORMATS = {"csv", "parquet", "jsonl"}
+WARC_OPTIONS = {"warc_max_record_bytes", "warc_workers"}
+
+
+def input_parameters(values: dict[str, Any]) -> dict[str, Any]:
+    """The documents config restricted to what applies to the input's formats: the column mapping
+    for CSV, Parquet and JSON Lines, the WARC options for WARC files, the Common Crawl settings for
+    Common Crawl targets (always the path and the format)."""
+    formats = {f.format for f in resolve_input(values["input_path"], values["input_format"])}
+    keep = {"input_path", "input_format"}
+    if formats & TABULAR_FORMATS:
+        keep |= set(ColumnParams.model_fields)
+    if "warc" in formats:
+        keep |= WARC_OPTIONS
+    if "commoncrawl" in formats:
+        keep |= {"warc_max_record_bytes"} | {k for k in values if k.startswith("cc_")}
+    return {k: v for k, v in values.items() if k in keep}
+
+
 def run_metadata(seconds: float, parameters: dict[str, Any], months: list[str], rows: int) -> dict[str, Any]:
     """What every partition of a run shares: the parameters (the automation launches the next
     runs with them) and the run's range and total, labelled as the run's so that no month shows
@@ -257,7 +291,7 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         rows = report_months(context, storage, "documents", months)
         return dg.MaterializeResult(
             metadata={
-                **run_metadata(info.get("seconds"), config.model_dump(), months, rows),
+                **run_metadata(info.get("seconds"), input_parameters(config.model_dump()), months, rows),
                 "documents_outside_partitions": dg.MetadataValue.int(outside),
                 "doc_ids_outside_partitions": dg.MetadataValue.json(info.get("doc_ids_outside_partitions", [])),
                 **warc,
@@ -293,15 +327,11 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
     ) -> dg.MaterializeResult:
         months = _months(context)
         result = run_contract("band_memberships", storage, config.params(), months, engine_choice=engine)
-        curve = [
-            (j, round(candidate_probability(j, config.bands, config.rows), 4))
-            for j in (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
-        ]
         rows = report_months(context, storage, "band_memberships", months)
         return dg.MaterializeResult(
             metadata={
                 **run_metadata(result.seconds, config.model_dump(), months, rows),
-                "candidate_probability": dg.MetadataValue.md(markdown_table(["jaccard", "P(candidate)"], curve)),
+                "candidate_probability": s_curve_table(config.bands, config.rows),
             }
         )
 

@@ -17,8 +17,10 @@ from pydantic import Field
 
 from .. import engine
 from ..engine.incremental import CHECK_SCHEMA, check_input
+from ..ingest.inputs import resolve_input
 from ..params import InputParams, ParamError
 from .assets import GROUP
+from .columns import table_schema
 from .resources import WebdedupStorage
 
 CHECK_JOB = "webdedup_check"
@@ -66,12 +68,13 @@ def duplicates_markdown(preview: list[dict[str, Any]]) -> str:
         "candidates verified. Written to the report path; the corpus storage is not changed."
     ),
     metadata={
-        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in CHECK_SCHEMA])
+        "dagster/column_schema": table_schema("checked_documents", [(f.name, str(f.type)) for f in CHECK_SCHEMA])
     },
 )
 def checked_documents(config: CheckConfig, storage: WebdedupStorage) -> dg.MaterializeResult:
     report = Path(config.report_path) if config.report_path else Path(storage.outputs()) / CHECK_REPORT
     try:
+        resolve_input(config.input_path, config.input_format)  # a missing input is named as such
         summary = check_input(storage.store(), config.input_path, config.input_format, report)
     except (engine.WebdedupError, ParamError) as err:
         raise dg.Failure(description=str(err), allow_retries=False) from None

@@ -1,8 +1,12 @@
 """Run configuration of each asset, generated from the parameter model (`webdedup_assets/params.py`).
 
-Every field, default, range and description comes from the model; nothing is restated here.
-The defaults let the UI and schedules launch with no config (5-token shingles, 130 MinHash
-values in 26 bands of 5 rows, threshold 0.7: the seed's rule; see the README for why).
+Every field, range and description comes from the model; nothing is restated here. The defaults
+are the parameters in force for the corpus: read once, when the definitions load, from what the
+default storage root (WEBDEDUP_STORAGE_ROOT) stored with each asset (`Store.params`, written by
+`webdedup run` and by the Dagster assets alike), so that after a run at threshold 0.9 the launchpad
+opens at 0.9. An asset never materialized there, or a stored value the model no longer accepts,
+keeps the model's default (5-token shingles, 130 MinHash values in 26 bands of 5 rows, threshold
+0.7: the seed's rule; see the README for why). Reloading the code location reads them again.
 
 Invalid values never reach a stage: building a Config object with an out-of-range value fails
 the step with a description naming the field, the value and the allowed range, and the
@@ -35,6 +39,45 @@ from ..params import (
 
 FIXTURE_INPUT = str(Path(__file__).resolve().parents[2] / "fixtures" / "documents.csv")
 DEFAULT_INPUT = os.environ.get("WEBDEDUP_INPUT", FIXTURE_INPUT)
+# The storage resource's default root (resources.py); relative to the working directory.
+DEFAULT_STORAGE_ROOT = os.environ.get("WEBDEDUP_STORAGE_ROOT", ".webdedup/storage")
+
+# The group under which each asset stores its own parameters (`storage/serial.py`).
+STORED_GROUP = {
+    "documents": "input",
+    "fingerprinted": "fingerprint",
+    "band_memberships": "banding",
+    "candidate_pairs": "candidates",
+    "scored_pairs": "scoring",
+    "deduped_documents": "representatives",
+}
+# Not parameters of the corpus: the input's location follows WEBDEDUP_INPUT (what the sensor reads).
+NOT_CARRIED = {"input_path"}
+
+
+def parameters_in_force(storage_root: str | Path) -> dict[str, dict[str, Any]]:
+    """{asset: {field: value}}: the parameters each asset was last built with under this storage
+    root, each group valid for today's model; assets never built there (or whose stored group the
+    model no longer accepts) are left out."""
+    from ..errors import WebdedupError
+    from ..storage.store import Store
+
+    store = Store(Path(storage_root))
+    in_force: dict[str, dict[str, Any]] = {}
+    for asset, group in STORED_GROUP.items():
+        model = STAGE_GROUPS[STAGE_OF_ASSET[asset]]
+        try:
+            stored = store.params(asset).get(group) or {}
+            values = {k: v for k, v in stored.items() if k in model.model_fields and k not in NOT_CARRIED}
+            model.checked(values)
+        except (WebdedupError, ParamError, OSError, ValueError, TypeError):
+            continue
+        if values:
+            in_force[asset] = values
+    return in_force
+
+
+IN_FORCE = parameters_in_force(DEFAULT_STORAGE_ROOT)
 
 
 class InvalidConfig(dg.Failure):
@@ -61,12 +104,31 @@ class StageConfig(dg.Config):
         return self.params_model(**{k: v for k, v in self.model_dump().items() if k in fields})
 
 
+def _in_force(field: FieldInfo, value: Any) -> FieldInfo:
+    """The model's field with the value in force as its default."""
+    field = copy.copy(field)
+    field.default, field.default_factory = value, None
+    return field
+
+
 def _config_class(
-    name: str, model: type[ParamGroup], doc: str, base: type[StageConfig] = StageConfig, **extra: Any
+    name: str,
+    model: type[ParamGroup],
+    doc: str,
+    base: type[StageConfig] = StageConfig,
+    in_force: Mapping[str, Any] | None = None,
+    **extra: Any,
 ) -> type[StageConfig]:
-    """A Config class with the model's fields (annotation, default, range, description) plus `extra`."""
+    """A Config class with the model's fields (annotation, default, range, description) plus `extra`;
+    a field in `in_force` takes that value as its default."""
+    in_force = in_force or {}
     fields: dict[str, Any] = dict(extra)
-    fields.update({k: (f.annotation, copy.copy(f)) for k, f in model.model_fields.items()})
+    fields.update(
+        {
+            k: (f.annotation, _in_force(f, in_force[k]) if k in in_force else copy.copy(f))
+            for k, f in model.model_fields.items()
+        }
+    )
     cls = create_model(name, __base__=base, __module__=__name__, __doc__=doc, **fields)
     cls.params_model = model
     return cls
@@ -97,16 +159,25 @@ DocumentsConfig = _config_class(
     InputParams,
     "Input of the documents asset: path and format, column mapping, WARC and Common Crawl options.",
     base=_InputConfig,
+    in_force=IN_FORCE.get("documents"),
     input_path=(str, _INPUT_PATH),
 )
 
 
-FingerprintConfig = _config_class("FingerprintConfig", STAGE_GROUPS["fingerprint"], "Shingles and MinHash.")
-BandConfig = _config_class("BandConfig", STAGE_GROUPS["banding"], "LSH banding; bands x rows = num_perm.")
+FingerprintConfig = _config_class(
+    "FingerprintConfig", STAGE_GROUPS["fingerprint"], "Shingles and MinHash.", in_force=IN_FORCE.get("fingerprinted")
+)
+BandConfig = _config_class(
+    "BandConfig",
+    STAGE_GROUPS["banding"],
+    "LSH banding; bands x rows = num_perm.",
+    in_force=IN_FORCE.get("band_memberships"),
+)
 CandidateConfig = _config_class(
     "CandidateConfig",
     STAGE_GROUPS["candidates"],
     "The band join and its budget; full_rebuild: the global chain's mode.",
+    in_force=IN_FORCE.get("candidate_pairs"),
     full_rebuild=(
         bool,
         Field(
@@ -116,9 +187,14 @@ CandidateConfig = _config_class(
         ),
     ),
 )
-ScoreConfig = _config_class("ScoreConfig", ScoringParams, "The one duplicate threshold.")
+ScoreConfig = _config_class(
+    "ScoreConfig", ScoringParams, "The one duplicate threshold.", in_force=IN_FORCE.get("scored_pairs")
+)
 RepresentativeConfig = _config_class(
-    "RepresentativeConfig", STAGE_GROUPS["representative"], "Which member of a cluster is kept."
+    "RepresentativeConfig",
+    STAGE_GROUPS["representative"],
+    "Which member of a cluster is kept.",
+    in_force=IN_FORCE.get("deduped_documents"),
 )
 
 DuplicateConfig = create_model(

@@ -29,6 +29,7 @@ from .assets import (
     png_markdown,
     run_contract,
     run_stage,
+    s_curve_table,
 )
 from .config import (
     CandidateConfig,
@@ -56,6 +57,7 @@ def _scored_metadata(result: StageResult, store: Store, previews: bool) -> tuple
             extra["s_curve"] = png_markdown(
                 "LSH S-curve", charts.s_curve_png(banding["bands"], banding["rows"], scoring["threshold"])
             )
+            extra["candidate_probability"] = s_curve_table(banding["bands"], banding["rows"], scoring["threshold"])
         extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
             round(candidate_probability(scoring["threshold"], banding["bands"], banding["rows"]), 6)
         )
@@ -298,7 +300,10 @@ def manifest(storage: WebdedupStorage) -> dg.MaterializeResult:
                     "s_curve": png_markdown(
                         "LSH S-curve",
                         charts.s_curve_png(result["lsh"]["bands"], result["lsh"]["rows"], result["lsh"]["threshold"]),
-                    )
+                    ),
+                    "candidate_probability": s_curve_table(
+                        result["lsh"]["bands"], result["lsh"]["rows"], result["lsh"]["threshold"]
+                    ),
                 }
                 if storage.ui_previews and "bands" in result["lsh"]  # a SimHash run has blocks, no S-curve
                 else {}

@@ -10,8 +10,8 @@ import dagster as dg
 from ..params import EngineParams
 from ..storage.fileio import make_folder
 from ..storage.store import Store
+from .config import DEFAULT_STORAGE_ROOT, validate_run_config
 
-DEFAULT_STORAGE_ROOT = os.environ.get("WEBDEDUP_STORAGE_ROOT", ".webdedup/storage")
 DEFAULT_OUTPUT_DIR = os.environ.get("WEBDEDUP_OUTPUT_DIR", ".webdedup/output")
 
 
@@ -33,8 +33,6 @@ class WebdedupStorage(dg.ConfigurableResource):
         cross-field rules) before the first step of the run computes anything."""
         run = context.run
         if run is not None and run.run_config:
-            from .config import validate_run_config
-
             selected = {key.to_user_string() for key in run.asset_selection or ()}
             validate_run_config(run.run_config, selected)
 
