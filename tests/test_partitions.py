@@ -307,8 +307,16 @@ def test_the_schedule_keeps_the_fingerprint_parameters_of_the_latest_run(split, 
     )
     [request] = schedule.evaluate_tick(context).run_requests
     assert request.run_config["ops"] == {
-        "fingerprinted": {"config": {"shingle_size": 4, "shingle_unit": "word", "num_perm": 64, "seed": 3}},
-        "band_memberships": {"config": {"bands": 16, "rows": 4}},
+        "fingerprinted": {
+            "config": {
+                "shingle_size": 4,
+                "shingle_unit": "word",
+                "num_perm": 64,
+                "seed": 3,
+                "fingerprint_method": "minhash",
+            }
+        },
+        "band_memberships": {"config": {"bands": 16, "rows": 4, "max_hamming": 3}},
     }
 
 
@@ -353,7 +361,7 @@ def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_th
     assert request.run_config["ops"]["scored_pairs"] == {"config": {"threshold": 0.9}}
     assert request.run_config["ops"]["duplicate_pairs"] == {"config": {"threshold": 0.9}}
     assert request.run_config["ops"]["deduped_documents"] == {
-        "config": {"representative_policy": "longest", "verify_against_representative": False}
+        "config": {"representative_policy": "longest", "verify_against_representative": False, "prefer_domains": ""}
     }
     candidates = request.run_config["ops"]["candidate_pairs"]["config"]
     assert candidates["max_pair_slots"] == CandidateParams().max_pair_slots  # the defaults it last ran with

@@ -202,13 +202,33 @@ def _chain_params(context: dg.AssetExecutionContext) -> tuple[Any, Any, Any, boo
     )
 
 
-def _update_metadata(report: dict[str, Any]) -> dict[str, Any]:
+# The open chain update of each run (a run's global assets execute in one process, one after another).
+_CHAINS: dict[str, incremental.ChainUpdate] = {}
+
+
+def _chain_update(context: dg.AssetExecutionContext, store: Store) -> incremental.ChainUpdate:
+    """This run's chain update, opened by its first global asset with the run's parameters."""
+    for run_id in [run_id for run_id, chain in _CHAINS.items() if chain.closed]:
+        del _CHAINS[run_id]
+    chain = _CHAINS.get(context.run_id)
+    if chain is None:
+        candidates, scoring, representative, full = _chain_params(context)
+        chain = _CHAINS[context.run_id] = incremental.ChainUpdate(
+            store, candidates, scoring, representative, full, lock_timeout=LOCK_TIMEOUT_SECONDS
+        )
+    return chain
+
+
+def _update_metadata(report: dict[str, Any], stage: str) -> dict[str, Any]:
+    """The update that wrote `stage`, as far as it had gone then (the clusters it touched are
+    known from the clusters stage on)."""
     mode = report["mode"] if report["mode"] != "full" else f"full: {report['reason']}"
+    touched = {"clusters_touched": dg.MetadataValue.int(int(report["clusters_touched"]))}
     return {
         "update_mode": dg.MetadataValue.text(mode),
         "days_added": dg.MetadataValue.json(report["days_added"]),
         "days_removed": dg.MetadataValue.json(report["days_removed"]),
-        "clusters_touched": dg.MetadataValue.int(int(report["clusters_touched"])),
+        **(touched if stage in ("clusters", "deduped_documents") else {}),
         "update": dg.MetadataValue.json(report),
     }
 
@@ -217,36 +237,32 @@ def build_global_asset(spec: GlobalAsset) -> dg.AssetsDefinition:
     """The asset of a global stage: read the config, run the stage, report its metadata.
 
     When the run materializes the whole global chain (the global job, the automation after a
-    daily run, "materialize all"), each asset calls engine.incremental.bring_up_to_date: the
-    first one updates every global asset (incremental, or a full rebuild when nothing incremental
-    is held yet, a parameter changed or candidate_pairs' full_rebuild is set), the next ones find
-    them up to date; each reports the update that wrote it. A run of only some global assets
-    runs their stages from scratch (the next update then rebuilds, and says why)."""
+    daily run, "materialize all") on DuckDB, the chain is one update (engine.incremental.ChainUpdate:
+    incremental, or a full rebuild when nothing incremental is held yet, a parameter changed or
+    candidate_pairs' full_rebuild is set) and each asset advances it through its own stage; each
+    reports the update that wrote it. A run of only some global assets runs their stages from
+    scratch (the next update then rebuilds, and says why)."""
 
     def compute(
         context: dg.AssetExecutionContext, config: Any, storage: WebdedupStorage, engine_choice: WebdedupEngine
     ) -> dg.MaterializeResult:
         store = storage.store()
-        chain = _whole_chain(context) and engine_choice.params().engine == "duckdb"
-        candidates, scoring, representative, full = _chain_params(context) if chain else (None, None, None, True)
-        if chain and not full:
+        if _whole_chain(context) and engine_choice.params().engine == "duckdb":
             reports: list[dict[str, Any]] = []
 
             def call() -> StageResult:
-                result, report = incremental.bring_up_to_date(
-                    spec.stage, store, candidates, scoring, representative, full
-                )
+                result, report = _chain_update(context, store).advance(spec.stage)
                 reports.append(report)
                 return result
 
             result = run_stage(spec.stage, store, call)
-            report = reports[0]
-            update = _update_metadata(report)
+            update = _update_metadata(reports[0], spec.stage)
         else:
             params = None if config is None else (spec.params(config) if spec.params else config.params())
             result = run_contract(spec.stage, storage, params, engine_choice=engine_choice)
-            why = "full_rebuild requested" if chain else "only part of the global chain was selected, or Spark"
-            update = {"update_mode": dg.MetadataValue.text(f"full: {why}")}
+            update = {
+                "update_mode": dg.MetadataValue.text("full: only part of the global chain was selected, or Spark")
+            }
         shown = {k: v for k, v in config.model_dump().items() if k != "full_rebuild"} if config is not None else {}
         parameters, extra = spec.metadata(result, store, storage.ui_previews) if spec.metadata else (shown, {})
         return materialized(storage, result, parameters, order_by=spec.order_by, **extra, **update)

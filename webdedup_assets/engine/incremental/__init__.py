@@ -47,12 +47,12 @@ update (`update`, the steps in order), bodies (the body index), check (`check_in
 data in a scratch storage with the corpus' parameters, then `check_against`).
 """
 
-from .assets import bring_up_to_date
+from .assets import ChainUpdate
 from .changes import DailyChanges, changed_documents, daily_changes
 from .check import CHECK_SCHEMA, check_against, check_input, held_daily_params
 from .layout import DAILY, GLOBAL, INCREMENTAL_DIR, UpdateReport, load_state
 from .rebuild import check_fixed_params, full_rebuild, run_global_stages
-from .update import update
+from .update import UpdateSession, update
 
 __all__ = [
     "CHECK_SCHEMA",
@@ -61,7 +61,7 @@ __all__ = [
     "INCREMENTAL_DIR",
     "DailyChanges",
     "UpdateReport",
-    "bring_up_to_date",
+    "ChainUpdate",
     "changed_documents",
     "check_against",
     "check_fixed_params",
@@ -71,5 +71,6 @@ __all__ = [
     "held_daily_params",
     "load_state",
     "run_global_stages",
+    "UpdateSession",
     "update",
 ]
