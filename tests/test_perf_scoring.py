@@ -41,8 +41,17 @@ def corpus(n_base: int = 60) -> list[str]:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("scoring")
+    return make_store(tmp_path_factory.mktemp("scoring"), corpus())
+
+
+@pytest.fixture(scope="module")
+def far_store(tmp_path_factory):
+    """The corpus with copies of its first pages at the end: pairs across far groups."""
     bodies = corpus()
+    return make_store(tmp_path_factory.mktemp("scoring_far"), bodies + bodies[:12])
+
+
+def make_store(root, bodies: list[str]) -> Store:
     n = len(bodies)
     pq.write_table(
         pa.table(
@@ -106,3 +115,21 @@ def test_members_that_fit_the_budget_are_one_group_else_halves():
     assert _member_groups(counts, 8_160).tolist() == [0, 10]
     assert _member_groups(counts, 8_159).tolist() == [0, 4, 8, 10]  # 4,079 bytes a group
     assert _member_groups(np.zeros(0, dtype=np.int64), 1).tolist() == [0, 0]
+
+
+def test_pairs_across_groups_are_scored_in_one_sweep(far_store, monkeypatch):
+    """When the members of the pairs across two groups fit beside one group, each group is loaded
+    once (not once per pair of groups sharing a pair), and the table is the same."""
+    from webdedup_assets.engine.stages import scoring
+
+    baseline = scored(far_store, threads=1)
+    loads = []
+    real = scoring._load_sets
+    monkeypatch.setattr(
+        scoring,
+        "_load_sets",
+        lambda con, st, first, stop, *a: loads.append((first, stop)) or real(con, st, first, stop, *a),
+    )
+    assert scored(far_store, threads=2, memory_budget_bytes=60_000).equals(baseline)
+    assert len(loads) > 2 and len(loads) == len(set(loads))
+    assert far_store.stats("scored_pairs")[0]["document_passes"] == len(loads)
