@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from webdedup_assets.core import reference
 from webdedup_assets.core.fingerprint import simhash_texts
-from webdedup_assets.core.simhash import block_bounds, block_keys, from_words, hamming, to_words
+from webdedup_assets.core.simhash import (
+    block_bounds,
+    block_keys,
+    candidate_probability_at_distance,
+    from_words,
+    hamming,
+    to_words,
+)
 from webdedup_assets.params import BandingParams, FingerprintParams
 from webdedup_assets.storage.store import connect
 
@@ -71,6 +78,21 @@ def test_blocks_cover_the_64_bits(max_hamming):
     assert len(bounds) == max_hamming + 1
     assert bounds[0][0] == 0 and sum(width for _, width in bounds) == 64
     assert all(start + width == nxt for (start, width), (nxt, _) in zip(bounds, bounds[1:]))
+
+
+@pytest.mark.parametrize("max_hamming", [0, 1, 2, 5])
+def test_candidate_probability_at_distance_counts_every_placement(max_hamming):
+    """Against every placement of the differing bits (distances 0..3): the share that leaves
+    some block whole; 1 within max_hamming."""
+    import itertools
+
+    bounds = block_bounds(max_hamming)
+    for distance in range(4):
+        placements = list(itertools.combinations(range(64), distance))
+        whole = sum(any(not any(s <= b < s + w for b in bits) for s, w in bounds) for bits in placements)
+        assert candidate_probability_at_distance(distance, max_hamming) == pytest.approx(whole / len(placements))
+    assert candidate_probability_at_distance(max_hamming, max_hamming) == 1.0
+    assert candidate_probability_at_distance(64, max_hamming) == 0.0
 
 
 @settings(max_examples=300, deadline=None)
@@ -141,6 +163,14 @@ def test_fixture_with_simhash(tmp_path, capsys):
     assert "duplicate pairs: expected 18, actual 12" in capsys.readouterr().err
     narrow = _pairs(tmp_path / "default")
     assert len(narrow) == 12 and narrow < _pairs(tmp_path / "minhash")
+    capsys.readouterr()
+    # explain speaks of the 64 bits' blocks: a revision 7 bits from its page, a candidate through one block
+    assert main(["explain", "incident-canonical", "incident-revision", "--output", str(tmp_path / "default")]) == 0
+    explained = capsys.readouterr().out
+    assert "SimHash distance      7 of 64 bits (max_hamming 3)" in explained
+    assert "shared blocks         1 of 4 (0)" in explained
+    assert "P(candidate | d)      0.4417 for d=7" in explained and "MinHash" not in explained
+    assert "verdict               duplicate: jaccard_match (near duplicate)" in explained
     stored = json.loads((tmp_path / "default" / "manifest.json").read_text())
     assert stored["counts"]["exact_duplicate_pairs"] == 6 and stored["counts"]["representatives"] == 15
     capsys.readouterr()

@@ -148,7 +148,9 @@ def test_the_click_path_from_the_catalog_to_the_launchpad(ui, browser, page):  #
     # a chart's numbers inline, the chart itself one click away
     _open(page, ui, "/assets/scored_pairs?view=events")
     numbers = page.locator("tr", has=page.get_by_text("jaccard_counts", exact=True)).first
-    assert "candidates" in numbers.inner_text() and "0.9500" in numbers.inner_text()
+    # the row's name is drawn before its value: wait for the value, then read it
+    text = ui.wait(lambda: "candidates" in numbers.inner_text() and numbers.inner_text(), 60, "jaccard_counts' value")
+    assert "0.9500" in text
     chart = page.locator("tr", has=page.get_by_text("jaccard_histogram", exact=True)).first
     chart.get_by_text("[Show Markdown]").click()
     image = page.get_by_role("dialog").locator("img")

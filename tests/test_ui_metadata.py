@@ -250,3 +250,24 @@ def test_the_launchpad_defaults_are_the_parameters_in_force(tmp_path):
     assert result.success
     assert _global_defaults(store.root) == {"threshold": 0.9, "representative_policy": "oldest"}
     assert _global_defaults(tmp_path / "empty") == {"threshold": 0.7, "representative_policy": "newest"}
+
+
+def test_simhash_shows_p_candidate_by_hamming_distance_not_an_s_curve(tmp_path):
+    """A SimHash run has no bands: band_memberships and scored_pairs show P(candidate) by the
+    Hamming distance of two fingerprints (1 within max_hamming), and no MinHash S-curve."""
+    result, _ = run_job(tmp_path, fingerprint_method="simhash")
+    assert not any(e.event_type_value == "STEP_FAILURE" for e in result.all_events)
+    materialized = {
+        e.asset_key.to_user_string(): e.event_specific_data.materialization.metadata
+        for e in result.all_events
+        if e.event_type_value == "ASSET_MATERIALIZATION"
+    }
+    for asset in ("band_memberships", "scored_pairs"):
+        table = materialized[asset]["candidate_probability"].value.splitlines()
+        assert table[0].split("|")[1:3] == [" hamming distance ", " P(candidate) "], asset
+        rows = [[cell.strip() for cell in line.split("|")[1:3]] for line in table[2:]]
+        assert rows[:5] == [["0", "1.0000"], ["1", "1.0000"], ["2", "1.0000"], ["3", "1.0000"], ["4", "0.8969"]], asset
+        assert float(rows[-1][1]) >= 0.001 and len(rows) < 64, asset
+    assert "s_curve" not in materialized["scored_pairs"] and "s_curve" not in materialized["manifest"]
+    assert "candidate_probability_at_threshold" not in materialized["scored_pairs"]
+    assert "candidate_probability_at_threshold" not in materialized["duplicate_pairs"]

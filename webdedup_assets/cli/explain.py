@@ -91,17 +91,8 @@ def format_explain(a: dict[str, Any]) -> str:
         f"{'shared shingles':<22}{a['shared_shingles']} ({p['shingle_size']}-{p.get('shingle_unit', 'word')} shingles)",
         f"{'exact Jaccard':<22}{_num(a['exact_jaccard'])}"
         + (f" (threshold {p['threshold']})" if p["threshold"] is not None else ""),
-        f"{'MinHash estimate':<22}{_num(a['minhash_estimate'])} ({p['num_perm']} values)",
     ]
-    if a["shared_bands"]:
-        shown = ", ".join(map(str, a["shared_bands"][:20])) + (" ..." if len(a["shared_bands"]) > 20 else "")
-        lines.append(f"{'shared bands':<22}{len(a['shared_bands'])} of {p['bands']} ({shown})")
-    else:
-        lines.append(f"{'shared bands':<22}0 of {p['bands']}: never in one LSH bucket")
-    lines.append(
-        f"{'P(candidate | J)':<22}{_num(a['candidate_probability'])} for J={_num(a['exact_jaccard'])}, "
-        f"{p['bands']} bands x {p['rows']} rows"
-    )
+    lines += _simhash_lines(a) if p.get("fingerprint_method") == "simhash" else _minhash_lines(a)
     lines.append(f"{'candidate':<22}{'yes' if a['candidate'] else 'no'}")
     lines.append(f"{'verdict':<22}{a['verdict']}: {a['reason']}")
     lines.append(f"{'same cluster':<22}{'yes' if a['same_cluster'] else 'no'}")
@@ -120,6 +111,31 @@ def format_explain(a: dict[str, Any]) -> str:
             lines.append(f"    - {hunk['left'] or '(nothing)'}")
             lines.append(f"    + {hunk['right'] or '(nothing)'}")
     return "\n".join(lines)
+
+
+def _minhash_lines(a: dict[str, Any]) -> list[str]:
+    p, bands = a["parameters"], a["shared_bands"]
+    shown = ", ".join(map(str, bands[:20])) + (" ..." if len(bands) > 20 else "")
+    return [
+        f"{'MinHash estimate':<22}{_num(a['minhash_estimate'])} ({p['num_perm']} values)",
+        f"{'shared bands':<22}{len(bands)} of {p['bands']} ({shown})"
+        if bands
+        else f"{'shared bands':<22}0 of {p['bands']}: never in one LSH bucket",
+        f"{'P(candidate | J)':<22}{_num(a['candidate_probability'])} for J={_num(a['exact_jaccard'])}, "
+        f"{p['bands']} bands x {p['rows']} rows",
+    ]
+
+
+def _simhash_lines(a: dict[str, Any]) -> list[str]:
+    p, blocks, distance = a["parameters"], a["shared_bands"], a["hamming_distance"]
+    return [
+        f"{'SimHash distance':<22}{'-' if distance is None else distance} of 64 bits (max_hamming {p['max_hamming']})",
+        f"{'shared blocks':<22}{len(blocks)} of {p['blocks']} ({', '.join(map(str, blocks))})"
+        if blocks
+        else f"{'shared blocks':<22}0 of {p['blocks']}: every block differs",
+        f"{'P(candidate | d)':<22}{_num(a['candidate_probability'])} for d={'-' if distance is None else distance}, "
+        f"{p['blocks']} blocks of the 64 bits (1 within max_hamming)",
+    ]
 
 
 def format_inspect(c: dict[str, Any]) -> str:

@@ -13,6 +13,10 @@ core.minhash.band_keys, so the keys live in the same int64 space as MinHash band
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
+from math import comb, prod
+
 import numpy as np
 
 from .minhash import band_keys
@@ -62,3 +66,21 @@ def block_values(hashes: np.ndarray, max_hamming: int) -> np.ndarray:
 def block_keys(hashes: np.ndarray, max_hamming: int) -> np.ndarray:
     """(n, max_hamming + 1) int64 band keys: band_hash(block index, [block value])."""
     return band_keys(block_values(hashes, max_hamming), max_hamming + 1, 1)
+
+
+def candidate_probability_at_distance(distance: int, max_hamming: int) -> float:
+    """P(two fingerprints `distance` bits apart share a block), the differing bits at random
+    places: 1 within max_hamming (the pigeonhole guarantee); beyond it, the share of placements
+    that leave some block untouched, by inclusion-exclusion over the sets of untouched blocks
+    (the blocks have at most two widths, so a set is counted by how many of each width it holds)."""
+    if distance <= max_hamming:
+        return 1.0
+    widths = sorted(Counter(width for _, width in block_bounds(max_hamming)).items())
+    untouched = 0
+    for picked in itertools.product(*(range(count + 1) for _, count in widths)):
+        blocks = sum(picked)
+        if blocks:
+            bits = sum(k * width for k, (width, _) in zip(picked, widths, strict=True))
+            ways = prod(comb(count, k) for k, (_, count) in zip(picked, widths, strict=True))
+            untouched += (-1) ** (blocks + 1) * ways * comb(SIMHASH_BITS - bits, distance)
+    return untouched / comb(SIMHASH_BITS, distance)

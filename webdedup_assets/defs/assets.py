@@ -14,11 +14,14 @@ from typing import Any
 import dagster as dg
 
 from .. import engine
+from ..core.fingerprint import fingerprint_method
 from ..core.minhash import candidate_probability
+from ..core.simhash import candidate_probability_at_distance
 from ..engine.preview import markdown_table, partition_previews, preview
 from ..engine.stage import StageResult
 from ..ingest.inputs import resolve_input
-from ..params import ColumnParams, ParamGroup
+from ..params import BandingParams, ColumnParams, ParamGroup
+from ..storage.serial import stored_value
 from ..storage.state import writer_lock
 from ..storage.store import Store
 from . import charts
@@ -126,6 +129,22 @@ def s_curve_table(bands: int, rows: int, threshold: float | None = None) -> dg.M
     jaccards = sorted({*S_CURVE_JACCARDS, *([threshold] if threshold is not None else [])})
     curve = [(j, round(candidate_probability(j, bands, rows), 4)) for j in jaccards]
     return dg.MetadataValue.md(markdown_table(["jaccard", "P(candidate)"], curve))
+
+
+def candidate_probability_table(parameters: dict[str, Any], threshold: float | None = None) -> dg.MetadataValue:
+    """P(candidate) as numbers for the stored parameters of a stage: the S-curve of MinHash bands, or
+    for SimHash by the Hamming distance of two fingerprints (1 within max_hamming, then falling)."""
+    banding = parameters.get("banding") or {}
+    if fingerprint_method(parameters.get("fingerprint") or {}) != "simhash":
+        return s_curve_table(banding["bands"], banding["rows"], threshold)
+    max_hamming = stored_value(BandingParams, banding, "max_hamming")
+    curve = []
+    for distance in range(65):
+        probability = candidate_probability_at_distance(distance, max_hamming)
+        if probability < 0.001:
+            break
+        curve.append((distance, round(probability, 4)))
+    return dg.MetadataValue.md(markdown_table(["hamming distance", "P(candidate)"], curve))
 
 
 def png_markdown(title: str, png: bytes) -> dg.MetadataValue:
@@ -331,7 +350,7 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         return dg.MaterializeResult(
             metadata={
                 **run_metadata(result.seconds, config.model_dump(), months, rows),
-                "candidate_probability": s_curve_table(config.bands, config.rows),
+                "candidate_probability": candidate_probability_table(result.parameters),
             }
         )
 

@@ -9,6 +9,7 @@ from typing import Any
 import dagster as dg
 
 from .. import engine
+from ..core.fingerprint import fingerprint_method
 from ..core.minhash import candidate_probability
 from ..engine import diagnostics as engine_diagnostics
 from ..engine import incremental
@@ -23,6 +24,7 @@ from .assets import (
     GROUP,
     KINDS,
     LOCK_TIMEOUT_SECONDS,
+    candidate_probability_table,
     column_schema,
     figure_entries,
     materialized,
@@ -41,6 +43,10 @@ from .config import (
 from .resources import WebdedupEngine, WebdedupStorage
 
 
+def simhash(parameters: dict[str, Any]) -> bool:
+    return fingerprint_method(parameters.get("fingerprint") or {}) == "simhash"
+
+
 def _scored_metadata(result: StageResult, store: Store, previews: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """The candidates' Jaccard histogram and the banding's S-curve, as charts and numbers."""
     scoring, banding = result.parameters["scoring"], result.parameters.get("banding") or {}
@@ -52,12 +58,13 @@ def _scored_metadata(result: StageResult, store: Store, previews: bool) -> tuple
             "candidates by exact Jaccard", charts.jaccard_histogram_png(counts, scoring["threshold"])
         )
         extra["jaccard_counts"] = dg.MetadataValue.md(markdown_table(["jaccard from", "candidates"], counts))
-    if banding:
+    if previews and banding:
+        extra["candidate_probability"] = candidate_probability_table(result.parameters, scoring["threshold"])
+    if "bands" in banding and not simhash(result.parameters):  # SimHash: no closed form of P(candidate | J)
         if previews:
             extra["s_curve"] = png_markdown(
                 "LSH S-curve", charts.s_curve_png(banding["bands"], banding["rows"], scoring["threshold"])
             )
-            extra["candidate_probability"] = s_curve_table(banding["bands"], banding["rows"], scoring["threshold"])
         extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
             round(candidate_probability(scoring["threshold"], banding["bands"], banding["rows"]), 6)
         )
@@ -79,7 +86,7 @@ def _duplicate_metadata(result: StageResult, store: Store, previews: bool) -> tu
     threshold = result.parameters["duplicates"]["threshold"]  # scored_pairs' threshold: there is one
     banding = result.parameters.get("banding") or {}
     extra = {"pairs_side_by_side": dg.MetadataValue.md(pair_preview(store, "duplicate_pairs"))} if previews else {}
-    if banding:
+    if "bands" in banding and not simhash(result.parameters):
         extra["candidate_probability_at_threshold"] = dg.MetadataValue.float(
             round(candidate_probability(threshold, banding["bands"], banding["rows"]), 6)
         )
@@ -210,10 +217,10 @@ def _chain_update(context: dg.AssetExecutionContext, store: Store) -> incrementa
     """This run's chain update, opened by its first global asset with the run's parameters."""
     for run_id in [run_id for run_id, chain in _CHAINS.items() if chain.closed]:
         del _CHAINS[run_id]
-    chain = _CHAINS.get(context.run_id)
+    chain = _CHAINS.get(context.run.run_id)
     if chain is None:
         candidates, scoring, representative, full = _chain_params(context)
-        chain = _CHAINS[context.run_id] = incremental.ChainUpdate(
+        chain = _CHAINS[context.run.run_id] = incremental.ChainUpdate(
             store, candidates, scoring, representative, full, lock_timeout=LOCK_TIMEOUT_SECONDS
         )
     return chain

@@ -16,12 +16,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..core.fingerprint import shingle_sets, shingling
+from ..core.fingerprint import fingerprint_method, shingle_sets, shingling
 from ..core.minhash import candidate_probability, estimate_jaccard
 from ..core.normalize import text_tokens
 from ..core.ranking import REPRESENTATIVE_POLICIES, domain_rank, policy_order_by, preferred_domains
 from ..core.sets import jaccard_blocks
+from ..core.simhash import candidate_probability_at_distance, from_words, hamming
 from ..errors import WebdedupError
+from ..params import BandingParams
+from ..storage.serial import stored_value
 from ..storage.store import Store, connect, sql_string
 
 MAX_DIFF_HUNKS = 12  # differing stretches shown by explain
@@ -135,10 +138,15 @@ def explain_pair(store: Store, left_id: str, right_id: str) -> dict[str, Any]:
         (left_shingles, right_shingles), shared = _shared_shingles(bodies, shingle_size, unit)
         (jaccard,) = exact_jaccards(bodies, shingle_size, [(0, 1)], unit)
         signatures = [np.asarray(d["signature"] or [], dtype=np.uint32) for d in (left, right)]
+        comparable = signatures[0].size and signatures[0].size == signatures[1].size
+        simhash = fingerprint_method(fingerprint) == "simhash"
         estimate = (
             float(estimate_jaccard(signatures[0][None, :], signatures[1][None, :])[0])
-            if signatures[0].size and signatures[0].size == signatures[1].size
+            if comparable and not simhash
             else None
+        )
+        distance = (
+            int(hamming(from_words(signatures[0]), from_words(signatures[1]))[0]) if comparable and simhash else None
         )
         bm = store.scan_sql("band_memberships")
         shared_bands = [
@@ -170,6 +178,18 @@ def explain_pair(store: Store, left_id: str, right_id: str) -> dict[str, Any]:
         con.close()
 
     bands, rows = banding["bands"], banding["rows"]
+    key = "block" if simhash else "band"
+    if simhash:  # blocks of the 64 bits instead of bands; P(candidate) given the distance
+        max_hamming = stored_value(BandingParams, banding, "max_hamming")
+        fingerprint_parameters = {
+            "fingerprint_method": "simhash",
+            "max_hamming": max_hamming,
+            "blocks": max_hamming + 1,
+        }
+        probability = None if distance is None else candidate_probability_at_distance(distance, max_hamming)
+    else:
+        fingerprint_parameters = {"num_perm": fingerprint["num_perm"], "bands": bands, "rows": rows}
+        probability = candidate_probability(jaccard, bands, rows)
     if scored:
         row = scored[0]
         verdict = "duplicate" if row["is_duplicate"] else "not a duplicate"
@@ -180,9 +200,9 @@ def explain_pair(store: Store, left_id: str, right_id: str) -> dict[str, Any]:
         verdict, reason = "not scored", "a candidate pair that scored_pairs does not hold (re-materialize scored_pairs)"
     elif shared_bands:
         verdict = "not a candidate"
-        reason = "shares a band, but candidate_pairs left the pair out (a hot bucket's bounded policy)"
+        reason = f"shares a {key}, but candidate_pairs left the pair out (a hot bucket's bounded policy)"
     else:
-        verdict, reason = "not a candidate", "never shared a band, so never scored"
+        verdict, reason = "not a candidate", f"never shared a {key}, so never scored"
     same_cluster = left_id in clusters and clusters.get(left_id) == clusters.get(right_id)
     if not scored and same_cluster:
         reason += "; in one cluster through other duplicates"
@@ -203,18 +223,17 @@ def explain_pair(store: Store, left_id: str, right_id: str) -> dict[str, Any]:
         "parameters": {
             "shingle_size": shingle_size,
             "shingle_unit": unit,
-            "num_perm": fingerprint["num_perm"],
-            "bands": bands,
-            "rows": rows,
+            **fingerprint_parameters,
             "threshold": threshold,
         },
         "shared_shingles": shared,
         "exact_jaccard": jaccard,
         "stored_exact_jaccard": scored[0]["exact_jaccard"] if scored else None,
         "minhash_estimate": estimate,
+        **({"hamming_distance": distance} if simhash else {}),
         "shared_bands": shared_bands,
         "candidate": candidate,
-        "candidate_probability": candidate_probability(jaccard, bands, rows),
+        "candidate_probability": probability,
         "verdict": verdict,
         "reason": reason,
         "same_cluster": same_cluster,
