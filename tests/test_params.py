@@ -130,7 +130,7 @@ def test_param_error_names_field_value_and_range():
         params.RunParams.from_stage_values({"fingerprinted": {"num_perm": 64}})
     with pytest.raises(params.ParamError, match=r"bucket_policy 'ring': must be one of fail, star"):
         params.CandidateParams.checked({"bucket_policy": "ring"})
-    with pytest.raises(params.ParamError, match=r"unknown parameter thresh \(known: threshold\)"):
+    with pytest.raises(params.ParamError, match=r"unknown parameter thresh \(known: threshold, verify\)"):
         params.ScoringParams.checked({"thresh": 0.5})
     with pytest.raises(Exception, match="frozen"):
         params.ScoringParams().threshold = 0.5  # type: ignore[misc]

@@ -181,6 +181,72 @@ def test_fixture_with_simhash(tmp_path, capsys):
     )
 
 
+def test_verify_hamming_lets_the_fingerprints_decide(tmp_path, capsys):
+    """At threshold 0.95 the exact Jaccard keeps only the 6 exact mirrors (the revisions lie at
+    ~0.93); with verify hamming and max_hamming 9 the fingerprints decide: the 18 pairs MinHash
+    finds at 0.7, the 12 revisions as simhash_match, the Jaccard still beside them. The manifest
+    states the mode for both pair stages; check decides the same way."""
+    import json
+
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    from webdedup_assets.cli.main import main
+
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "minhash"), "--quiet"]) == 0
+    flags = ["--fingerprint-method", "simhash", "--max-hamming", "9", "--threshold", "0.95", "--quiet"]
+    main(["run", str(FIXTURE), "--output", str(tmp_path / "jaccard"), *flags])
+    main(["run", str(FIXTURE), "--output", str(tmp_path / "hamming"), *flags, "--verify", "hamming"])
+    capsys.readouterr()
+    assert len(_pairs(tmp_path / "jaccard")) == 6
+    assert _pairs(tmp_path / "hamming") == _pairs(tmp_path / "minhash")
+    con = connect()
+    reasons = con.execute(f"""SELECT reason, is_duplicate, count(*), max(hamming_distance), min(exact_jaccard) < 0.95
+        FROM '{tmp_path / "hamming" / "scored_pairs.parquet"}' GROUP BY ALL ORDER BY ALL""").fetchall()
+    con.close()
+    assert reasons == [
+        ("beyond_max_hamming", False, 36, 34, True),
+        ("jaccard_and_simhash", True, 6, 0, False),
+        ("simhash_match", True, 12, 9, True),
+    ]
+    parameters = json.loads((tmp_path / "hamming" / "manifest.json").read_text())["parameters"]
+    assert parameters["scored_pairs"] == parameters["duplicate_pairs"] == {"threshold": 0.95, "verify": "hamming"}
+    assert (
+        "verify" not in json.loads((tmp_path / "jaccard" / "manifest.json").read_text())["parameters"]["scored_pairs"]
+    )
+
+    # check: the revisions, under new ids, against the corpus without them (their pages at ~0.93)
+    table = pacsv.read_csv(FIXTURE, convert_options=pacsv.ConvertOptions(column_types={"crawled_at": "string"}))
+    revision = pc.match_substring(table["doc_id"], "-revision")
+    pacsv.write_csv(table.filter(pc.invert(revision)), tmp_path / "pages.csv")
+    revisions = table.filter(revision)
+    revisions = revisions.set_column(0, "doc_id", pc.binary_join_element_wise(revisions["doc_id"], "-again", ""))
+    pacsv.write_csv(revisions, tmp_path / "revisions.csv")
+    for mode, matched in (("jaccard", 0), ("hamming", 6)):
+        corpus = tmp_path / f"corpus-{mode}"
+        assert main(["add", str(tmp_path / "pages.csv"), "--output", str(corpus), *flags, "--verify", mode]) == 0
+        report = tmp_path / f"check-{mode}.parquet"
+        assert main(["check", str(tmp_path / "revisions.csv"), "--against", str(corpus), "--report", str(report)]) == 0
+        said = capsys.readouterr().out
+        assert ("SimHash within 9 bits" if mode == "hamming" else "exact Jaccard >= 0.95") in said
+        rows = [r for r in pq.read_table(report).to_pylist() if r["is_duplicate"]]
+        assert len(rows) == matched, mode
+        for row in rows:  # the canonical page and its mirror share a fingerprint: the smaller doc_id
+            assert row["matched_doc_id"] == row["doc_id"].replace("-revision-again", "-canonical")
+            assert 0.9 < row["exact_jaccard"] < 0.95
+
+
+def test_verify_hamming_without_simhash_is_refused_in_one_line(tmp_path, capsys):
+    from webdedup_assets.cli.main import main
+
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "out"), "--verify", "hamming"]) == 2
+    assert capsys.readouterr().err == (
+        "webdedup: error: --verify hamming needs --fingerprint-method simhash (the Hamming distance of SimHash "
+        "fingerprints decides); use --verify jaccard or --fingerprint-method simhash\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_spark_with_simhash_is_refused_in_one_line(tmp_path, capsys):
     from webdedup_assets.cli.main import main
 
@@ -232,13 +298,18 @@ def test_scoring_refuses_candidates_of_another_method(tmp_path):
         DUCKDB.run("scored_pairs", store, ScoringParams())
 
 
+@pytest.mark.parametrize("verify", ["jaccard", "hamming"])
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000))
-def test_incremental_simhash_equals_full_recompute(tmp_path_factory, monkeypatch, seed):
-    """test_incremental's add / merge / replace / delete sequence over SimHash fingerprints: after
-    every step the update equals a run from scratch (band keys, Hamming distances, clusters)."""
+def test_incremental_simhash_equals_full_recompute(tmp_path_factory, monkeypatch, verify, seed):
+    """test_incremental's add / merge / replace / delete sequence over SimHash fingerprints, the
+    Jaccard or the fingerprints deciding: after every step the update equals a run from scratch
+    (band keys, Hamming distances, decisions, clusters)."""
+    from webdedup_assets.params import ScoringParams
+
     from . import test_incremental
 
+    monkeypatch.setattr(test_incremental, "SCORING", ScoringParams(threshold=0.6, verify=verify))
     monkeypatch.setattr(
         test_incremental, "FINGERPRINT", FingerprintParams(shingle_size=3, fingerprint_method="simhash")
     )

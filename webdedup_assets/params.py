@@ -203,6 +203,13 @@ class ScoringParams(ParamGroup):
     """The one threshold: scored_pairs' is_duplicate and duplicate_pairs both use it."""
 
     threshold: float = Field(default=0.7, gt=0, le=1, description="Exact shingle Jaccard a duplicate pair needs.")
+    verify: Literal["jaccard", "hamming"] = Field(
+        default="jaccard",
+        description="What decides a candidate pair: jaccard, its exact shingle Jaccard reaching the threshold; "
+        "hamming (simhash only), its SimHash fingerprints lying within max_hamming bits (the Jaccard is still "
+        "computed and shown beside).",
+        json_schema_extra=STORED_UNLESS_DEFAULT,
+    )
 
 
 class RepresentativeParams(ParamGroup):
@@ -284,6 +291,16 @@ def check_banding(fingerprint: FingerprintParams, banding: BandingParams) -> Non
         )
 
 
+def check_verify(fingerprint: dict[str, Any], scoring: ScoringParams) -> None:
+    """verify hamming decides by the SimHash fingerprints: a MinHash corpus has none."""
+    if scoring.verify == "hamming" and fingerprint.get("fingerprint_method", "minhash") != "simhash":
+        raise ParamError(
+            ("verify", "fingerprint_method"),
+            "{p0} hamming needs {p1} simhash (the Hamming distance of SimHash fingerprints decides); "
+            "use {p0} jaccard or {p1} simhash",
+        )
+
+
 def check_engine(fingerprint: FingerprintParams, engine: EngineParams) -> None:
     """The Spark engine fingerprints, bands and scores MinHash signatures only."""
     if engine.engine == "spark" and fingerprint.fingerprint_method == "simhash":
@@ -307,6 +324,7 @@ class RunParams(ParamGroup):
     @model_validator(mode="after")
     def _cross_check(self) -> RunParams:
         check_banding(self.fingerprint, self.banding)
+        check_verify(self.fingerprint.model_dump(), self.scoring)
         return self
 
     @classmethod

@@ -146,7 +146,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(
             f"webdedup check: {summary['documents']} document(s) of {args.input}, {summary['duplicates']} duplicate(s) "
-            f"of the corpus in {store.root} (exact Jaccard >= {summary['threshold']}); {summary['candidate_pairs']} "
+            f"of the corpus in {store.root} ({summary['decided_by']}); {summary['candidate_pairs']} "
             f"candidate pair(s) verified in {summary['seconds']:.2f} s -> {report}"
         )
     return EXIT_OK

@@ -60,7 +60,8 @@ CHECKS = [
     Check(
         "duplicate_pairs",
         "duplicates_meet_threshold",
-        "Every duplicate pair has exact Jaccard >= threshold and left_doc_id < right_doc_id.",
+        "Every duplicate pair has exact Jaccard >= threshold (with verify hamming: fingerprints within "
+        "max_hamming bits) and left_doc_id < right_doc_id.",
         duplicates_meet_threshold,
         "blocking",
     ),

@@ -13,7 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..params import BandingParams
 from ..storage.fileio import atomic_path
+from ..storage.serial import stored_value
 from ..storage.store import Store, connect, file_identity, scalar
 from .stages.documents import stored_input
 
@@ -63,17 +65,24 @@ def _first_ids(con, sql: str, limit: int = 5) -> list:
 
 
 def duplicates_meet_threshold(store: Store) -> tuple[bool, dict[str, Any]]:
-    threshold = store.params("duplicate_pairs")["duplicates"]["threshold"]
+    """Every pair reaches the threshold, or with verify hamming lies within max_hamming bits."""
+    stored = store.params("duplicate_pairs")
+    threshold = stored["duplicates"]["threshold"]
+    if stored["duplicates"].get("verify") == "hamming":
+        limit = stored_value(BandingParams, stored.get("banding"), "max_hamming")
+        rule, column, figures = f"hamming_distance > {limit}", "hamming_distance", {"max_hamming": limit}
+        named = "beyond_max_hamming"
+    else:
+        rule, column, figures = f"exact_jaccard < {threshold!r}", "exact_jaccard", {"threshold": threshold}
+        named = "below_threshold"
     con = connect()
     dup = store.scan_sql("duplicate_pairs")
-    below = scalar(con, f"SELECT count(*) FROM {dup} WHERE exact_jaccard < {threshold!r}")
+    below = scalar(con, f"SELECT count(*) FROM {dup} WHERE {rule}")
     unordered = scalar(con, f"SELECT count(*) FROM {dup} WHERE NOT left_doc_id < right_doc_id")
     return below == 0 and unordered == 0, {
-        "threshold": threshold,
-        "pairs_below_threshold": below,
-        "first_pairs_below_threshold": _first_pairs(con, dup, f"exact_jaccard < {threshold!r}", "exact_jaccard")
-        if below
-        else [],
+        **figures,
+        f"pairs_{named}": below,
+        f"first_pairs_{named}": _first_pairs(con, dup, rule, column) if below else [],
         "pairs_not_ordered": unordered,
         "first_pairs_not_ordered": _first_pairs(con, dup, "NOT left_doc_id < right_doc_id") if unordered else [],
     }

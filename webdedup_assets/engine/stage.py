@@ -68,7 +68,7 @@ class Stage:
     needs: tuple[Need, ...] = ()
     uniform: tuple[str, ...] = ()  # daily upstreams whose days must all share the latest parameters
     whole_corpus: bool = False  # reads every day of the corpus: the daily assets must agree with the state
-    # The parameters when none are given, from the upstream's stored ones (duplicate_pairs: scored_pairs').
+    # The parameters, from the upstream's stored ones (duplicate_pairs: scored_pairs' threshold and verify).
     from_upstream: Callable[[dict[str, dict[str, Any]]], ParamGroup] | None = None
 
 
@@ -346,7 +346,7 @@ class Engine:
         for asset in stage.uniform:
             check_uniform(stage, store, asset, upstream[asset])
         check_upstream(stage, params, upstream)
-        if params is None and stage.from_upstream is not None:
+        if stage.from_upstream is not None:  # given ones passed the needs: the upstream's are the same, and whole
             params = stage.from_upstream(upstream)
         elif params is None and stage.params is not None:
             params = stage.params()

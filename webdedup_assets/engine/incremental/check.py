@@ -10,12 +10,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ...core.fingerprint import shingling
+from ...core.fingerprint import shingling, signatures_of
+from ...core.simhash import from_words, hamming
 from ...errors import WebdedupError
 from ...params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
 from ...storage.rows import listing
-from ...storage.serial import from_stored
+from ...storage.serial import from_stored, stored_value
 from ...storage.state import months_of
 from ...storage.store import Store, connect, scalar, sql_string, write_batches
 from ..shingle_sets import ShingleSets, shingle_sets_of
@@ -37,7 +39,8 @@ CHECK_SCHEMA = pa.schema(
 def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
     """For every document of `new` (its daily assets built with the corpus' fingerprint and
     banding parameters), whether it duplicates a document of the corpus held in `store`: the
-    best match by exact Jaccard (ties: smallest doc_id), its cluster, the Jaccard, the number of
+    best match by exact Jaccard (ties: smallest doc_id; with verify hamming, by the Hamming distance
+    of the SimHash fingerprints, within max_hamming), its cluster, the Jaccard, the number of
     candidates verified. Candidates come from the corpus' band index (the snapshot of the last
     update, else band_memberships), with the hot-bucket policy of the last update: a bucket
     over hot_bucket_size under `star` links the new document to its first member only. Writes
@@ -77,19 +80,39 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
         con.execute("CREATE TEMP TABLE need AS SELECT DISTINCT old_id AS doc_id FROM pairs")
         con.execute("CREATE TEMP TABLE need_new AS SELECT DISTINCT new_id AS doc_id FROM pairs")
         exact = np.zeros(pairs.num_rows, np.float64)
+        distance = np.zeros(pairs.num_rows, np.int32)  # of SimHash fingerprints, when they decide
+        by_hamming = scoring.verify == "hamming"
         if pairs.num_rows:
 
-            def sets_of(source: Store, ids: str) -> ShingleSets:
+            def sets_of(source: Store, ids: str, side: str) -> ShingleSets:
                 rows = bodies_of(con, source, ids)
                 doc_ids, bodies = rows.column("doc_id").combine_chunks(), rows.column("body").combine_chunks()
+                if by_hamming:  # the fingerprints again from the bodies at hand (see verify's _signatures)
+                    at = pc.index_in(pairs[side], value_set=doc_ids).to_numpy().astype(np.int64)
+                    fingerprints[side] = from_words(signatures_of(bodies, held["fingerprint"])[2])[at]
                 return shingle_sets_of(doc_ids, bodies, shingle_size, unit)
 
-            old_sets, new_sets = sets_of(store, "need"), sets_of(new, "need_new")
+            fingerprints: dict[str, np.ndarray] = {}
+            old_sets, new_sets = sets_of(store, "need", "old_id"), sets_of(new, "need_new", "new_id")
             exact = new_sets.jaccard(new_sets.nodes(pairs["new_id"]), old_sets.nodes(pairs["old_id"]), other=old_sets)
+            if by_hamming:
+                distance = hamming(fingerprints["new_id"], fingerprints["old_id"])
         con.register(
             "scored_arrow",
-            pa.table({"new_id": pairs["new_id"], "old_id": pairs["old_id"], "exact_jaccard": pa.array(exact)}),
+            pa.table(
+                {
+                    "new_id": pairs["new_id"],
+                    "old_id": pairs["old_id"],
+                    "exact_jaccard": pa.array(exact),
+                    "hamming_distance": pa.array(distance),
+                }
+            ),
         )
+        if by_hamming:  # the nearest fingerprint decides (ties: the highest Jaccard, then the smallest doc_id)
+            max_hamming = stored_value(BandingParams, held["banding"], "max_hamming")
+            rank, decided = "(hamming_distance, -exact_jaccard, old_id)", f"b.hamming_distance <= {max_hamming}"
+        else:
+            rank, decided = "(-exact_jaccard, old_id)", f"b.exact_jaccard >= {scoring.threshold!r}"
         clusters = store.scan_sql("clusters") if store.files("clusters") else None
         cluster_join = (
             f"LEFT JOIN (SELECT doc_id, cluster_id FROM {clusters} SEMI JOIN need n USING (doc_id)) c "
@@ -99,12 +122,12 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
         )
         relation = con.sql(f"""
             WITH best AS (
-                SELECT new_id, arg_min(old_id, (-exact_jaccard, old_id)) AS old_id, max(exact_jaccard) AS exact_jaccard,
-                       count(*) AS candidates
+                SELECT new_id, arg_min(old_id, {rank}) AS old_id, arg_min(exact_jaccard, {rank}) AS exact_jaccard,
+                       arg_min(hamming_distance, {rank}) AS hamming_distance, count(*) AS candidates
                   FROM scored_arrow GROUP BY new_id)
-            SELECT d.doc_id, COALESCE(b.exact_jaccard >= {scoring.threshold!r}, false) AS is_duplicate,
-                   CASE WHEN b.exact_jaccard >= {scoring.threshold!r} THEN b.old_id END AS matched_doc_id,
-                   CASE WHEN b.exact_jaccard >= {scoring.threshold!r} THEN c.cluster_id END AS matched_cluster_id,
+            SELECT d.doc_id, COALESCE({decided}, false) AS is_duplicate,
+                   CASE WHEN {decided} THEN b.old_id END AS matched_doc_id,
+                   CASE WHEN {decided} THEN c.cluster_id END AS matched_cluster_id,
                    b.exact_jaccard, COALESCE(b.candidates, 0) AS candidates
               FROM (SELECT doc_id FROM {new.scan_sql("documents")}) d
               LEFT JOIN best b ON b.new_id = d.doc_id {cluster_join}
@@ -119,6 +142,7 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
         "duplicates": duplicates,
         "candidate_pairs": pairs.num_rows,
         "threshold": scoring.threshold,
+        "decided_by": f"SimHash within {max_hamming} bits" if by_hamming else f"exact Jaccard >= {scoring.threshold}",
         "seconds": round(time.perf_counter() - started, 4),
     }
 

@@ -7,11 +7,10 @@ import pyarrow as pa
 
 from ...core.fingerprint import shingling, signature_width, signatures_of
 from ...errors import WebdedupError
-from ...params import ScoringParams
 from ...storage.store import scalar
 from ..invariants import cohesion_cap
 from ..shingle_sets import shingle_sets_of
-from ..stages.scoring import SCORED_SCHEMA, compare_signatures, reasons_of, scored_schema
+from ..stages.scoring import SCORED_SCHEMA, check_decision, compare_signatures, decide, scored_schema
 from .bodies import bodies_of
 
 
@@ -21,6 +20,7 @@ class VerifyStep:
     def _score(self) -> None:
         con, store = self.con, self.store
         fingerprint = self.upstream["fingerprinted"]["fingerprint"]
+        check_decision(fingerprint, self.scoring)
         shingle_size, unit = shingling(fingerprint)
         pairs = con.sql(
             "SELECT left_doc_id, right_doc_id FROM rescore ORDER BY left_doc_id, right_doc_id"
@@ -60,7 +60,6 @@ class VerifyStep:
         compared = compare_signatures(signatures_left, signatures_right, fingerprint, banding)
         schema = scored_schema(fingerprint)
         extra = [name for name in schema.names if name not in SCORED_SCHEMA.names]  # hamming_distance of SimHash
-        threshold = self.scoring.threshold
         con.register(
             "fresh_arrow",
             pa.table(
@@ -70,8 +69,7 @@ class VerifyStep:
                     "exact_jaccard": pa.array(exact),
                     "minhash_estimate": compared["minhash_estimate"],
                     **{name: compared[name] for name in extra},
-                    "is_duplicate": pa.array(exact >= threshold),
-                    "reason": pa.array(reasons_of(exact, compared, threshold), pa.string()),
+                    **decide(exact, compared, self.scoring),
                 }
             ),
         )
@@ -111,11 +109,11 @@ class VerifyStep:
         }
         self._write("scored_pairs", f"SELECT {cols} FROM new_scored", run.parameters, rows, figures, schema=schema)
         self.upstream["scored_pairs"] = run.parameters
-        self.threshold, self.extra_columns = threshold, extra
+        self.extra_columns = extra
 
     def _duplicates(self) -> None:
-        """duplicate_pairs: the scored pairs over the threshold."""
-        con, store, threshold, extra = self.con, self.store, self.threshold, self.extra_columns
+        """duplicate_pairs: the scored pairs scored_pairs decided are duplicates."""
+        con, store, extra = self.con, self.store, self.extra_columns
         con.execute(
             f"CREATE TEMP TABLE old_dup AS SELECT left_doc_id, right_doc_id FROM {store.scan_sql('duplicate_pairs')}"
         )
@@ -123,12 +121,12 @@ class VerifyStep:
             SELECT left_doc_id, right_doc_id, left_domain, right_domain, cross_domain, shared_bands,
                    exact_jaccard, minhash_estimate, {"".join(name + ", " for name in extra)}
                    CASE WHEN exact_jaccard >= 1.0 THEN 'exact' ELSE 'near' END AS kind
-              FROM new_scored WHERE exact_jaccard >= {threshold!r} ORDER BY left_doc_id, right_doc_id""")
+              FROM new_scored WHERE is_duplicate ORDER BY left_doc_id, right_doc_id""")
         dup_rows = scalar(con, "SELECT count(*) FROM new_dup")
         exact_n, cross_n = con.execute(
             "SELECT count(*) FILTER (kind = 'exact'), count(*) FILTER (cross_domain) FROM new_dup"
         ).fetchall()[0]
-        run = self._stage_run("duplicate_pairs", ScoringParams(threshold=threshold))
+        run = self._stage_run("duplicate_pairs", self.scoring)
         figures = {
             "exact_duplicate_pairs": exact_n,
             "near_duplicate_pairs": dup_rows - exact_n,

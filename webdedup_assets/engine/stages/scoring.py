@@ -77,6 +77,33 @@ def compare_signatures(left: np.ndarray, right: np.ndarray, fingerprint: dict, b
     }
 
 
+def check_decision(fingerprint: dict, scoring: ScoringParams) -> None:
+    """Before scoring: verify hamming needs SimHash fingerprints to decide by."""
+    if scoring.verify == "hamming" and fingerprint_method(fingerprint) != "simhash":
+        raise WebdedupError(
+            "scored_pairs: verify hamming decides by SimHash fingerprints and fingerprinted holds MinHash "
+            "signatures; re-materialize fingerprinted (and the assets after it) with fingerprint_method simhash, "
+            "or use verify jaccard"
+        )
+
+
+def decide(exact: np.ndarray, compared: dict, scoring: ScoringParams) -> dict[str, pa.Array]:
+    """is_duplicate and reason of scored pairs: the exact Jaccard reaching the threshold decides, or
+    with verify hamming the SimHash fingerprints lying within max_hamming bits."""
+    if scoring.verify == "hamming":
+        exact_ok, within = exact >= scoring.threshold, compared["agrees"]
+        reason = np.where(
+            within,
+            np.where(exact_ok, "jaccard_and_simhash", "simhash_match"),
+            np.where(exact_ok, "jaccard_only_rejected", "beyond_max_hamming"),
+        )
+        return {"is_duplicate": pa.array(within), "reason": pa.array(reason, pa.string())}
+    return {
+        "is_duplicate": pa.array(exact >= scoring.threshold),
+        "reason": pa.array(reasons_of(exact, compared, scoring.threshold), pa.string()),
+    }
+
+
 def reasons_of(exact: np.ndarray, compared: dict, threshold: float) -> np.ndarray:
     """reasons() of a compare_signatures result; of SimHash: jaccard_and_simhash | jaccard_match |
     simhash_only_rejected | below_jaccard_threshold (simhash: within max_hamming bits)."""
@@ -257,9 +284,10 @@ def scored_pairs(run: StageRun) -> StageOutput:
     one pass over the documents, no re-sorting, no LIMIT/OFFSET. The members' signatures (for
     the estimate) are read after the exact Jaccard, never beside the sets.
     """
-    store, threshold = run.store, run.params.threshold
+    store = run.store
     memory_budget_bytes = run.options.get("memory_budget_bytes", SCORING_MEMORY_BYTES)
     fingerprint = run.upstream["fingerprinted"]["fingerprint"]
+    check_decision(fingerprint, run.params)
     shingle = shingling(fingerprint)  # (size, unit)
     workers = thread_count(run.options.get("threads"))
     pairs = pa.concat_tables(pq.read_table(p) for p in store.require("candidate_pairs"))
@@ -341,8 +369,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
                 **{name: chunk.column(name).combine_chunks() for name in SCORED_SCHEMA.names[:6]},
                 "exact_jaccard": pa.array(score),
                 **compared,
-                "is_duplicate": pa.array(score >= threshold),
-                "reason": pa.array(reasons_of(score, compared, threshold)),
+                **decide(score, compared, run.params),
             }
             yield pa.record_batch([columns[name] for name in schema.names], schema=schema)
 
@@ -367,11 +394,11 @@ def stage_duplicate_pairs(store: Store, params: ScoringParams | None = None) -> 
 
 @DUCKDB.implements("duplicate_pairs")
 def duplicate_pairs(run: StageRun) -> StageOutput:
-    """Scored pairs whose exact Jaccard reaches the threshold scored_pairs was built with.
+    """The scored pairs scored_pairs decided are duplicates (is_duplicate).
 
-    There is one threshold: is_duplicate in scored_pairs and this stage always agree (the
+    There is one decision: this stage takes scored_pairs' threshold and verify mode (the
     contract refuses a threshold other than scored_pairs')."""
-    store, threshold = run.store, run.params.threshold
+    store = run.store
     hamming_column = (
         ", hamming_distance"
         if HAMMING.name in duplicate_schema(run.upstream["scored_pairs"]["fingerprint"]).names
@@ -383,7 +410,7 @@ def duplicate_pairs(run: StageRun) -> StageOutput:
                exact_jaccard, minhash_estimate{hamming_column},
                CASE WHEN exact_jaccard >= 1.0 THEN 'exact' ELSE 'near' END AS kind
           FROM {store.scan_sql("scored_pairs")}
-         WHERE exact_jaccard >= {threshold!r}
+         WHERE is_duplicate
          ORDER BY left_doc_id, right_doc_id""")
     rows = write_relation(store.path("duplicate_pairs"), relation, run.parameters)
     dup = store.scan_sql("duplicate_pairs")
