@@ -168,9 +168,20 @@ def _swap(parts: dict, kind: str, lang: str) -> str:
     return f"{parts['object'][0].upper() + parts['object'][1:]}: {parts['subject']} {parts['verb']}"
 
 
-def variants(rng: random.Random, lang: str, kind: str) -> list[tuple[str, str, bool]]:
-    """(edit, text, duplicate of the original) of one family; the original first."""
+SYLLABLES = ["ka", "ro", "vi", "ten", "mar", "lo", "su", "del", "qui", "bra", "no", "zel", "fa", "gor", "ish", "pel"]
+
+
+def place_name(rng: random.Random) -> str:
+    """A made-up proper noun of 3-4 syllables (16^3 + 16^4 of them), for --named."""
+    return "".join(rng.choice(SYLLABLES) for _ in range(rng.choice((3, 4)))).capitalize()
+
+
+def variants(rng: random.Random, lang: str, kind: str, name: str | None = None) -> list[tuple[str, str, bool]]:
+    """(edit, text, duplicate of the original) of one family; the original first. With a name,
+    the subject carries it (so that families of a large set rarely share their words)."""
     parts = _parts(rng, lang)
+    if name:
+        parts["subject"] = f"{parts['subject']} {name}"
     make = _title if kind == "title" else _snippet
     original = make(rng, lang, parts)
     out = [("original", original, True)]
@@ -187,14 +198,15 @@ def variants(rng: random.Random, lang: str, kind: str) -> list[tuple[str, str, b
     return out
 
 
-def generate(families: int, seed: int) -> tuple[list[dict], list[dict]]:
+def generate(families: int, seed: int, named: bool = False) -> tuple[list[dict], list[dict]]:
     rng = random.Random(seed)
+    names = random.Random(seed + 1)  # its own stream: without --named the set stays as it was
     documents, pairs = [], []
     start = date(2026, 5, 1)
     for f in range(families):
         lang = "en" if f % 5 < 3 else ("ru" if f % 5 == 3 else "el")
         kind = "title" if f % 2 == 0 else "snippet"
-        members = variants(rng, lang, kind)
+        members = variants(rng, lang, kind, place_name(names) if named else None)
         ids = []
         for v, (edit, text, _) in enumerate(members):
             doc_id = f"short-{f:04d}-{v}"
@@ -224,8 +236,8 @@ def generate(families: int, seed: int) -> tuple[list[dict], list[dict]]:
     return documents, pairs
 
 
-def write(out: Path, families: int, seed: int) -> None:
-    documents, pairs = generate(families, seed)
+def write(out: Path, families: int, seed: int, named: bool = False) -> None:
+    documents, pairs = generate(families, seed, named)
     out.mkdir(parents=True, exist_ok=True)
     for name, rows in (("documents.csv", documents), ("pairs.csv", pairs)):
         with open(out / name, "w", newline="", encoding="utf-8") as handle:
@@ -239,8 +251,11 @@ def main() -> None:
     parser.add_argument("--out", default="fixtures/short")
     parser.add_argument("--families", type=int, default=300)
     parser.add_argument("--seed", type=int, default=31)
+    parser.add_argument(
+        "--named", action="store_true", help="a made-up proper noun in each family's subject (for large sets)"
+    )
     args = parser.parse_args()
-    write(Path(args.out), args.families, args.seed)
+    write(Path(args.out), args.families, args.seed, args.named)
 
 
 if __name__ == "__main__":

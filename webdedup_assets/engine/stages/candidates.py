@@ -120,6 +120,19 @@ def candidate_pairs(run: StageRun) -> StageOutput:
             f"{', '.join(sample)}): text they all share, such as boilerplate. "
             + budget_advice(con.execute("SELECT size, count(*) FROM buckets GROUP BY size").fetchall(), budget, params)
         )
+    # The join runs over document numbers, not doc_ids: each document of a shared bucket is
+    # numbered in doc_id order, so that a pair of numbers orders as its pair of doc_ids, and the
+    # links and their GROUP BY hold two integers instead of two strings (the stage's memory and
+    # spill volume at millions of pages); the doc_ids and domains are joined back once per pair.
+    con.execute(f"""CREATE TEMP TABLE shared AS  -- band rows in buckets of two or more
+        SELECT m.doc_id, m.band_index, m.band_hash FROM {bm} m
+          SEMI JOIN buckets k ON m.band_index = k.band_index AND m.band_hash = k.band_hash""")
+    con.execute(f"""CREATE TEMP TABLE numbered AS
+        SELECT s.doc_id, d.domain, CAST(row_number() OVER (ORDER BY s.doc_id) AS INTEGER) AS node
+          FROM (SELECT DISTINCT doc_id FROM shared) s JOIN (SELECT doc_id, domain FROM {docs}) d USING (doc_id)""")
+    con.execute("""CREATE TEMP TABLE shared_nodes AS
+        SELECT n.node, s.band_index, s.band_hash FROM shared s JOIN numbered n USING (doc_id)""")
+    con.execute("DROP TABLE shared")
     star_edges = ""
     small_filter = ""
     if hot_limit is not None:
@@ -128,29 +141,27 @@ def candidate_pairs(run: StageRun) -> StageOutput:
             "AND h.band_index = a.band_index AND h.band_hash = a.band_hash)"
         )
         star_edges = f"""UNION ALL
-            SELECT h.hub, m.doc_id FROM {bm} m JOIN buckets h
+            SELECT hub.node, m.node FROM shared_nodes m JOIN buckets h
               ON m.band_index = h.band_index AND m.band_hash = h.band_hash
-             WHERE h.size > {hot_limit} AND m.doc_id > h.hub"""
+              JOIN numbered hub ON hub.doc_id = h.hub
+             WHERE h.size > {hot_limit} AND m.node > hub.node"""
     con.execute(f"""CREATE TEMP TABLE pairs AS
-        WITH shared AS (  -- band rows in buckets of two or more: the self-join skips the rest
-            SELECT m.doc_id, m.band_index, m.band_hash FROM {bm} m
-              SEMI JOIN buckets k ON m.band_index = k.band_index AND m.band_hash = k.band_hash),
-        links AS (
-            SELECT a.doc_id AS left_doc_id, b.doc_id AS right_doc_id
-              FROM shared a JOIN shared b
-                ON a.band_index = b.band_index AND a.band_hash = b.band_hash AND a.doc_id < b.doc_id
+        WITH links AS (
+            SELECT a.node AS left_node, b.node AS right_node
+              FROM shared_nodes a JOIN shared_nodes b
+                ON a.band_index = b.band_index AND a.band_hash = b.band_hash AND a.node < b.node
              WHERE true {small_filter}
             {star_edges})
-        SELECT left_doc_id, right_doc_id, CAST(count(*) AS INTEGER) AS shared_bands
-          FROM links GROUP BY left_doc_id, right_doc_id""")
+        SELECT left_node, right_node, CAST(count(*) AS INTEGER) AS shared_bands
+          FROM links GROUP BY left_node, right_node""")
     relation = con.sql(f"""
-        SELECT p.left_doc_id, p.right_doc_id, p.shared_bands,
+        SELECT l.doc_id AS left_doc_id, r.doc_id AS right_doc_id, p.shared_bands,
                l.domain AS left_domain, r.domain AS right_domain,
                l.domain IS DISTINCT FROM r.domain AS cross_domain
-          FROM pairs p JOIN {docs} l ON l.doc_id = p.left_doc_id
-                       JOIN {docs} r ON r.doc_id = p.right_doc_id
+          FROM pairs p JOIN numbered l ON l.node = p.left_node
+                       JOIN numbered r ON r.node = p.right_node
          {"WHERE l.domain IS NOT DISTINCT FROM r.domain" if params.candidate_scope == "domain" else ""}
-         ORDER BY p.left_doc_id, p.right_doc_id""")
+         ORDER BY p.left_node, p.right_node""")
     run.derive(budget=budget)
     rows = write_relation(store.path("candidate_pairs"), relation, run.parameters)
     cross = scalar(con, f"SELECT count(*) FROM {store.scan_sql('candidate_pairs')} WHERE cross_domain")
