@@ -1,5 +1,6 @@
 """fingerprint_method simhash: the kernel against its plain-Python definition, the pigeonhole
-blocking, the fixture end to end, the refusals, and incremental add against a full run."""
+blocking, the fixture end to end, the refusals, and incremental add against a full run (on Spark:
+tests/test_spark_simhash.py)."""
 
 from __future__ import annotations
 
@@ -245,20 +246,6 @@ def test_verify_hamming_without_simhash_is_refused_in_one_line(tmp_path, capsys)
         "fingerprints decides); use --verify jaccard or --fingerprint-method simhash\n"
     )
     assert not (tmp_path / "out").exists()
-
-
-def test_spark_with_simhash_is_refused_in_one_line(tmp_path, capsys):
-    from webdedup_assets.cli.main import main
-
-    code = main(["run", str(FIXTURE), "--output", str(tmp_path / "out"), "--engine", "spark",
-                 "--fingerprint-method", "simhash"])  # fmt: skip
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err == (
-        "webdedup: error: --engine spark does not support --fingerprint-method simhash (Spark's stages band and "
-        "score MinHash signatures only); use --engine duckdb\n"
-    )
-    assert not (tmp_path / "out").exists()  # refused before anything was touched
 
 
 def test_add_with_another_method_is_refused(tmp_path, capsys):

@@ -301,16 +301,6 @@ def check_verify(fingerprint: dict[str, Any], scoring: ScoringParams) -> None:
         )
 
 
-def check_engine(fingerprint: FingerprintParams, engine: EngineParams) -> None:
-    """The Spark engine fingerprints, bands and scores MinHash signatures only."""
-    if engine.engine == "spark" and fingerprint.fingerprint_method == "simhash":
-        raise ParamError(
-            ("engine", "fingerprint_method"),
-            "{p0} spark does not support {p1} simhash (Spark's stages band and score MinHash signatures only); "
-            "use {p0} duckdb",
-        )
-
-
 class RunParams(ParamGroup):
     """Every parameter of a run, cross-checked (bands x rows = num_perm)."""
 

@@ -213,7 +213,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         chosen = params.EngineParams.checked(
             {k: getattr(args, k) for k in params.EngineParams.model_fields if hasattr(args, k)}
         )
-        params.check_engine(run.fingerprint, chosen)
     except params.ParamError as err:
         print(f"webdedup: error: {err.render(flag)}", file=sys.stderr)
         return EXIT_ERROR

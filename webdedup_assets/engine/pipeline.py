@@ -39,7 +39,6 @@ from ..params import (
     RunParams,
     ScoringParams,
     check_banding,
-    check_engine,
 )
 from ..storage.fileio import make_folder
 from ..storage.serial import from_stored, stored_value
@@ -253,7 +252,6 @@ def run(
     nothing was changed)."""
     input_format = params.input.input_format
     engine = engine or EngineParams()
-    check_engine(params.fingerprint, engine)
     files = _check_input(input_path, input_format, storage_root, output_dir)  # before anything is touched
     if emit_shards:
         require_emittable(files)

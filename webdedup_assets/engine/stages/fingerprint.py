@@ -40,6 +40,40 @@ def fingerprint_schema(num_perm: int) -> pa.Schema:
 BAND_SCHEMA = pa.schema([("doc_id", pa.string()), ("band_index", pa.int16()), ("band_hash", pa.int64())])
 
 
+def fingerprint_batch(
+    doc_ids: pa.Array, bodies: pa.Array, fingerprint: dict[str, Any], coefficients, schema: pa.Schema
+) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray]:
+    """One batch of documents as fingerprinted rows in `schema` (fingerprint_schema of the
+    signature width), with their token and shingle counts for the stage's figures. Both engines
+    call it, so their files hold the same rows."""
+    tokens, shingles, signatures = signatures_of(bodies, fingerprint, coefficients)
+    flat = pa.array(signatures.reshape(-1), type=pa.uint32())
+    out = pa.record_batch(
+        [
+            doc_ids.cast(pa.string()),
+            pa.array(tokens.astype(np.int32)),
+            pa.array(shingles.astype(np.int32)),
+            pa.FixedSizeListArray.from_arrays(flat, schema.field("signature").type.list_size),
+        ],
+        schema=schema,
+    )
+    return out, tokens, shingles
+
+
+def keys_per_document(fingerprint: dict[str, Any], banding: BandingParams) -> int:
+    """Band keys of one document with shingles: its bands, or of SimHash its max_hamming + 1 blocks."""
+    return banding.max_hamming + 1 if fingerprint_method(fingerprint) == "simhash" else banding.bands
+
+
+def document_band_keys(signatures: np.ndarray, fingerprint: dict[str, Any], banding: BandingParams) -> np.ndarray:
+    """(n, keys_per_document) int64 band keys of (n, signature_width) signatures: MinHash bands
+    (core.minhash.band_keys) or SimHash blocks (core.simhash.block_keys); band_index is the
+    column's number. Both engines call it, so their band keys are the same."""
+    if fingerprint_method(fingerprint) == "simhash":
+        return block_keys(from_words(signatures), banding.max_hamming)
+    return band_keys(signatures, banding.bands, banding.rows)
+
+
 @dataclass(frozen=True)
 class Piece:
     """One stored file of the upstream asset and the file of this asset computed from it: a
@@ -87,6 +121,15 @@ def plan_pieces(run: StageRun, upstream: str) -> Plan:
             else:
                 plan.compute.append(Piece(month, source, target))
     return plan
+
+
+def refuse_other_widths(plan: Plan, fingerprint: dict[str, Any]) -> None:
+    """Every fingerprinted file to band holds signatures of the width the stored parameters give
+    (a footer read: the schema, not the data)."""
+    width = signature_width(fingerprint)
+    for piece in plan.compute:
+        if pq.read_schema(piece.source).field("signature").type.list_size != width:
+            raise WebdedupError(f"{piece.source} holds signatures of another num_perm; re-materialize fingerprinted")
 
 
 def _recorded_sources(store: Store, asset: str, month: str | None) -> dict[str, Any]:
@@ -186,28 +229,19 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
     output does not depend on it."""
     params = run.params
     stored = params.model_dump()
-    width = signature_width(stored)
     try:
         coefficients = MinHashParams(params.num_perm, params.seed).coefficients()
     except ValueError as err:
         raise WebdedupError(str(err)) from None
     run.derive(version=FINGERPRINT_VERSION)
-    schema = fingerprint_schema(width)
+    schema = fingerprint_schema(signature_width(stored))
     workers = thread_count(run.options.get("threads"))
 
     def compute(group):
         bodies = pa.chunked_array([b.column("body") for _, b in group], type=group[0][1].schema.field("body").type)
         doc_ids = pa.chunked_array([b.column("doc_id") for _, b in group])
-        tokens, shingles, signatures = signatures_of(bodies.combine_chunks(), stored, coefficients)
-        flat = pa.array(signatures.reshape(-1), type=pa.uint32())
-        out = pa.record_batch(
-            [
-                doc_ids.combine_chunks().cast(pa.string()),
-                pa.array(tokens.astype(np.int32)),
-                pa.array(shingles.astype(np.int32)),
-                pa.FixedSizeListArray.from_arrays(flat, width),
-            ],
-            schema=schema,
+        out, tokens, shingles = fingerprint_batch(
+            doc_ids.combine_chunks(), bodies.combine_chunks(), stored, coefficients, schema
         )
         figures = []
         offset = 0
@@ -262,15 +296,9 @@ def band_partitions(run: StageRun) -> StageOutput:
     Of SimHash fingerprints, the max_hamming + 1 block keys (core.simhash) in the same rows:
     band_index is the block's number."""
     fingerprint = run.upstream["fingerprinted"]["fingerprint"]
-    simhash = fingerprint_method(fingerprint) == "simhash"
-    bands, rows, max_hamming = run.params.bands, run.params.rows, run.params.max_hamming
-    if simhash:
-        bands = max_hamming + 1
-    width = signature_width(fingerprint)
+    bands = keys_per_document(fingerprint, run.params)
     plan = plan_pieces(run, "fingerprinted")
-    for piece in plan.compute:
-        if pq.read_schema(piece.source).field("signature").type.list_size != width:
-            raise WebdedupError(f"{piece.source} holds signatures of another num_perm; re-materialize fingerprinted")
+    refuse_other_widths(plan, fingerprint)
     totals: dict[str | None, dict[str, int]] = {
         month: {"documents_banded": 0, "documents_without_shingles": 0, "files_reused": plan.reused_files[month]}
         for month in plan.reused_rows
@@ -285,7 +313,7 @@ def band_partitions(run: StageRun) -> StageOutput:
         if with_shingles.any():
             kept = batch.filter(pa.array(with_shingles))
             signatures = kept.column("signature").flatten().to_numpy().reshape(kept.num_rows, -1)
-            keys = block_keys(from_words(signatures), max_hamming) if simhash else band_keys(signatures, bands, rows)
+            keys = document_band_keys(signatures, fingerprint, run.params)
         return group, with_shingles, batch, keys
 
     writer = _writer(run, BAND_SCHEMA, use_dictionary=["doc_id", "band_index"])

@@ -4,8 +4,8 @@
 The plan is the DuckDB engine's (`plan_pieces`): one derived file per upstream file, with the
 same name; files whose source and parameters are unchanged are kept, files whose source is gone
 are removed. Each piece to compute is one row of a small `spark.range`; a `mapInArrow` task
-reads its piece's Parquet file in record batches, runs `core.fingerprint.fingerprint_texts` (or
-`core.minhash.band_keys`) on each batch exactly as the DuckDB engine does, and writes the target
+reads its piece's Parquet file in record batches, runs the DuckDB engine's `fingerprint_batch`
+(or `document_band_keys`: MinHash bands or SimHash blocks) on each batch, and writes the target
 file with pyarrow (same schema, writer options and stored parameters) into a staging folder.
 The driver receives only (piece, file, rows, figures) per piece and moves the files into place
 once every task has succeeded: a failed job replaces nothing.
@@ -25,13 +25,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...core.fingerprint import signature_width
 from ...core.hashing import FINGERPRINT_VERSION
 from ...core.minhash import MinHashParams
 from ...errors import WebdedupError
 from ...storage.store import params_sidecar, with_params, writer_options
 from ..spark.engine import SPARK, session_of
 from ..stage import StageOutput, StageRun
-from .fingerprint import BAND_SCHEMA, BATCH_ROWS, Piece, Plan, fingerprint_schema, month_rows, plan_pieces
+from .fingerprint import (
+    BAND_SCHEMA,
+    BATCH_ROWS,
+    Piece,
+    Plan,
+    document_band_keys,
+    fingerprint_batch,
+    fingerprint_schema,
+    keys_per_document,
+    month_rows,
+    plan_pieces,
+    refuse_other_widths,
+)
 
 MAX_TASKS = 4096  # pieces are spread over at most this many tasks (one task per piece below it)
 RESULT_SCHEMA = "piece long, file string, rows long, first long, second long"
@@ -40,27 +53,14 @@ RESULT_SCHEMA = "piece long, file string, rows long, first long, second long"
 def _fingerprint_file(source: str, writer, schema: pa.Schema, args: dict[str, Any]) -> tuple[int, int, int]:
     """One documents file through the kernel, batch by batch, as engine.stages.fingerprint does:
     (rows, tokens, documents without shingles)."""
-    from ...core.fingerprint import fingerprint_texts
-
-    num_perm = args["num_perm"]
     rows = tokens_total = empty = 0
     for batch in pq.ParquetFile(source).iter_batches(
         batch_size=BATCH_ROWS, columns=["doc_id", "body"], use_threads=False
     ):
         if not batch.num_rows:
             continue
-        tokens, shingles, signatures = fingerprint_texts(
-            batch.column("body"), args["shingle_size"], args["coeff_a"], args["coeff_b"], args["shingle_unit"]
-        )
-        flat = pa.array(signatures.reshape(-1), type=pa.uint32())
-        out = pa.record_batch(
-            [
-                batch.column("doc_id").cast(pa.string()),
-                pa.array(tokens.astype(np.int32)),
-                pa.array(shingles.astype(np.int32)),
-                pa.FixedSizeListArray.from_arrays(flat, num_perm),
-            ],
-            schema=schema,
+        out, tokens, shingles = fingerprint_batch(
+            batch.column("doc_id"), batch.column("body"), args["fingerprint"], args["coefficients"], schema
         )
         writer.write_batch(out)
         rows += out.num_rows
@@ -72,9 +72,8 @@ def _fingerprint_file(source: str, writer, schema: pa.Schema, args: dict[str, An
 def _band_file(source: str, writer, schema: pa.Schema, args: dict[str, Any]) -> tuple[int, int, int]:
     """One fingerprinted file's band keys, batch by batch, as engine.stages.fingerprint does:
     (rows, documents banded, documents without shingles)."""
-    from ...core.minhash import band_keys
-
-    bands, band_rows = args["bands"], args["rows"]
+    fingerprint, banding = args["fingerprint"], args["banding"]
+    bands = keys_per_document(fingerprint, banding)
     band_numbers = np.arange(bands, dtype=np.int16)
     rows = banded = without = 0
     for batch in pq.ParquetFile(source).iter_batches(
@@ -91,7 +90,7 @@ def _band_file(source: str, writer, schema: pa.Schema, args: dict[str, Any]) -> 
             continue
         chosen = batch.filter(pa.array(mask))
         signatures = chosen.column("signature").flatten().to_numpy().reshape(kept, -1)
-        keys = band_keys(signatures, bands, band_rows)
+        keys = document_band_keys(signatures, fingerprint, banding)
         out = pa.record_batch(
             [
                 chosen.column("doc_id").take(pa.array(np.repeat(np.arange(kept), bands))),
@@ -181,35 +180,21 @@ def _compute(
     return done
 
 
-def refuse_simhash(stage: str, fingerprint: dict[str, Any] | None) -> None:
-    """The Spark stages band and score MinHash signatures only (see params.check_engine)."""
-    if (fingerprint or {}).get("fingerprint_method") == "simhash":
-        raise WebdedupError(
-            f"{stage}: the spark engine does not support fingerprint_method simhash (its stages band and score "
-            "MinHash signatures only); use the duckdb engine"
-        )
-
-
 @SPARK.implements("fingerprinted")
 def fingerprint_partitions(run: StageRun) -> StageOutput:
-    """Signatures of every document of the run's months, one file per documents file, computed
-    in the executors by the DuckDB engine's kernel (bit-identical signatures)."""
+    """Signatures (MinHash values or a SimHash as two words) of every document of the run's
+    months, one file per documents file, computed in the executors by the DuckDB engine's kernel
+    (bit-identical signatures)."""
     params = run.params
-    refuse_simhash("fingerprinted", params.model_dump())
+    stored = params.model_dump()
     try:
         coeff_a, coeff_b = MinHashParams(params.num_perm, params.seed).coefficients()
     except ValueError as err:
         raise WebdedupError(str(err)) from None
     run.derive(version=FINGERPRINT_VERSION)
-    schema = fingerprint_schema(params.num_perm)
+    schema = fingerprint_schema(signature_width(stored))
     plan = plan_pieces(run, "documents")
-    args = {
-        "num_perm": params.num_perm,
-        "shingle_size": params.shingle_size,
-        "shingle_unit": params.shingle_unit,
-        "coeff_a": coeff_a,
-        "coeff_b": coeff_b,
-    }
+    args = {"fingerprint": stored, "coefficients": (coeff_a, coeff_b)}
     options = writer_options(schema, use_dictionary=False, uncompressed=["signature"])
     done = _compute(run, plan, schema, options, args)
     totals: dict[str | None, dict[str, Any]] = {
@@ -231,17 +216,14 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
 
 @SPARK.implements("band_memberships")
 def band_partitions(run: StageRun) -> StageOutput:
-    """Band keys of every document of the run's months, one file per fingerprinted file,
-    computed in the executors by core.minhash.band_keys (bit-identical keys)."""
-    refuse_simhash("band_memberships", run.upstream["fingerprinted"]["fingerprint"])
-    bands, rows = run.params.bands, run.params.rows
-    num_perm = run.upstream["fingerprinted"]["fingerprint"]["num_perm"]
+    """Band keys (MinHash bands or SimHash blocks) of every document of the run's months, one file
+    per fingerprinted file, computed in the executors by the DuckDB engine's document_band_keys
+    (bit-identical keys)."""
+    fingerprint = run.upstream["fingerprinted"]["fingerprint"]
     plan = plan_pieces(run, "fingerprinted")
-    for piece in plan.compute:  # a footer read: the schema, not the data
-        if pq.read_schema(piece.source).field("signature").type.list_size != num_perm:
-            raise WebdedupError(f"{piece.source} holds signatures of another num_perm; re-materialize fingerprinted")
+    refuse_other_widths(plan, fingerprint)
     options = writer_options(BAND_SCHEMA, use_dictionary=["doc_id", "band_index"])
-    done = _compute(run, plan, BAND_SCHEMA, options, {"bands": bands, "rows": rows})
+    done = _compute(run, plan, BAND_SCHEMA, options, {"fingerprint": fingerprint, "banding": run.params})
     totals: dict[str | None, dict[str, Any]] = {
         month: {"documents_banded": 0, "documents_without_shingles": 0, "files_reused": plan.reused_files[month]}
         for month in plan.reused_rows

@@ -49,7 +49,8 @@ DUPLICATE_SCHEMA = pa.schema(
     [*(f for f in SCORED_SCHEMA if f.name not in ("is_duplicate", "reason")), ("kind", pa.string())]
 )
 # Of SimHash fingerprints: minhash_estimate is null and the Hamming distance of the two fingerprints
-# follows as a last column (the MinHash path's files keep their columns, and their bytes).
+# is one more column, the last of scored_pairs and before kind in duplicate_pairs (the MinHash
+# path's files keep their columns, and their bytes).
 HAMMING = pa.field("hamming_distance", pa.int32())
 
 
@@ -58,7 +59,9 @@ def scored_schema(fingerprint: dict) -> pa.Schema:
 
 
 def duplicate_schema(fingerprint: dict) -> pa.Schema:
-    return DUPLICATE_SCHEMA.append(HAMMING) if fingerprint_method(fingerprint) == "simhash" else DUPLICATE_SCHEMA
+    if fingerprint_method(fingerprint) != "simhash":
+        return DUPLICATE_SCHEMA
+    return DUPLICATE_SCHEMA.insert(DUPLICATE_SCHEMA.get_field_index("kind"), HAMMING)
 
 
 def compare_signatures(left: np.ndarray, right: np.ndarray, fingerprint: dict, banding: dict | None) -> dict:

@@ -7,7 +7,8 @@ pair belongs to the block of its two groups. Each document's shingle set is comp
 mapInArrow over its body: core.fingerprint.shingle_sets, the compiled kernel) and sent, with its
 signature, to the blocks of its group; a cogrouped applyInArrow then scores one block at a time:
 its pairs against the sets of at most two groups (engine.shingle_sets.ShingleSets: the exact
-Jaccard DuckDB computes; core.minhash.estimate_jaccard). A set travels to `groups` blocks, not
+Jaccard DuckDB computes; the MinHash estimate or SimHash Hamming distance and the reason by
+scoring.compare_signatures and decide, as DuckDB). A set travels to `groups` blocks, not
 to every pair it belongs to (a page with hundreds of candidates is sent a handful of times).
 """
 
@@ -18,12 +19,12 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from ...core.fingerprint import shingling
+from ...core.fingerprint import shingling, signature_width
+from ...params import ScoringParams
 from ..spark.engine import SPARK, session_of
 from ..spark.io import read_asset, write_asset
 from ..stage import StageOutput, StageRun
-from .fingerprint_spark import refuse_simhash
-from .scoring import DUPLICATE_SCHEMA, SCORED_SCHEMA
+from .scoring import SCORED_SCHEMA, check_decision, duplicate_schema, scored_schema
 
 # One group's shingle sets (8 bytes a shingle) held by a scoring task; it holds two groups at most.
 GROUP_SET_BYTES = 64 << 20
@@ -67,53 +68,49 @@ def _large_list_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]
     return np.asarray(combined.values.to_numpy(zero_copy_only=False)), np.asarray(combined.offsets, np.int64)
 
 
-def _score_block(threshold: float, num_perm: int):
-    """One block: its pairs (Table) against the sets of its one or two groups (Table)."""
+def _score_block(scoring: ScoringParams, fingerprint: dict, banding: dict | None):
+    """One block: its pairs (Table) against the sets of its one or two groups (Table), scored in
+    the columns and with the decisions of the DuckDB engine (compare_signatures, decide)."""
 
     def score(pairs: pa.Table, sets: pa.Table) -> pa.Table:
-        from ...core.minhash import estimate_jaccard
         from ..shingle_sets import ShingleSets
-        from .scoring import reasons
+        from .scoring import compare_signatures, decide
 
+        schema = scored_schema(fingerprint)
         if not pairs.num_rows:
-            return SCORED_SCHEMA.empty_table()
+            return schema.empty_table()
         flat, offsets = _large_list_values(sets.column("shingles"))
         known = ShingleSets(sets.column("doc_id").combine_chunks(), flat.view(np.uint64), offsets[:-1], offsets[1:])
         left, right = known.nodes(pairs.column("left_doc_id")), known.nodes(pairs.column("right_doc_id"))
         exact = known.jaccard(left, right)
-        signatures = _large_list_values(sets.column("signature"))[0].astype(np.uint32).reshape(-1, num_perm)
-        estimate = estimate_jaccard(signatures[left], signatures[right])
-        return pa.table(
-            [
-                *(pairs.column(name) for name in SCORED_SCHEMA.names[:6]),
-                pa.array(exact),
-                pa.array(estimate),
-                pa.array(exact >= threshold),
-                pa.array(reasons(exact, estimate, threshold)),
-            ],
-            names=SCORED_SCHEMA.names,
-        )
+        width = signature_width(fingerprint)
+        signatures = _large_list_values(sets.column("signature"))[0].astype(np.uint32).reshape(-1, width)
+        compared = compare_signatures(signatures[left], signatures[right], fingerprint, banding)
+        columns = {
+            **{name: pairs.column(name) for name in SCORED_SCHEMA.names[:6]},
+            "exact_jaccard": pa.array(exact),
+            **compared,
+            **decide(exact, compared, scoring),
+        }
+        return pa.table([columns[name] for name in schema.names], names=schema.names)
 
     return score
 
 
-SCORED_DDL = (
-    "left_doc_id string, right_doc_id string, left_domain string, right_domain string, cross_domain boolean, "
-    "shared_bands int, exact_jaccard double, minhash_estimate double, is_duplicate boolean, reason string"
-)
-
-
 @SPARK.implements("scored_pairs")
 def scored_pairs(run: StageRun) -> StageOutput:
-    """Exact shingle Jaccard and MinHash estimate for every candidate pair, block by block (see
-    the module's docstring)."""
+    """Exact shingle Jaccard and the MinHash estimate (of SimHash: the Hamming distance) for every
+    candidate pair, block by block (see the module's docstring)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     fingerprint = run.upstream["fingerprinted"]["fingerprint"]
-    refuse_simhash("scored_pairs", fingerprint)
+    banding = run.upstream["candidate_pairs"].get("banding")
+    schema = scored_schema(fingerprint)
+    check_decision(fingerprint, run.params)
     spark = session_of(run)
-    store, threshold = run.store, run.params.threshold
-    (shingle_size, unit), num_perm = shingling(fingerprint), fingerprint["num_perm"]
+    store = run.store
+    shingle_size, unit = shingling(fingerprint)
     pairs = read_asset(spark, store, "candidate_pairs", SCORED_SCHEMA.names[:6])
     members = (
         pairs.select(F.col("left_doc_id").alias("doc_id"))
@@ -148,11 +145,11 @@ def scored_pairs(run: StageRun) -> StageOutput:
     scored = (
         blocked_pairs.groupBy("block")
         .cogroup(sets.groupBy("block"))
-        .applyInArrow(_score_block(threshold, num_perm), SCORED_DDL)
+        .applyInArrow(_score_block(run.params, fingerprint, banding), from_arrow_schema(schema))
         .persist()  # scored once: the sort samples its input before it reads it
     )
     ordered = scored.orderBy("left_doc_id", "right_doc_id")
-    rows = write_asset(ordered, store, "scored_pairs", SCORED_SCHEMA, run.parameters)
+    rows = write_asset(ordered, store, "scored_pairs", schema, run.parameters)
     by_reason = {r["reason"]: r["n"] for r in scored.groupBy("reason").agg(F.count(F.lit(1)).alias("n")).collect()}
     figures = {
         "duplicates": scored.where("is_duplicate").count(),
@@ -167,20 +164,21 @@ def scored_pairs(run: StageRun) -> StageOutput:
 
 @SPARK.implements("duplicate_pairs")
 def duplicate_pairs(run: StageRun) -> StageOutput:
-    """Scored pairs whose exact Jaccard reaches the one threshold (as on DuckDB)."""
+    """The scored pairs scored_pairs decided are duplicates (as on DuckDB)."""
     from pyspark.sql import functions as F
 
     spark = session_of(run)
-    store, threshold = run.store, float(run.params.threshold)
+    store = run.store
+    schema = duplicate_schema(run.upstream["scored_pairs"]["fingerprint"])
     duplicates = (
         read_asset(spark, store, "scored_pairs")
-        .where(F.col("exact_jaccard") >= F.lit(threshold))
+        .where(F.col("is_duplicate"))
         .withColumn("kind", F.when(F.col("exact_jaccard") >= 1.0, "exact").otherwise("near"))
-        .select(*DUPLICATE_SCHEMA.names)
+        .select(*schema.names)
         .orderBy("left_doc_id", "right_doc_id")
         .persist()
     )
-    rows = write_asset(duplicates, store, "duplicate_pairs", DUPLICATE_SCHEMA, run.parameters)
+    rows = write_asset(duplicates, store, "duplicate_pairs", schema, run.parameters)
     counts = duplicates.agg(
         F.count(F.when(F.col("kind") == "exact", 1)).alias("exact"),
         F.count(F.when(F.col("cross_domain"), 1)).alias("cross"),
