@@ -3,8 +3,8 @@ standalone server, started and stopped here), read in place through the standard
 
 The same Dolma-style shards in the bucket and on the local disk give the same published results;
 a glob, an add and a check read from the bucket too; --emit-shards writes the kept records of
-objects; a missing bucket, an empty prefix, a WARC object and an --output in object storage are
-each one clear line."""
+objects; a missing bucket, an empty prefix, a WARC object, an --output in object storage and
+credentials the server refuses are each one clear line."""
 
 from __future__ import annotations
 
@@ -68,6 +68,49 @@ def bucket(tmp_path_factory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture
+def wrong_credentials(bucket, monkeypatch):
+    """The server checks credentials for this test (moto's IAM auth, switched on and off again through
+    its /moto-api/reset-auth); yields the access key of a user it knows, to be given with a wrong secret."""
+    import urllib.request
+
+    import boto3
+
+    iam = boto3.client("iam", region_name="us-east-1")
+    iam.create_user(UserName="reader")
+    key = iam.create_access_key(UserName="reader")["AccessKey"]["AccessKeyId"]
+
+    def checked_after(count: str) -> None:  # moto skips the check for the first `count` requests
+        request = urllib.request.Request(
+            f"{os.environ['AWS_ENDPOINT_URL']}/moto-api/reset-auth",
+            data=count.encode(),
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+
+    monkeypatch.setattr(objects, "_systems", {})  # file systems made with the credentials of this test
+    checked_after("0")
+    try:
+        yield key
+    finally:
+        checked_after("inf")
+        iam.delete_access_key(UserName="reader", AccessKeyId=key)
+        iam.delete_user(UserName="reader")
+
+
+@pytest.mark.parametrize("who", ["unknown key", "wrong secret"])
+def test_wrong_credentials_are_one_line(wrong_credentials, tmp_path, capsys, monkeypatch, who):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTKNOWNHERE0000" if who == "unknown key" else wrong_credentials)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    assert main(["run", "s3://corpus/shards", "--output", str(tmp_path / "out"), "--quiet", *DOLMA_FLAGS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("webdedup: error: input s3://corpus/shards: access denied"), err[0]
+    assert "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY" in err[0]
+    assert not (tmp_path / "out").exists()
 
 
 def _published(out) -> dict[str, str]:

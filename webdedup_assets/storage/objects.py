@@ -81,9 +81,24 @@ def size_and_mtime(path: ObjectPath) -> tuple[int, int]:
     return info.size, info.mtime_ns or 0
 
 
+# The service's answers to credentials it does not accept (unknown key, wrong secret, expired token,
+# or a key without the permission), as pyarrow's S3 errors name them.
+DENIED = re.compile(
+    r"AWS Error (ACCESS_DENIED|INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH|EXPIRED_TOKEN|INVALID_CLIENT_TOKEN_ID"
+    r"|UNRECOGNIZED_CLIENT|UNKNOWN \(HTTP status 403\)) during (\w+) operation"
+)
+
+
 def message(err: Exception) -> str:
-    """A storage error in one line, without the service's request ids."""
+    """A storage error in one line, without the service's request ids; refused credentials say so
+    and name the variables that hold them, since the service's own text does not."""
     text = " ".join(str(err).split())
+    denied = DENIED.search(text)
+    if denied:
+        return (
+            f"access denied ({denied.group(1)} on {denied.group(2)}): check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+            "(or AWS_PROFILE, AWS_SESSION_TOKEN) and the bucket's permissions"
+        )
     return re.sub(r"\s*\(Request ID: [^)]*\)", "", text)
 
 
