@@ -3,9 +3,11 @@ standalone server, started and stopped here), read in place through the standard
 
 The same Dolma-style shards in the bucket and on the local disk give the same published results;
 a glob, an add and a check read from the bucket too; --emit-shards writes the kept records of
-objects; WARC objects, read by ranges, give the results of the same files on disk; a missing
-bucket, an empty prefix, an --output in object storage and credentials the server refuses are each
-one clear line."""
+objects; WARC objects, read by ranges, give the results of the same files on disk; an --output in
+the bucket is published as one set behind CURRENT (the files of a local --output; a failed upload
+leaves CURRENT on the previous set) and read back by check, inspect and verify; a missing bucket,
+an empty prefix, an --output in object storage without a local --storage and credentials the
+server refuses are each one clear line."""
 
 from __future__ import annotations
 
@@ -223,7 +225,11 @@ def test_emit_shards_writes_the_kept_records_of_objects(bucket, tmp_path):
             "input s3://no-such-bucket/shards: bucket no-such-bucket does not exist",
         ),
         (["run", "s3://corpus/nothing-here"], "input s3://corpus/nothing-here holds no .csv, .parquet, .jsonl"),
-        (["run", "s3://corpus/shards", "--output", "s3://corpus/out"], "--output s3://corpus/out: object storage"),
+        (
+            ["run", "s3://corpus/shards", "--output", "s3://corpus/out"],
+            "--output s3://corpus/out: the published outputs may be in object storage, the corpus' storage root "
+            "may not; give --storage",
+        ),
         (["add", "s3://corpus/shards", "--storage", "s3://corpus/st"], "--storage s3://corpus/st: object storage"),
     ],
 )
@@ -234,3 +240,102 @@ def test_object_storage_errors_are_one_line(bucket, tmp_path, capsys, args, mess
     assert last.startswith(f"webdedup: error: {message}"), last
     assert "Request ID" not in last and "Traceback" not in last
     assert not (tmp_path / "out").exists()
+
+
+def _current(prefix: str) -> tuple[str, dict[str, bytes]]:
+    """The set CURRENT names under s3://corpus/<prefix> and its files (relative name -> bytes)."""
+    import json
+
+    import boto3
+
+    client = boto3.client("s3")
+    set_id = json.loads(client.get_object(Bucket="corpus", Key=f"{prefix}/CURRENT")["Body"].read())["set"]
+    folder = f"{prefix}/sets/{set_id}/"
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket="corpus", Prefix=folder).get("Contents", [])]
+    return set_id, {k[len(folder) :]: client.get_object(Bucket="corpus", Key=k)["Body"].read() for k in keys}
+
+
+def _sets(prefix: str) -> list[str]:
+    import boto3
+
+    found = boto3.client("s3").list_objects_v2(Bucket="corpus", Prefix=f"{prefix}/sets/", Delimiter="/")
+    return sorted(p["Prefix"].split("/")[-2] for p in found.get("CommonPrefixes", []))
+
+
+def _comparable(manifest: bytes) -> dict:
+    """A manifest without what differs from run to run: times, seconds, the storage root and the
+    identities (inode, mtime) of its files."""
+    import json
+
+    def kept(value):
+        if isinstance(value, dict):
+            return {
+                k: kept(v) for k, v in value.items() if k not in ("generated_at", "storage_root", "seconds", "sources")
+            }
+        return [kept(v) for v in value] if isinstance(value, list) else value
+
+    found = kept(json.loads(manifest))
+    found.pop("timings_seconds")
+    return found
+
+
+def test_an_output_in_a_bucket_is_published_as_one_set_behind_current(bucket, tmp_path, capsys):
+    uri, local = bucket
+    common = ["--quiet", "--emit-shards", *DOLMA_FLAGS]
+    remote = ["run", str(local), "--output", "s3://corpus/out", "--storage", str(tmp_path / "st"), *common]
+    assert main(remote) == 0
+    assert main(["run", str(local), "--output", str(tmp_path / "here"), *common]) == 0
+    first, published = _current("out")
+    here = {p.relative_to(tmp_path / "here").as_posix(): p for p in (tmp_path / "here").rglob("*") if p.is_file()}
+    here = {name: path.read_bytes() for name, path in here.items() if not name.startswith(("_storage/", "."))}
+    assert sorted(published) == sorted(here)  # deduped_documents, clusters.csv, ..., shards/, manifest.json
+    for name, data in here.items():
+        if name != "manifest.json":
+            assert published[name] == data, name
+    assert _comparable(published["manifest.json"]) == _comparable(here["manifest.json"])
+
+    capsys.readouterr()  # readers follow CURRENT to the storage root the set was published from
+    check = ["check", f"{uri}/shard-00.jsonl", "--against", "s3://corpus/out", "--report", str(tmp_path / "c.pq")]
+    assert main(check) in (0, 1)
+    assert f"of the corpus in {tmp_path / 'st'}" in capsys.readouterr().out
+    with open(tmp_path / "here" / "clusters.csv", newline="") as handle:
+        cluster = next(csv.DictReader(handle))["cluster_id"]
+    assert main(["inspect", cluster, "--output", "s3://corpus/out"]) == 0
+    assert cluster in capsys.readouterr().out
+    assert main(["verify", "--output", "s3://corpus/out"]) == 0  # the current set whole, as its manifest lists it
+    assert "webdedup verify: 0 problem(s)" in capsys.readouterr().err
+
+    assert main(remote) == 0  # a second run: a new set, CURRENT moved, the previous set kept
+    second, again = _current("out")
+    assert second > first and _sets("out") == [first, second]
+    assert again["clusters.csv"] == published["clusters.csv"]
+    assert main(remote) == 0  # a third: the first set is deleted
+    third, _ = _current("out")
+    assert _sets("out") == [second, third]
+
+
+def test_a_publish_that_fails_midway_leaves_current_on_the_previous_set(bucket, tmp_path, capsys, monkeypatch):
+    from webdedup_assets.storage import sets
+
+    _, local = bucket
+    run = ["run", str(local), "--output", "s3://corpus/failing", "--storage", str(tmp_path / "st"), "--quiet"]
+    assert main([*run, *DOLMA_FLAGS]) == 0
+    before, published = _current("failing")
+    real = sets.put_file
+
+    def put_file(source, target):
+        if target.name == "removed.csv":
+            raise OSError("AWS Error NETWORK_CONNECTION during PutObject operation: connection reset")
+        real(source, target)
+
+    monkeypatch.setattr(sets, "put_file", put_file)
+    capsys.readouterr()
+    assert main([*run, "--threshold", "0.5", *DOLMA_FLAGS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any("s3://corpus/failing: publishing failed (AWS Error NETWORK_CONNECTION" in line for line in err), err
+    assert "Traceback" not in "\n".join(err)
+    assert _current("failing") == (before, published)  # CURRENT and its set as they were
+    assert _sets("failing") == [before]  # the partial set deleted
+    monkeypatch.setattr(sets, "put_file", real)
+    assert main([*run, *DOLMA_FLAGS]) == 0  # the storage was rolled back: the next run is whole again
+    assert _current("failing")[1]["clusters.csv"] == published["clusters.csv"]
