@@ -259,6 +259,8 @@ def _run_and_report(
         print(f"webdedup summary ({output_dir}):")
         print(_summary_table(manifest))
     warc = manifest["input"].get("warc")
+    if isinstance(output_dir, ObjectPath):  # in the set its CURRENT names
+        output_dir = ObjectPath(*output_dir.parts, "sets", "<CURRENT>")
     if warc:
         print(
             f"webdedup: WARC input: {warc['records']} records -> {warc['documents']} documents; "
