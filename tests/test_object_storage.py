@@ -3,8 +3,11 @@ standalone server, started and stopped here), read in place through the standard
 
 The same Dolma-style shards in the bucket and on the local disk give the same published results;
 a glob, an add and a check read from the bucket too; --emit-shards writes the kept records of
-objects; a missing bucket, an empty prefix, a WARC object and an --output in object storage are
-each one clear line."""
+objects; WARC objects, read by ranges, give the results of the same files on disk; an --output in
+the bucket is published as one set behind CURRENT (the files of a local --output; a failed upload
+leaves CURRENT on the previous set) and read back by check, inspect and verify; a missing bucket,
+an empty prefix, an --output in object storage without a local --storage and credentials the
+server refuses are each one clear line."""
 
 from __future__ import annotations
 
@@ -18,8 +21,23 @@ from webdedup_assets.cli.main import main
 from webdedup_assets.storage import objects
 
 from .test_jsonl import DOLMA_FLAGS, SUFFIXES, dolma_record, fixture_rows, write_shard
+from .test_warc_fixtures import Rec, corpus, page, truncated_member, write_warc
 
 pytest.importorskip("moto")
+
+
+def write_crawl(folder) -> list:
+    """WARC files of the standard mixed corpus: two .warc.gz (one with a member cut short, one record
+    per member) and a plain .warc; the mirror and the revision in other files than the original."""
+    recs = corpus()
+    folder.mkdir(parents=True)
+    names = list(recs)
+    revisit = Rec("revisit", recs["original"].url, refers_to=recs["original"].record_id)
+    broken = truncated_member(Rec("response", "http://cut.example/", page("Cut", "cut off").encode()))
+    write_warc(folder / "a.warc.gz", [Rec("warcinfo", ""), *(recs[k] for k in names[:5])])
+    write_warc(folder / "b.warc.gz", [*(recs[k] for k in names[5:9]), revisit, broken])
+    write_warc(folder / "c.warc", [recs[k] for k in names[9:]])
+    return sorted(folder.iterdir())
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +76,8 @@ def bucket(tmp_path_factory):
                 local.parent / "by-day" / name, [dolma_record(r) for r in rows if r["crawled_at"] in part]
             )
             client.put_object(Bucket="corpus", Key=f"by-day/{name}", Body=path.read_bytes())
-        client.put_object(Bucket="corpus", Key="crawl/one.warc.gz", Body=b"")
+        for path in write_crawl(local.parent / "crawl"):
+            client.put_object(Bucket="corpus", Key=f"crawl/{path.name}", Body=path.read_bytes())
         yield "s3://corpus/shards", local
     finally:
         objects._systems.clear()  # the next test's file systems are its own
@@ -68,6 +87,49 @@ def bucket(tmp_path_factory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture
+def wrong_credentials(bucket, monkeypatch):
+    """The server checks credentials for this test (moto's IAM auth, switched on and off again through
+    its /moto-api/reset-auth); yields the access key of a user it knows, to be given with a wrong secret."""
+    import urllib.request
+
+    import boto3
+
+    iam = boto3.client("iam", region_name="us-east-1")
+    iam.create_user(UserName="reader")
+    key = iam.create_access_key(UserName="reader")["AccessKey"]["AccessKeyId"]
+
+    def checked_after(count: str) -> None:  # moto skips the check for the first `count` requests
+        request = urllib.request.Request(
+            f"{os.environ['AWS_ENDPOINT_URL']}/moto-api/reset-auth",
+            data=count.encode(),
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+
+    monkeypatch.setattr(objects, "_systems", {})  # file systems made with the credentials of this test
+    checked_after("0")
+    try:
+        yield key
+    finally:
+        checked_after("inf")
+        iam.delete_access_key(UserName="reader", AccessKeyId=key)
+        iam.delete_user(UserName="reader")
+
+
+@pytest.mark.parametrize("who", ["unknown key", "wrong secret"])
+def test_wrong_credentials_are_one_line(wrong_credentials, tmp_path, capsys, monkeypatch, who):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTKNOWNHERE0000" if who == "unknown key" else wrong_credentials)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    assert main(["run", "s3://corpus/shards", "--output", str(tmp_path / "out"), "--quiet", *DOLMA_FLAGS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("webdedup: error: input s3://corpus/shards: access denied"), err[0]
+    assert "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY" in err[0]
+    assert not (tmp_path / "out").exists()
 
 
 def _published(out) -> dict[str, str]:
@@ -102,6 +164,48 @@ def test_a_glob_an_add_and_a_check_read_from_the_bucket(bucket, tmp_path, capsys
     assert "webdedup check: 3 document(s) of s3://corpus/shards/shard-00.jsonl" in capsys.readouterr().out
 
 
+WARC_OUTPUTS = (
+    "deduped_documents.parquet",
+    "clusters.csv",
+    "removed.csv",
+    "duplicate_pairs.csv",
+    "rejected_records.csv",
+)
+
+
+@pytest.mark.parametrize("source", ["s3://corpus/crawl/*.warc*", "s3://corpus/crawl/"])
+def test_warc_objects_give_the_results_of_the_same_files_on_disk(bucket, tmp_path, capsys, source):
+    crawl = bucket[1].parent / "crawl"
+    assert main(["run", source, "--output", str(tmp_path / "remote"), "--quiet"]) == 0
+    assert main(["run", str(crawl), "--output", str(tmp_path / "local"), "--quiet"]) == 0
+    told = capsys.readouterr().err.splitlines()
+    assert told[0].split("; listed in")[0] == told[1].split("; listed in")[0]  # records, documents, rejections
+    assert "documents; 8 skipped or rejected" in told[0]
+    for name in WARC_OUTPUTS:
+        assert (tmp_path / "remote" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    import json
+
+    manifest = json.loads((tmp_path / "remote" / "manifest.json").read_text())
+    listed = [f["path"] for f in manifest["input"]["files"]]
+    assert listed == ["s3://corpus/crawl/a.warc.gz", "s3://corpus/crawl/b.warc.gz", "s3://corpus/crawl/c.warc"]
+
+
+@pytest.mark.parametrize("name", ["b.warc.gz", "c.warc"])
+def test_an_object_read_by_ranges_frames_as_its_file_mapped(bucket, name):
+    """Windows far smaller than the records: slices and searches across the seams, re-reads behind."""
+    from webdedup_assets.ingest.warc.framing import frame_gzip, frame_plain
+
+    local = bucket[1].parent / "crawl" / name
+    framer = frame_gzip if name.endswith(".gz") else frame_plain
+    with objects.open_input(objects.ObjectPath.of(f"s3://corpus/crawl/{name}")) as handle:
+        remote = objects.RangeBuffer(objects.ObjectPath.of(f"s3://corpus/crawl/{name}"), handle, window=333)
+        assert len(remote) == local.stat().st_size
+        framed = list(framer(remote, 1 << 20))
+    with objects.open_buffer(local) as mapped:
+        assert framed == list(framer(mapped, 1 << 20))
+    assert len(framed) > 3
+
+
 def test_emit_shards_writes_the_kept_records_of_objects(bucket, tmp_path):
     uri, local = bucket
     for name, source in (("remote", uri), ("local", str(local))):
@@ -121,8 +225,11 @@ def test_emit_shards_writes_the_kept_records_of_objects(bucket, tmp_path):
             "input s3://no-such-bucket/shards: bucket no-such-bucket does not exist",
         ),
         (["run", "s3://corpus/nothing-here"], "input s3://corpus/nothing-here holds no .csv, .parquet, .jsonl"),
-        (["run", "s3://corpus/crawl"], "s3://corpus/crawl/one.warc.gz: WARC input is read from local files only"),
-        (["run", "s3://corpus/shards", "--output", "s3://corpus/out"], "--output s3://corpus/out: object storage"),
+        (
+            ["run", "s3://corpus/shards", "--output", "s3://corpus/out"],
+            "--output s3://corpus/out: the published outputs may be in object storage, the corpus' storage root "
+            "may not; give --storage",
+        ),
         (["add", "s3://corpus/shards", "--storage", "s3://corpus/st"], "--storage s3://corpus/st: object storage"),
     ],
 )
@@ -133,3 +240,103 @@ def test_object_storage_errors_are_one_line(bucket, tmp_path, capsys, args, mess
     assert last.startswith(f"webdedup: error: {message}"), last
     assert "Request ID" not in last and "Traceback" not in last
     assert not (tmp_path / "out").exists()
+
+
+def _current(prefix: str) -> tuple[str, dict[str, bytes]]:
+    """The set CURRENT names under s3://corpus/<prefix> and its files (relative name -> bytes)."""
+    import json
+
+    import boto3
+
+    client = boto3.client("s3")
+    set_id = json.loads(client.get_object(Bucket="corpus", Key=f"{prefix}/CURRENT")["Body"].read())["set"]
+    folder = f"{prefix}/sets/{set_id}/"
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket="corpus", Prefix=folder).get("Contents", [])]
+    return set_id, {k[len(folder) :]: client.get_object(Bucket="corpus", Key=k)["Body"].read() for k in keys}
+
+
+def _sets(prefix: str) -> list[str]:
+    import boto3
+
+    found = boto3.client("s3").list_objects_v2(Bucket="corpus", Prefix=f"{prefix}/sets/", Delimiter="/")
+    return sorted(p["Prefix"].split("/")[-2] for p in found.get("CommonPrefixes", []))
+
+
+def _comparable(manifest: bytes) -> dict:
+    """A manifest without what differs from run to run: times, seconds, the storage root and the
+    identities (inode, mtime) of its files."""
+    import json
+
+    def kept(value):
+        if isinstance(value, dict):
+            return {
+                k: kept(v) for k, v in value.items() if k not in ("generated_at", "storage_root", "seconds", "sources")
+            }
+        return [kept(v) for v in value] if isinstance(value, list) else value
+
+    found = kept(json.loads(manifest))
+    found.pop("timings_seconds")
+    return found
+
+
+def test_an_output_in_a_bucket_is_published_as_one_set_behind_current(bucket, tmp_path, capsys):
+    uri, local = bucket
+    common = ["--quiet", "--emit-shards", *DOLMA_FLAGS]
+    remote = ["run", str(local), "--output", "s3://corpus/out", "--storage", str(tmp_path / "st"), *common]
+    assert main(remote) == 0
+    assert main(["run", str(local), "--output", str(tmp_path / "here"), *common]) == 0
+    first, published = _current("out")
+    here = {p.relative_to(tmp_path / "here").as_posix(): p for p in (tmp_path / "here").rglob("*") if p.is_file()}
+    here = {name: path.read_bytes() for name, path in here.items() if not name.startswith(("_storage/", "."))}
+    assert sorted(published) == sorted(here)  # deduped_documents, clusters.csv, ..., shards/, manifest.json
+    for name, data in here.items():
+        if name != "manifest.json":
+            assert published[name] == data, name
+    assert _comparable(published["manifest.json"]) == _comparable(here["manifest.json"])
+
+    capsys.readouterr()  # readers follow CURRENT to the storage root the set was published from
+    check = ["check", f"{uri}/shard-00.jsonl", "--against", "s3://corpus/out", "--report", str(tmp_path / "c.pq")]
+    assert main(check) in (0, 1)
+    assert f"of the corpus in {tmp_path / 'st'}" in capsys.readouterr().out
+    with open(tmp_path / "here" / "clusters.csv", newline="") as handle:
+        cluster = next(csv.DictReader(handle))["cluster_id"]
+    assert main(["inspect", cluster, "--output", "s3://corpus/out"]) == 0
+    assert cluster in capsys.readouterr().out
+    assert main(["verify", "--output", "s3://corpus/out"]) == 0  # the current set whole, as its manifest lists it
+    assert "webdedup verify: 0 problem(s)" in capsys.readouterr().err
+
+    assert main(remote) == 0  # a second run: a new set, CURRENT moved, the previous set kept
+    second, again = _current("out")
+    assert second > first and _sets("out") == [first, second]
+    assert again["clusters.csv"] == published["clusters.csv"]
+    add = ["add", str(local / "shard-00.jsonl"), "--output", "s3://corpus/out", "--storage", str(tmp_path / "st")]
+    assert main([*add, "--quiet", *DOLMA_FLAGS]) == 0  # a third publish (an add): the first set is deleted
+    third, _ = _current("out")
+    assert _sets("out") == [second, third]
+
+
+def test_a_publish_that_fails_midway_leaves_current_on_the_previous_set(bucket, tmp_path, capsys, monkeypatch):
+    from webdedup_assets.storage import sets
+
+    _, local = bucket
+    run = ["run", str(local), "--output", "s3://corpus/failing", "--storage", str(tmp_path / "st"), "--quiet"]
+    assert main([*run, *DOLMA_FLAGS]) == 0
+    before, published = _current("failing")
+    real = sets.put_file
+
+    def put_file(source, target):
+        if target.name == "removed.csv":
+            raise OSError("AWS Error NETWORK_CONNECTION during PutObject operation: connection reset")
+        real(source, target)
+
+    monkeypatch.setattr(sets, "put_file", put_file)
+    capsys.readouterr()
+    assert main([*run, "--threshold", "0.5", *DOLMA_FLAGS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any("s3://corpus/failing: publishing failed (AWS Error NETWORK_CONNECTION" in line for line in err), err
+    assert "Traceback" not in "\n".join(err)
+    assert _current("failing") == (before, published)  # CURRENT and its set as they were
+    assert _sets("failing") == [before]  # the partial set deleted
+    monkeypatch.setattr(sets, "put_file", real)
+    assert main([*run, *DOLMA_FLAGS]) == 0  # the storage was rolled back: the next run is whole again
+    assert _current("failing")[1]["clusters.csv"] == published["clusters.csv"]

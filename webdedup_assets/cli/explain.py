@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
+
+from .folders import output_of, storage_to_read
 
 EXIT_OK, EXIT_ERROR = 0, 2
 
@@ -44,8 +45,8 @@ def _store(args: argparse.Namespace):
     from ..storage.store import Store
     from ..storage.transaction import reading_warnings
 
-    output_dir = Path(args.output).expanduser().resolve()
-    root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
+    output_dir = output_of(args.output)
+    root = storage_to_read(output_dir, args.storage)
     if not root.is_dir():
         raise FileNotFoundError(f"no stored run under {root}; run `webdedup run INPUT --output {args.output}` first")
     for warning in reading_warnings(root, output_dir):

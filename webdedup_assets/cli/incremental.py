@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import params
+from ..storage.objects import ObjectPath
+from .folders import output_of, storage_to_read, storage_to_write
 from .progress import progress_shown
 
 EXIT_OK, EXIT_ERROR = 0, 2
@@ -84,8 +86,12 @@ def cmd_add(args: argparse.Namespace) -> int:
     from ..engine import pipeline
     from ..errors import WebdedupError
 
-    output_dir = Path(args.output).expanduser().resolve()
-    storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
+    output_dir = output_of(args.output)
+    try:
+        storage_root = storage_to_write(output_dir, args.storage)
+    except WebdedupError as err:
+        print(f"webdedup: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
     groups = ("fingerprint", "banding", "candidates", "scoring", "representative")
     given = {group: _given(args, group) for group in groups}
     given["columns"] = {k: getattr(args, k) for k in params.ColumnParams.model_fields if getattr(args, k) is not None}
@@ -116,10 +122,13 @@ def cmd_add(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def corpus_folders(against: Path, report: str | None) -> tuple[Path, Path]:
+def corpus_folders(against: Path | ObjectPath, report: str | None) -> tuple[Path, Path]:
     """`check --against`: an output folder (its _storage) or a storage root; the report goes into
-    the output folder unless --report says otherwise (the working folder when there is none)."""
-    if (against / "_storage").is_dir():
+    the output folder unless --report says otherwise (the working folder when there is none). An
+    output in object storage: the storage root its current set was published from."""
+    if isinstance(against, ObjectPath):
+        storage_root, output_dir = storage_to_read(against, None), Path.cwd()
+    elif (against / "_storage").is_dir():
         storage_root, output_dir = against / "_storage", against
     else:
         storage_root = against
@@ -133,9 +142,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..errors import WebdedupError
     from ..storage.store import Store
 
-    storage_root, report = corpus_folders(Path(args.against).expanduser().resolve(), args.report)
-    store = Store(storage_root)
     try:
+        storage_root, report = corpus_folders(output_of(args.against), args.report)
+        store = Store(storage_root)
         with damage_named(store):
             summary = check_input(store, args.input, args.input_format, report)
     except (WebdedupError, params.ParamError) as err:

@@ -14,10 +14,11 @@ from pydantic import BaseModel, ValidationError
 from .. import params
 from ..core.minhash import candidate_probability
 from ..errors import WebdedupError
-from ..storage.objects import is_uri
+from ..storage.objects import ObjectPath, is_uri
 from .evaluate import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 from .exiting import end_process
 from .explain import add_explain_parsers, cmd_explain, cmd_inspect
+from .folders import output_of, storage_to_write
 from .incremental import add_incremental_parsers, cmd_add, cmd_check
 from .progress import progress_shown
 from .verify import add_verify_parser, cmd_verify
@@ -206,8 +207,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     input_path = args.input if is_uri(args.input) else str(Path(args.input).expanduser())
     hash_in_background(input_path, args.input_format)  # while the engine is imported
-    output_dir = Path(args.output).expanduser().resolve()
-    storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
+    output_dir = output_of(args.output)
+    try:
+        storage_root = storage_to_write(output_dir, args.storage)
+    except WebdedupError as err:
+        print(f"webdedup: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
     try:
         run = run_params(args)
         chosen = params.EngineParams.checked(
@@ -225,7 +230,7 @@ def _run_and_report(
     input_path: str,
     run: params.RunParams,
     chosen: params.EngineParams,
-    output_dir: Path,
+    output_dir: Path | ObjectPath,
     storage_root: Path,
 ) -> int:
     from ..engine import pipeline
@@ -253,6 +258,8 @@ def _run_and_report(
         print(f"webdedup summary ({output_dir}):")
         print(_summary_table(manifest))
     warc = manifest["input"].get("warc")
+    if isinstance(output_dir, ObjectPath):  # in the set its CURRENT names
+        output_dir = ObjectPath(*output_dir.parts, "sets", "<CURRENT>")
     if warc:
         print(
             f"webdedup: WARC input: {warc['records']} records -> {warc['documents']} documents; "
@@ -286,15 +293,22 @@ def cmd_probability(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    for name in ("output", "storage"):  # the input may be in object storage, not what is written
-        value = getattr(args, name, None)
-        if isinstance(value, str) and is_uri(value):
-            print(
-                f"webdedup: error: --{name} {value}: object storage holds the input only; --{name} must be a "
-                "local (or mounted) folder",
-                file=sys.stderr,
-            )
-            return EXIT_ERROR
+    storage = getattr(args, "storage", None)
+    if isinstance(storage, str) and is_uri(storage):  # the input and the published outputs may be objects
+        print(
+            f"webdedup: error: --storage {storage}: object storage holds the input and the published outputs, not "
+            "the storage root; --storage must be a local (or mounted) folder",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    output = getattr(args, "output", None)
+    if args.command in ("evaluate", "tune") and isinstance(output, str) and is_uri(output):
+        print(
+            f"webdedup: error: --output {output}: {args.command} writes its tables into --output; give a local "
+            "folder (and --storage, the run's storage root)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     if args.command == "run":
         return cmd_run(args)
     if args.command == "evaluate":

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from ..errors import WebdedupError
+from .folders import output_of, storage_to_read
 
 EXIT_OK, EXIT_ERROR = 0, 2
 
@@ -30,8 +32,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ..engine.verify import output_problems, storage_problems
     from ..storage.store import Store
 
-    output_dir = Path(args.output or "output").expanduser().resolve()
-    root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
+    output_dir = output_of(args.output or "output")
+    try:
+        root = storage_to_read(output_dir, args.storage)
+    except WebdedupError as err:
+        print(f"webdedup: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
     storage_only = args.storage_only or (args.storage and not args.output)
     if not root.is_dir():
         print(f"webdedup: error: no storage under {root}", file=sys.stderr)

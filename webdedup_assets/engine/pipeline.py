@@ -20,7 +20,7 @@ import calendar
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -41,6 +41,7 @@ from ..params import (
     check_banding,
 )
 from ..storage.fileio import make_folder
+from ..storage.objects import ObjectPath, is_uri
 from ..storage.serial import from_stored, stored_value
 from ..storage.state import clear_days, held_days, months_of, remove_leftovers, reset_outdated, writer_lock
 from ..storage.store import Store
@@ -189,22 +190,28 @@ class _Steps:
 
 
 @contextmanager
-def _writing(storage_root: Path, output_dir: Path, purpose: str, notice: Notice) -> Iterator[StorageTransaction]:
+def _writing(
+    storage_root: Path, output_dir: Path | ObjectPath, purpose: str, notice: Notice
+) -> Iterator[StorageTransaction]:
     """The writer locks of both folders, what dead commands left tidied, and the storage
-    transaction of this command (rolled back, and said so, when the block fails)."""
-    make_folder(output_dir)
-    make_folder(storage_root)
-    with writer_lock(output_dir, purpose=purpose) as output_lock, writer_lock(storage_root, purpose=purpose) as lock:
-        for report in (output_lock, lock):
+    transaction of this command (rolled back, and said so, when the block fails). An output in
+    object storage has no lock of its own (storage.sets: what two writers there may expect)."""
+    local = None if isinstance(output_dir, ObjectPath) else output_dir
+    folders = [storage_root] if local is None else [local, storage_root]
+    for folder in folders:
+        make_folder(folder)
+    with ExitStack() as locks:
+        for folder in folders:
+            report = locks.enter_context(writer_lock(folder, purpose=purpose))
             for stale in report.stale:
                 notice(
                     f"took over the writer lock of {report.path} left by pid {stale.get('pid')} "
                     f"(started {stale.get('started')}), which is no longer running"
                 )
-        removed = remove_leftovers(storage_root) + remove_leftovers(output_dir)
+        removed = [path for folder in reversed(folders) for path in remove_leftovers(folder)]
         if removed:
             notice(f"removed {len(removed)} temporary file(s) left by interrupted runs (first: {removed[0]})")
-        if recover(output_dir):  # its command had reached its commit point: its storage stands
+        if local is not None and recover(local):  # its command had reached its commit point: its storage stands
             discard(storage_root)
             notice(f"completed the publishing of {output_dir} that an interrupted run had begun")
         try:
@@ -215,14 +222,18 @@ def _writing(storage_root: Path, output_dir: Path, purpose: str, notice: Notice)
             raise
 
 
-def _check_input(input_path: str, input_format: str, storage_root: Path, output_dir: Path) -> list[InputFile]:
+def _check_input(
+    input_path: str, input_format: str, storage_root: Path, output_dir: Path | ObjectPath
+) -> list[InputFile]:
     """The input's files: it exists, and an input folder does not hold the folders the command
     writes (the next command would read the outputs back as input)."""
     files = resolve_input(input_path, input_format)
     source = Path(input_path).expanduser()
-    if not source.is_dir():
+    if is_uri(input_path) or not source.is_dir():
         return files
     for folder, flag in ((output_dir, "--output"), (storage_root, "--storage")):
+        if isinstance(folder, ObjectPath):
+            continue
         if folder.resolve().is_relative_to(source.resolve()):
             raise WebdedupError(
                 f"{flag} {folder} is inside the input folder {input_path}: the next command would read its files "
@@ -239,7 +250,7 @@ def _month_coverage(months: list[str]) -> tuple[str, str]:
 def run(
     input_path: str,
     storage_root: Path,
-    output_dir: Path,
+    output_dir: Path | ObjectPath,
     params: RunParams,
     engine: EngineParams | None = None,
     notice: Notice = _silent,
@@ -366,7 +377,7 @@ def add(
     input_path: str,
     input_format: str,
     storage_root: Path,
-    output_dir: Path,
+    output_dir: Path | ObjectPath,
     given: dict[str, dict[str, Any]],
     full_rebuild: bool = False,
     notice: Notice = _silent,

@@ -8,6 +8,10 @@ untouched; one killed during the swap leaves the journal, and the next publish (
 run`) completes the moves before anything else. `manifest.json` lists the files of its set
 with their sizes, so a reader can check that what it sees belongs together.
 
+An output in object storage (`--output s3://bucket/prefix`) has no rename: the same files are
+built into a staging folder in the storage root and uploaded as a new set under
+`OUTPUT/sets/<set-id>/`, then the pointer `OUTPUT/CURRENT` names it (storage.sets).
+
 The published fingerprinted.parquet puts every crawl day's file together (every page's
 signature). It is built once per set of stored fingerprinted files, into the
 storage's `published/` folder under a name derived from those files, and linked into the output:
@@ -32,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
+from ..storage import sets
 from ..storage.fileio import atomic_path, write_text
+from ..storage.objects import ObjectPath
 from ..storage.store import Store, connect, file_identity, link_or_copy, publish_concatenated, sql_string
 from ..storage.transaction import JOURNAL
 from .invariants import MEMBER_CACHE, measured_key, read_keyed_table
@@ -116,7 +122,7 @@ def _build_publication(store: Store, target: Path) -> Path:
 
 
 @contextmanager
-def publication_prepared(store: Store, output_dir: Path) -> Iterator[None]:
+def publication_prepared(store: Store, output_dir: Path | ObjectPath) -> Iterator[None]:
     """Build the fingerprinted publication on a background thread while the block runs (the
     global stages, after which the fingerprinted files are final), so that the publish into
     output_dir at its end only links it. The thread is waited for on the way out; a failure there
@@ -126,7 +132,8 @@ def publication_prepared(store: Store, output_dir: Path) -> Iterator[None]:
         target = _publication_path(store, "fingerprinted")
     except WebdedupError:  # no fingerprinted file yet: nothing to prepare, the stages report it
         target = None
-    if target is None or not _same_file_system(store.root, output_dir):
+    staged_in = store.root if isinstance(output_dir, ObjectPath) else output_dir  # where publish stages
+    if target is None or not _same_file_system(store.root, staged_in):
         yield
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="webdedup-publication") as pool:
@@ -245,7 +252,7 @@ def domain_summary_sql(store: Store) -> str:
 
 def publish(
     store: Store,
-    output_dir: Path,
+    output_dir: Path | ObjectPath,
     manifest: dict[str, Any],
     on_commit: Callable[[], None] | None = None,
     extra: Callable[[Path], dict[str, Any]] | None = None,
@@ -255,10 +262,17 @@ def publish(
     The caller holds the output folder's writer lock (state.writer_lock). `on_commit` is called
     once the set is staged and its journal written, before the swap: from then on a killed
     publish is completed (`recover`), not undone. `extra(staging)` builds further outputs into the
-    set (the emitted shards); its figures go into the manifest under `extra_outputs`."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    recover(output_dir)
-    staging = output_dir / f".publish-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    set (the emitted shards); its figures go into the manifest under `extra_outputs`.
+
+    An output in object storage (an ObjectPath) gets the same files, staged in the storage root
+    and uploaded as a new set; `on_commit` is called once the set is uploaded, before CURRENT
+    names it (storage.sets)."""
+    if isinstance(output_dir, ObjectPath):
+        staging = store.root / f".publish-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    else:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        recover(output_dir)
+        staging = output_dir / f".publish-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     staging.mkdir()
     try:
         started = time.perf_counter()
@@ -271,6 +285,9 @@ def publish(
         text = json.dumps({**manifest, "outputs": outputs}, indent=2, default=str)
         write_text(staging / MANIFEST, text)
         write_text(store.asset_dir("manifest") / MANIFEST, text)
+        if isinstance(output_dir, ObjectPath):
+            _publish_set(staging, output_dir, on_commit)
+            return {k: v for k, v in outputs.items() if v is not None}
         names = sorted(n for n in outputs if n != MANIFEST) + [MANIFEST]
         stale = [n for n in OUTPUT_NAMES if n not in outputs and (output_dir / n).exists()]
         write_text(output_dir / JOURNAL, json.dumps({"staging": staging.name, "move": names, "remove": stale}))
@@ -280,6 +297,18 @@ def publish(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {k: v for k, v in outputs.items() if v is not None}
+
+
+def _publish_set(staging: Path, output: ObjectPath, on_commit: Callable[[], None] | None) -> None:
+    """The staged files as a new set of an output in object storage, then CURRENT moved to it,
+    then the sets older than the previous one deleted."""
+    previous = sets.current_set(output)
+    set_id = sets.new_set_id()
+    sets.upload_set(staging, output, set_id)
+    if on_commit is not None:
+        on_commit()
+    sets.point_to(output, set_id)
+    sets.remove_older_sets(output, previous)
 
 
 def _size(path: Path) -> int:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
+from ..storage import sets
+from ..storage.objects import ObjectPath, list_objects, open_input, open_text
 from ..storage.store import Store
 from .incremental import bodies
 from .incremental.layout import GLOBAL, INCREMENTAL_DIR
@@ -130,10 +132,12 @@ def _row_count_problems(store: Store, damaged: dict[Path, str]) -> dict[Path, st
     return found
 
 
-def output_problems(output_dir: Path) -> list[str]:
+def output_problems(output_dir: Path | ObjectPath) -> list[str]:
     """One line per problem of the published set: manifest.json readable, every output it lists
     present with its size, the row counts of the tables equal to the manifest's counts."""
     remedy = "publish again (`webdedup run`, or `webdedup add`)"
+    if isinstance(output_dir, ObjectPath):
+        return _set_problems(output_dir, remedy)
     manifest_path = output_dir / "manifest.json"
     if (output_dir / ".publish-journal.json").exists():
         return [
@@ -161,6 +165,43 @@ def output_problems(output_dir: Path) -> list[str]:
                 problems.append(f"{path}: not readable ({str(err).splitlines()[0]}); {remedy}")
                 continue
             if expected is not None and rows != expected:
+                problems.append(
+                    f"{path}: {rows:,} rows, manifest.json counts {expected:,} {OUTPUT_ROWS[name]}; {remedy}"
+                )
+    return problems
+
+
+def _set_problems(output: ObjectPath, remedy: str) -> list[str]:
+    """output_problems of an output in object storage: the set its CURRENT names."""
+    try:
+        folder = sets.current_folder(output)
+        manifest = sets.read_json(folder / "manifest.json")
+        held: dict[str, int] = {}
+        for path, size in list_objects(str(folder)):
+            name = path.relative_to(folder).parts[0]  # a folder output (shards/) by its files' bytes
+            held[name] = held.get(name, 0) + size
+    except WebdedupError as err:
+        return [f"{err}; {remedy}"]
+    problems = []
+    for name, size in sorted((manifest.get("outputs") or {}).items()):
+        path = folder / name
+        if name not in held:
+            problems.append(f"{path}: listed in manifest.json but missing; {remedy}")
+        elif size is not None and held[name] != size:
+            problems.append(f"{path}: {held[name]:,} bytes, manifest.json lists {size:,}; {remedy}")
+        elif name in OUTPUT_ROWS and manifest["counts"].get(OUTPUT_ROWS[name]) is not None:
+            expected = manifest["counts"][OUTPUT_ROWS[name]]
+            try:
+                if name.endswith(".parquet"):
+                    with open_input(path) as handle:
+                        rows = pq.ParquetFile(handle).metadata.num_rows
+                else:
+                    with open_text(path) as handle:
+                        rows = sum(1 for _ in csv.reader(handle)) - 1  # the header
+            except Exception as err:  # a damaged table: named, whatever the reader raised
+                problems.append(f"{path}: not readable ({str(err).splitlines()[0]}); {remedy}")
+                continue
+            if rows != expected:
                 problems.append(
                     f"{path}: {rows:,} rows, manifest.json counts {expected:,} {OUTPUT_ROWS[name]}; {remedy}"
                 )

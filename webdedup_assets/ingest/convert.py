@@ -20,6 +20,7 @@ import urllib3
 
 from ..progress import task
 from ..storage.fileio import atomic_path, file_sha256
+from ..storage.objects import ObjectPath
 from .commoncrawl import read_commoncrawl
 from .options import WarcOptions
 from .warc.collect import DOCUMENT_SCHEMA, Collector, FileReport, doc_id_for, rejection_row
@@ -43,12 +44,12 @@ class FileResult:
     revisits: list[tuple[str | None, str | None]]
 
 
-def convert_file(path: str, name: str, options: WarcOptions, part: str) -> FileResult:
-    """Convert one WARC file into a Parquet part of documents (runs in a worker process)."""
+def convert_file(path: Path | ObjectPath, name: str, options: WarcOptions, part: str) -> FileResult:
+    """Convert one WARC file or object into a Parquet part of documents (runs in a worker process)."""
     with atomic_path(Path(part)) as temp:
         with pq.ParquetWriter(temp, DOCUMENT_SCHEMA, compression="zstd") as writer:
             collector = Collector(writer, options)
-            read_warc_file(collector, Path(path), name, options)
+            read_warc_file(collector, path, name, options)
             collector.flush()
     return FileResult(
         name,
@@ -62,7 +63,7 @@ def convert_file(path: str, name: str, options: WarcOptions, part: str) -> FileR
     )
 
 
-def convert_files(files: list[tuple[Path, str]], target: Path, options: WarcOptions) -> list[FileResult]:
+def convert_files(files: list[tuple[Path | ObjectPath, str]], target: Path, options: WarcOptions) -> list[FileResult]:
     """Convert each file (in parallel processes when there are several), then merge in input order.
 
     A record id that is already a document in an earlier file is rejected as a duplicate, so
@@ -71,7 +72,7 @@ def convert_files(files: list[tuple[Path, str]], target: Path, options: WarcOpti
     parts = [str(target.with_name(f"{target.stem}.part{i}.parquet")) for i in range(len(files))]
     workers = options.workers or os.cpu_count() or 1
     workers = max(1, min(workers, len(files)))
-    jobs = [(str(path), name, options, part) for (path, name), part in zip(files, parts)]
+    jobs = [(path, name, options, part) for (path, name), part in zip(files, parts)]
     results = None
     if workers > 1:
         context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
@@ -117,7 +118,7 @@ def convert_files(files: list[tuple[Path, str]], target: Path, options: WarcOpti
 
 
 def convert_warc_input(
-    files: list[tuple[Path, str]],
+    files: list[tuple[Path | ObjectPath, str]],
     target: Path,
     options: WarcOptions,
     commoncrawl_targets: Path | None = None,

@@ -144,14 +144,13 @@ def _resolve_objects(uri: str, input_format: str) -> list[InputFile]:
             and (input_format == "auto" or SUFFIX_FORMATS[format_suffix(p)] == input_format)
         ]
     if not found:
-        raise WebdedupError(f"input {uri} holds no .csv, .parquet, .jsonl (.gz, .zst), .json.gz or .json.zst object")
-    files = [InputFile(p, _format_of(p, input_format), "", size) for p, size in found]
-    warc = next((f for f in files if f.format in ("warc", "commoncrawl")), None)
-    if warc is not None:
         raise WebdedupError(
-            f"{warc.path}: WARC input is read from local files only; object storage holds CSV, Parquet and JSON "
-            "Lines input"
+            f"input {uri} holds no .csv, .parquet, .jsonl (.gz, .zst), .json.gz, .json.zst, .warc or .warc.gz object"
         )
+    files = [InputFile(p, _format_of(p, input_format), "", size) for p, size in found]
+    targets = next((f for f in files if f.format == "commoncrawl"), None)
+    if targets is not None:
+        raise WebdedupError(f"{targets.path}: Common Crawl targets are read from a local CSV file")
     return [replace(f, sha256=sha256) for f, sha256 in zip(files, file_sha256s([f.path for f in files]))]
 
 

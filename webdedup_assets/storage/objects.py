@@ -5,14 +5,18 @@ Credentials, region and endpoint come from the standard variables and profiles o
 (for S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL, ~/.aws). A file
 in a bucket is an ObjectPath: it names itself as its URI in every message and in the manifest,
 and has a path's name, suffix and parents. DuckDB reads it through the same file system
-(`register`, on every connection); Python readers open it with `open_input`."""
+(`register`, on every connection); Python readers open it with `open_input`, `open_stream` or
+`open_buffer` (the WARC framing: a buffer read by ranges)."""
 
 from __future__ import annotations
 
 import fnmatch
 import io
+import mmap
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -81,9 +85,24 @@ def size_and_mtime(path: ObjectPath) -> tuple[int, int]:
     return info.size, info.mtime_ns or 0
 
 
+# The service's answers to credentials it does not accept (unknown key, wrong secret, expired token,
+# or a key without the permission), as pyarrow's S3 errors name them.
+DENIED = re.compile(
+    r"AWS Error (ACCESS_DENIED|INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH|EXPIRED_TOKEN|INVALID_CLIENT_TOKEN_ID"
+    r"|UNRECOGNIZED_CLIENT|UNKNOWN \(HTTP status 403\)) during (\w+) operation"
+)
+
+
 def message(err: Exception) -> str:
-    """A storage error in one line, without the service's request ids."""
+    """A storage error in one line, without the service's request ids; refused credentials say so
+    and name the variables that hold them, since the service's own text does not."""
     text = " ".join(str(err).split())
+    denied = DENIED.search(text)
+    if denied:
+        return (
+            f"access denied ({denied.group(1)} on {denied.group(2)}): check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+            "(or AWS_PROFILE, AWS_SESSION_TOKEN) and the bucket's permissions"
+        )
     return re.sub(r"\s*\(Request ID: [^)]*\)", "", text)
 
 
@@ -135,6 +154,72 @@ def open_stream(path: Path | ObjectPath, compression: str | None = "detect") -> 
     import pyarrow as pa
 
     return pa.input_stream(str(path), compression=compression)
+
+
+class RangeBuffer:
+    """An object as a read-only buffer (len, slices, find), for readers that walk a file by offsets
+    as they would a memory map (the WARC framing). Read by ranges through a window that follows the
+    reader forward, so an object of any size is streamed: never copied whole to memory or disk."""
+
+    def __init__(self, path: ObjectPath, handle: Any, window: int = 8 << 20) -> None:
+        self.path, self.handle, self.window = path, handle, window
+        self.size = handle.size()
+        self.start, self.data = 0, b""
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, start: int, stop: int) -> bytes:
+        """Bytes start..stop (within the object): from the window, else one ranged read."""
+        if self.start <= start and stop <= self.start + len(self.data):
+            return self.data[start - self.start : stop - self.start]
+        try:
+            if stop - start >= self.window:  # a large piece is read as it is, the window kept
+                return self.handle.read_at(stop - start, start)
+            self.start, self.data = start, self.handle.read_at(min(self.window, self.size - start), start)
+        except OSError as err:
+            raise WebdedupError(f"{self.path}: {message(err)}") from None
+        return self.data[: stop - start]
+
+    def __getitem__(self, key: int | slice) -> int | bytes:
+        if isinstance(key, int):
+            index = key + self.size if key < 0 else key
+            if not 0 <= index < self.size:
+                raise IndexError(f"{self.path}: offset {key} outside its {self.size} bytes")
+            return self.read(index, index + 1)[0]
+        start, stop, step = key.indices(self.size)
+        if step != 1:
+            raise ValueError("RangeBuffer slices are contiguous")
+        return self.read(start, stop) if stop > start else b""
+
+    def find(self, sub: bytes, start: int = 0, end: int | None = None) -> int:
+        """The first offset of sub within start..end, or -1 (as bytes.find), a window at a time."""
+        end = self.size if end is None else min(end, self.size)
+        while start < end:
+            stop = min(end, start + self.window)
+            hit = self.read(start, stop).find(sub)
+            if hit >= 0:
+                return start + hit
+            if stop >= end:
+                break
+            start = stop - len(sub) + 1  # a match across the windows' seam is found in the next
+        return -1
+
+
+@contextmanager
+def open_buffer(path: Path | ObjectPath) -> Iterator[Any]:
+    """A file as a read-only buffer (len, slices, find): a local file mapped into memory (an empty
+    one is b""), an object a RangeBuffer."""
+    if isinstance(path, ObjectPath):
+        with open_input(path) as handle:
+            yield RangeBuffer(path, handle)
+        return
+    with open(path, "rb") as handle:
+        if not handle.seek(0, io.SEEK_END):  # an empty file cannot be mapped
+            yield b""
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            yield buf
 
 
 def open_text(path: Path | ObjectPath) -> io.TextIOWrapper:

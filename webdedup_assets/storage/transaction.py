@@ -144,7 +144,7 @@ def reading_warnings(storage_root: Path, output_dir: Path | None = None) -> list
             f"{storage_root} is being changed by a webdedup command, or one was interrupted there (the next run or "
             "add undoes it): what is read may mix the corpus before and after that command"
         )
-    if output_dir is not None and (output_dir / JOURNAL).exists():
+    if isinstance(output_dir, Path) and (output_dir / JOURNAL).exists():  # (an output in object storage has none)
         warnings.append(
             f"{output_dir} holds a publish that was interrupted (the next run or add completes it): its files may "
             "come from two runs"

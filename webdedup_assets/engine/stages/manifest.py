@@ -14,6 +14,7 @@ from typing import Any
 from ...core.minhash import candidate_probability
 from ...params import BandingParams
 from ...storage.fileio import write_text
+from ...storage.objects import ObjectPath
 from ...storage.serial import stored_value
 from ...storage.store import Store, sum_figures
 from ..columns import mapping_given
@@ -125,7 +126,7 @@ def build_manifest(store: Store) -> dict[str, Any]:
 
 def stage_manifest(
     store: Store,
-    output_dir: Path | None = None,
+    output_dir: Path | ObjectPath | None = None,
     on_commit: Callable[[], None] | None = None,
     extra_outputs: Callable[[Path], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:

@@ -8,7 +8,6 @@ columns, and the kind and reason of every record that does not become a document
 
 from __future__ import annotations
 
-import mmap
 import re
 from collections import Counter
 from datetime import UTC, date, datetime
@@ -18,6 +17,7 @@ from urllib.parse import urlsplit
 from fastwarc.warc import WarcRecord, WarcRecordType
 
 from ...progress import task
+from ...storage.objects import ObjectPath, open_buffer
 from ..options import WarcOptions
 from .collect import Collector, doc_id_for
 from .framing import MAX_HEADER_BYTES, Framed, frame_gzip, frame_plain
@@ -235,12 +235,13 @@ def handle_record(
     )
 
 
-def read_warc_file(collector: Collector, path: Path, name: str, options: WarcOptions) -> None:
+def read_warc_file(collector: Collector, path: Path | ObjectPath, name: str, options: WarcOptions) -> None:
+    """Every record of a local file (memory-mapped) or an object (read by ranges, in order)."""
     collector.report(name)
-    size = path.stat().st_size
-    if size == 0:
-        return
-    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+    with open_buffer(path) as buf:
+        size = len(buf)
+        if size == 0:
+            return
         gz = buf[:2] == b"\x1f\x8b"
         framer = frame_gzip if gz else frame_plain
         with task("warc records", size, "B") as shown:  # bytes read of this file, with its records so far
