@@ -16,13 +16,14 @@ from webdedup_assets.core.fingerprint import simhash_texts
 from webdedup_assets.core.simhash import (
     block_bounds,
     block_keys,
+    block_values,
     candidate_probability_at_distance,
     from_words,
     hamming,
     to_words,
 )
 from webdedup_assets.params import BandingParams, FingerprintParams
-from webdedup_assets.storage.store import connect
+from webdedup_assets.storage.store import Store, connect
 
 from .conftest import FIXTURE
 
@@ -81,43 +82,65 @@ def test_blocks_cover_the_64_bits(max_hamming):
     assert all(start + width == nxt for (start, width), (nxt, _) in zip(bounds, bounds[1:]))
 
 
-@pytest.mark.parametrize("max_hamming", [0, 1, 2, 5])
-def test_candidate_probability_at_distance_counts_every_placement(max_hamming):
-    """Against every placement of the differing bits (distances 0..3): the share that leaves
-    some block whole; 1 within max_hamming."""
+@pytest.mark.parametrize(("max_hamming", "key_blocks"), [(0, 1), (1, 1), (2, 1), (5, 1), (1, 2), (3, 3)])
+def test_candidate_probability_at_distance_counts_every_placement(max_hamming, key_blocks):
+    """Against every placement of the differing bits (distances 0..3): the share that leaves at
+    least key_blocks blocks whole; 1 within max_hamming."""
     import itertools
 
-    bounds = block_bounds(max_hamming)
+    bounds = block_bounds(max_hamming, key_blocks)
+    assert len(bounds) == max_hamming + key_blocks
     for distance in range(4):
         placements = list(itertools.combinations(range(64), distance))
-        whole = sum(any(not any(s <= b < s + w for b in bits) for s, w in bounds) for bits in placements)
-        assert candidate_probability_at_distance(distance, max_hamming) == pytest.approx(whole / len(placements))
-    assert candidate_probability_at_distance(max_hamming, max_hamming) == 1.0
-    assert candidate_probability_at_distance(64, max_hamming) == 0.0
+        whole = sum(sum(not any(s <= b < s + w for b in bits) for s, w in bounds) >= key_blocks for bits in placements)
+        expected = whole / len(placements)
+        assert candidate_probability_at_distance(distance, max_hamming, key_blocks) == pytest.approx(expected)
+    assert candidate_probability_at_distance(max_hamming, max_hamming, key_blocks) == 1.0
+    assert candidate_probability_at_distance(64, max_hamming, key_blocks) == 0.0
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     value=st.integers(0, 2**64 - 1),
     max_hamming=st.integers(0, 31),
+    key_blocks=st.integers(1, 4),
     flips=st.lists(st.integers(0, 63), max_size=31, unique=True),
 )
-def test_every_pair_within_max_hamming_shares_a_block(value, max_hamming, flips):
-    """The pigeonhole guarantee: max_hamming flipped bits leave one of max_hamming + 1 blocks
-    whole, so the two fingerprints share that block's key (band_index, band_hash)."""
+def test_every_pair_within_max_hamming_shares_a_block(value, max_hamming, key_blocks, flips):
+    """The pigeonhole guarantee: max_hamming flipped bits leave key_blocks of the max_hamming +
+    key_blocks blocks whole, so the two fingerprints share the key of those blocks (band_index,
+    band_hash)."""
+    import math
+
+    from hypothesis import assume
+
+    assume(math.comb(max_hamming + key_blocks, key_blocks) <= 256)
     flips = flips[:max_hamming]
     other = value
     for bit in flips:
         other ^= 1 << bit
     left, right = np.array([value], np.uint64), np.array([other], np.uint64)
     assert int(hamming(left, right)[0]) == len(flips) <= max_hamming
-    keys_left, keys_right = block_keys(left, max_hamming)[0], block_keys(right, max_hamming)[0]
+    keys_left = block_keys(left, max_hamming, key_blocks)[0]
+    keys_right = block_keys(right, max_hamming, key_blocks)[0]
+    assert len(keys_left) == math.comb(max_hamming + key_blocks, key_blocks)
     assert (keys_left == keys_right).any()
-    # and a pair differing in one bit of every block shares none (the guarantee is tight)
+    # and a pair differing in one bit of all but key_blocks - 1 blocks shares none (the guarantee is tight)
     spread = value
-    for start, _ in block_bounds(max_hamming):
+    for start, _ in block_bounds(max_hamming, key_blocks)[key_blocks - 1 :]:
         spread ^= 1 << start
-    assert not (block_keys(np.array([spread], np.uint64), max_hamming)[0] == keys_left).any()
+    assert not (block_keys(np.array([spread], np.uint64), max_hamming, key_blocks)[0] == keys_left).any()
+
+
+def test_one_block_per_key_writes_the_keys_it_wrote_before_key_blocks():
+    """key_blocks 1: band_hash(block index, [block value]), the layout of stored corpora."""
+    from webdedup_assets.core.minhash import band_keys
+
+    hashes = np.array([0, 1, 2**63 + 12345, 2**64 - 1], np.uint64)
+    for max_hamming in (0, 3, 9):
+        assert (
+            block_keys(hashes, max_hamming) == band_keys(block_values(hashes, max_hamming), max_hamming + 1, 1)
+        ).all()
 
 
 def _pairs(folder) -> set[tuple[str, str]]:
@@ -169,7 +192,7 @@ def test_fixture_with_simhash(tmp_path, capsys):
     assert main(["explain", "incident-canonical", "incident-revision", "--output", str(tmp_path / "default")]) == 0
     explained = capsys.readouterr().out
     assert "SimHash distance      7 of 64 bits (max_hamming 3)" in explained
-    assert "shared blocks         1 of 4 (0)" in explained
+    assert "shared keys           1 of 4 (0)" in explained
     assert "P(candidate | d)      0.4417 for d=7" in explained and "MinHash" not in explained
     assert "verdict               duplicate: jaccard_match (near duplicate)" in explained
     stored = json.loads((tmp_path / "default" / "manifest.json").read_text())
@@ -237,6 +260,40 @@ def test_verify_hamming_lets_the_fingerprints_decide(tmp_path, capsys):
             assert 0.9 < row["exact_jaccard"] < 0.95
 
 
+def test_longer_keys_cut_the_chance_candidates_not_the_duplicates(tmp_path, capsys):
+    """At max_hamming 9 on the fixture, 10 keys of one block make 54 candidates; 55 keys of two of
+    11 blocks 29, 220 keys of three of 12 blocks 19: the 18 duplicate pairs and 12
+    representatives each time (every pair within 9 bits still shares a key)."""
+    import json
+
+    from webdedup_assets.cli.main import main
+
+    found = {}
+    for key_blocks in (1, 2, 3):
+        out = tmp_path / f"k{key_blocks}"
+        flags = ["--fingerprint-method", "simhash", "--max-hamming", "9", "--key-blocks", str(key_blocks)]
+        main(["run", str(FIXTURE), "--output", str(out), "--quiet", *flags])
+        manifest = json.loads((out / "manifest.json").read_text())
+        counts, lsh = manifest["counts"], manifest["lsh"]
+        found[key_blocks] = (
+            counts["candidate_pairs"],
+            counts["duplicate_pairs"],
+            counts["representatives"],
+            lsh["keys"],
+        )
+        bands = Store(out / "_storage").scan_sql("band_memberships")
+        assert connect().execute(f"SELECT count(*) FROM {bands}").fetchone()[0] == 24 * lsh["keys"]
+    assert found == {1: (54, 18, 12, 10), 2: (29, 18, 12, 55), 3: (19, 18, 12, 220)}
+    assert _pairs(tmp_path / "k3") == _pairs(tmp_path / "k1")
+    capsys.readouterr()
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "many"), "--fingerprint-method", "simhash",
+                 "--max-hamming", "20", "--key-blocks", "5"]) == 2  # fmt: skip
+    assert capsys.readouterr().err == (
+        "webdedup: error: --max-hamming 20 with --key-blocks 5 makes 53130 keys per document (at most 256, and at "
+        "most 64 blocks)\n"
+    )
+
+
 def test_verify_hamming_without_simhash_is_refused_in_one_line(tmp_path, capsys):
     from webdedup_assets.cli.main import main
 
@@ -300,7 +357,8 @@ def test_incremental_simhash_equals_full_recompute(tmp_path_factory, monkeypatch
     monkeypatch.setattr(
         test_incremental, "FINGERPRINT", FingerprintParams(shingle_size=3, fingerprint_method="simhash")
     )
-    monkeypatch.setattr(test_incremental, "BANDING", BandingParams(max_hamming=6))
+    key_blocks = 2 if verify == "hamming" else 1  # longer keys too: the same update code
+    monkeypatch.setattr(test_incremental, "BANDING", BandingParams(max_hamming=6, key_blocks=key_blocks))
     store = test_incremental._ops_sequence(tmp_path_factory.mktemp("sim"), seed, ["add", "merge", "replace", "delete"])
     assert store.params("fingerprinted")["fingerprint"]["fingerprint_method"] == "simhash"
     con = connect()

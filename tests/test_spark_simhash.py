@@ -120,23 +120,24 @@ def reason_counts(pairs: pa.Table) -> dict[str, int]:
 
 
 def test_fixture_with_simhash_on_spark_is_the_duckdb_run(spark, tmp_path, capsys, monkeypatch):
-    """The fixture at --max-hamming 9 (10 blocks), the fingerprints deciding (--verify hamming, at
-    a threshold of 0.95 that the revisions' Jaccard ~0.93 misses): on both engines 240 block keys,
-    54 candidates, 18 duplicate pairs within 0..9 bits (12 of them below the threshold), 36
-    candidates beyond 9 bits, 12 representatives, the same failed pinned-count check (54
-    candidates, not MinHash's 18)."""
+    """The fixture at --max-hamming 9 with keys of two of 11 blocks (55 keys), the fingerprints
+    deciding (--verify hamming, at a threshold of 0.95 that the revisions' Jaccard ~0.93 misses):
+    on both engines 24 x 55 block keys, 29 candidates, 18 duplicate pairs within 0..9 bits (12 of
+    them below the threshold), 11 candidates beyond 9 bits, 12 representatives, the same failed
+    pinned-count check (29 candidates, not MinHash's 18)."""
     called = spy_on_daily_stages(monkeypatch)
-    flags = ["--fingerprint-method", "simhash", "--max-hamming", "9", "--verify", "hamming", "--threshold", "0.95"]
+    flags = ["--fingerprint-method", "simhash", "--max-hamming", "9", "--key-blocks", "2"]
+    flags += ["--verify", "hamming", "--threshold", "0.95"]
     ours, duck, code, err = run_both(tmp_path, FIXTURE, flags, capsys)
-    assert code == 1 and "candidate pairs: expected 18, actual 54" in err
+    assert code == 1 and "candidate pairs: expected 18, actual 29" in err
     assert called == ["fingerprinted", "band_memberships"]  # the daily stages ran on Spark too
     store = assert_same_run(ours, duck)
     counts = json.loads((ours / "manifest.json").read_text())["counts"]
-    assert (counts["candidate_pairs"], counts["duplicate_pairs"], counts["representatives"]) == (54, 18, 12)
+    assert (counts["candidate_pairs"], counts["duplicate_pairs"], counts["representatives"]) == (29, 18, 12)
     bands = pa.concat_tables(pq.read_table(f) for f in store.data_files("band_memberships"))
-    assert bands.num_rows == 24 * 10 and sorted(set(bands.column("band_index").to_pylist())) == list(range(10))
+    assert bands.num_rows == 24 * 55 and sorted(set(bands.column("band_index").to_pylist())) == list(range(55))
     pairs = scored(store)
-    assert reason_counts(pairs) == {"jaccard_and_simhash": 6, "simhash_match": 12, "beyond_max_hamming": 36}
+    assert reason_counts(pairs) == {"jaccard_and_simhash": 6, "simhash_match": 12, "beyond_max_hamming": 11}
     duplicates = pairs.filter(pairs.column("is_duplicate"))
     distances = duplicates.column("hamming_distance").to_pylist()
     assert min(distances) == 0 and max(distances) == 9

@@ -10,6 +10,7 @@ CLI shows the parameter as its flag (`--num-perm 0: ...`), Dagster as its config
 
 from __future__ import annotations
 
+import math
 import re
 import types
 import typing
@@ -157,6 +158,9 @@ class FingerprintParams(ParamGroup):
     )
 
 
+MAX_SIMHASH_KEYS = 256  # band rows per document a SimHash blocking may write
+
+
 class BandingParams(ParamGroup):
     """LSH banding of the signatures: bands x rows must equal num_perm."""
 
@@ -167,9 +171,34 @@ class BandingParams(ParamGroup):
         ge=0,
         le=31,
         description="simhash only: pairs whose fingerprints differ in at most this many of 64 bits are certain to "
-        "be candidates (the 64 bits are split into max_hamming + 1 blocks; a shared block makes a candidate).",
+        "be candidates (the 64 bits are split into max_hamming + key_blocks blocks; a shared key makes a "
+        "candidate).",
         json_schema_extra=STORED_UNLESS_DEFAULT,
     )
+    key_blocks: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description="simhash only: blocks per key. Every key_blocks of the max_hamming + key_blocks blocks are one "
+        "key (C(max_hamming + key_blocks, key_blocks) keys per document): pairs within max_hamming bits still "
+        "always share a key, and longer keys make far fewer chance candidates in a large corpus (e.g. 3: 20 keys "
+        "of about 32 bits at max_hamming 3, instead of 4 of 16).",
+        json_schema_extra=STORED_UNLESS_DEFAULT,
+    )
+
+    @model_validator(mode="after")
+    def _key_count(self) -> BandingParams:
+        keys = math.comb(self.max_hamming + self.key_blocks, self.key_blocks)
+        if self.max_hamming + self.key_blocks > 64 or keys > MAX_SIMHASH_KEYS:
+            raise ParamError(
+                ("max_hamming", "key_blocks"),
+                "{p0} {max_hamming} with {p1} {key_blocks} makes {keys} keys per document (at most "
+                f"{MAX_SIMHASH_KEYS}, and at most 64 blocks)",
+                max_hamming=self.max_hamming,
+                key_blocks=self.key_blocks,
+                keys=keys,
+            )
+        return self
 
 
 class CandidateParams(ParamGroup):

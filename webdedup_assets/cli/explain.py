@@ -127,15 +127,21 @@ def _minhash_lines(a: dict[str, Any]) -> list[str]:
     ]
 
 
+def _blocking(p: dict[str, Any]) -> str:
+    if p.get("key_blocks", 1) == 1:
+        return f"{p['blocks']} blocks of the 64 bits"
+    return f"{p['keys']} keys of {p['key_blocks']} of {p['blocks']} blocks of the 64 bits"
+
+
 def _simhash_lines(a: dict[str, Any]) -> list[str]:
     p, blocks, distance = a["parameters"], a["shared_bands"], a["hamming_distance"]
     return [
         f"{'SimHash distance':<22}{'-' if distance is None else distance} of 64 bits (max_hamming {p['max_hamming']})",
-        f"{'shared blocks':<22}{len(blocks)} of {p['blocks']} ({', '.join(map(str, blocks))})"
+        f"{'shared keys':<22}{len(blocks)} of {p['keys']} ({', '.join(map(str, blocks))})"
         if blocks
-        else f"{'shared blocks':<22}0 of {p['blocks']}: every block differs",
+        else f"{'shared keys':<22}0 of {p['keys']}: every key differs",
         f"{'P(candidate | d)':<22}{_num(a['candidate_probability'])} for d={'-' if distance is None else distance}, "
-        f"{p['blocks']} blocks of the 64 bits (1 within max_hamming)",
+        f"{_blocking(p)} (1 within max_hamming)",
     ]
 
 

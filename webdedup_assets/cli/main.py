@@ -183,7 +183,12 @@ def _summary_table(manifest: dict[str, Any]) -> str:
     ]
     lines = [f"  {k:<28}{counts[k]}" for k in keys]
     if lsh.get("fingerprint_method") == "simhash":
-        lines.append(f"  {'SimHash blocking':<28}pairs within {lsh['max_hamming']} of 64 bits ({lsh['blocks']} blocks)")
+        keys = (
+            f"{lsh['blocks']} blocks"
+            if lsh.get("key_blocks", 1) == 1
+            else (f"{lsh['keys']} keys of {lsh['key_blocks']} of {lsh['blocks']} blocks")
+        )
+        lines.append(f"  {'SimHash blocking':<28}pairs within {lsh['max_hamming']} of 64 bits ({keys})")
     else:
         lines.append(
             f"  {'P(candidate | threshold)':<28}{lsh['candidate_probability_at_threshold']} "

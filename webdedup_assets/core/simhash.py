@@ -14,8 +14,7 @@ core.minhash.band_keys, so the keys live in the same int64 space as MinHash band
 from __future__ import annotations
 
 import itertools
-from collections import Counter
-from math import comb, prod
+from math import comb
 
 import numpy as np
 
@@ -44,43 +43,55 @@ def hamming(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return np.bitwise_count(np.asarray(left, np.uint64) ^ np.asarray(right, np.uint64)).astype(np.int32)
 
 
-def block_bounds(max_hamming: int) -> list[tuple[int, int]]:
-    """(first bit, width) of each of the max_hamming + 1 blocks covering the 64 bits, as equal as can be."""
-    blocks = max_hamming + 1
+def block_bounds(max_hamming: int, key_blocks: int = 1) -> list[tuple[int, int]]:
+    """(first bit, width) of each of the max_hamming + key_blocks blocks covering the 64 bits, as
+    equal as can be."""
+    blocks = max_hamming + key_blocks
     if not 1 <= blocks <= SIMHASH_BITS:
-        raise ValueError(f"max_hamming must be 0..{SIMHASH_BITS - 1}, got {max_hamming}")
+        raise ValueError(f"max_hamming + key_blocks must be 1..{SIMHASH_BITS}, got {blocks}")
     cuts = [b * SIMHASH_BITS // blocks for b in range(blocks + 1)]
     return [(cuts[b], cuts[b + 1] - cuts[b]) for b in range(blocks)]
 
 
-def block_values(hashes: np.ndarray, max_hamming: int) -> np.ndarray:
-    """(n, max_hamming + 1) uint64: the bits of each block, shifted down."""
+def block_values(hashes: np.ndarray, max_hamming: int, key_blocks: int = 1) -> np.ndarray:
+    """(n, max_hamming + key_blocks) uint64: the bits of each block, shifted down."""
     hashes = np.asarray(hashes, dtype=np.uint64)
-    out = np.empty((len(hashes), max_hamming + 1), dtype=np.uint64)
-    for b, (start, width) in enumerate(block_bounds(max_hamming)):
+    bounds = block_bounds(max_hamming, key_blocks)
+    out = np.empty((len(hashes), len(bounds)), dtype=np.uint64)
+    for b, (start, width) in enumerate(bounds):
         mask = np.uint64((1 << width) - 1)
         out[:, b] = (hashes >> np.uint64(start)) & mask
     return out
 
 
-def block_keys(hashes: np.ndarray, max_hamming: int) -> np.ndarray:
-    """(n, max_hamming + 1) int64 band keys: band_hash(block index, [block value])."""
-    return band_keys(block_values(hashes, max_hamming), max_hamming + 1, 1)
+def key_combinations(max_hamming: int, key_blocks: int = 1) -> list[tuple[int, ...]]:
+    """The blocks of each key, in key (band_index) order: every key_blocks of the blocks."""
+    return list(itertools.combinations(range(max_hamming + key_blocks), key_blocks))
 
 
-def candidate_probability_at_distance(distance: int, max_hamming: int) -> float:
-    """P(two fingerprints `distance` bits apart share a block), the differing bits at random
-    places: 1 within max_hamming (the pigeonhole guarantee); beyond it, the share of placements
-    that leave some block untouched, by inclusion-exclusion over the sets of untouched blocks
-    (the blocks have at most two widths, so a set is counted by how many of each width it holds)."""
+def block_keys(hashes: np.ndarray, max_hamming: int, key_blocks: int = 1) -> np.ndarray:
+    """(n, keys) int64 band keys: band_hash(key index, [the values of its blocks]), one key per
+    combination of key_blocks blocks (with one block a key, band_hash(block index, [value]))."""
+    values = block_values(hashes, max_hamming, key_blocks)
+    combinations = key_combinations(max_hamming, key_blocks)
+    columns = [block for combination in combinations for block in combination]
+    return band_keys(values[:, columns], len(combinations), key_blocks)
+
+
+def candidate_probability_at_distance(distance: int, max_hamming: int, key_blocks: int = 1) -> float:
+    """P(two fingerprints `distance` bits apart share a key), the differing bits at random places:
+    the share of placements that leave at least key_blocks blocks untouched; 1 within
+    max_hamming (the pigeonhole guarantee). Counted block by block: ways[bits][untouched] of
+    placing `bits` of the differing bits in the blocks so far."""
     if distance <= max_hamming:
         return 1.0
-    widths = sorted(Counter(width for _, width in block_bounds(max_hamming)).items())
-    untouched = 0
-    for picked in itertools.product(*(range(count + 1) for _, count in widths)):
-        blocks = sum(picked)
-        if blocks:
-            bits = sum(k * width for k, (width, _) in zip(picked, widths, strict=True))
-            ways = prod(comb(count, k) for k, (_, count) in zip(picked, widths, strict=True))
-            untouched += (-1) ** (blocks + 1) * ways * comb(SIMHASH_BITS - bits, distance)
-    return untouched / comb(SIMHASH_BITS, distance)
+    ways = {(0, 0): 1}
+    for _, width in block_bounds(max_hamming, key_blocks):
+        grown: dict[tuple[int, int], int] = {}
+        for (bits, untouched), count in ways.items():
+            for inside in range(min(width, distance - bits) + 1):
+                key = (bits + inside, untouched + (inside == 0))
+                grown[key] = grown.get(key, 0) + count * comb(width, inside)
+        ways = grown
+    hit = sum(count for (bits, untouched), count in ways.items() if bits == distance and untouched >= key_blocks)
+    return hit / comb(SIMHASH_BITS, distance)

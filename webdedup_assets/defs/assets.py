@@ -138,9 +138,10 @@ def candidate_probability_table(parameters: dict[str, Any], threshold: float | N
     if fingerprint_method(parameters.get("fingerprint") or {}) != "simhash":
         return s_curve_table(banding["bands"], banding["rows"], threshold)
     max_hamming = stored_value(BandingParams, banding, "max_hamming")
+    key_blocks = stored_value(BandingParams, banding, "key_blocks")
     curve = []
     for distance in range(65):
-        probability = candidate_probability_at_distance(distance, max_hamming)
+        probability = candidate_probability_at_distance(distance, max_hamming, key_blocks)
         if probability < 0.001:
             break
         curve.append((distance, round(probability, 4)))

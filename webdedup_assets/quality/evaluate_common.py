@@ -27,6 +27,7 @@ class RunInfo:
     shingle_unit: str = "word"
     fingerprint_method: str = "minhash"
     max_hamming: int = 3
+    key_blocks: int = 1
 
     @property
     def simhash(self) -> bool:
@@ -49,6 +50,7 @@ def run_info(store: Store) -> RunInfo:
         shingle_unit=str(fingerprint.get("shingle_unit", "word")),
         fingerprint_method=str(stored_value(FingerprintParams, fingerprint, "fingerprint_method")),
         max_hamming=int(stored_value(BandingParams, banding, "max_hamming")),
+        key_blocks=int(stored_value(BandingParams, banding, "key_blocks")),
     )
 
 

@@ -251,15 +251,17 @@ def banding_recall(
 
 def blocking_recall(info: RunInfo, left: np.ndarray, right: np.ndarray) -> list[dict[str, Any]]:
     """Of SimHash fingerprints (uint64 of the reference pairs at the threshold): the recall every
-    max_hamming would give, a pair being a candidate when one of its max_hamming + 1 blocks is
-    equal (what equal block keys mean, key hash collisions aside)."""
+    max_hamming would give with the run's key_blocks, a pair being a candidate when at least
+    key_blocks of its max_hamming + key_blocks blocks are equal (what a shared key means, key
+    hash collisions aside)."""
     rows = []
     for max_hamming in range(0, 16):
-        hit = (block_values(left, max_hamming) == block_values(right, max_hamming)).any(axis=1)
+        equal = block_values(left, max_hamming, info.key_blocks) == block_values(right, max_hamming, info.key_blocks)
+        hit = equal.sum(axis=1) >= info.key_blocks
         rows.append(
             {
                 "max_hamming": max_hamming,
-                "blocks": max_hamming + 1,
+                "blocks": max_hamming + info.key_blocks,
                 "measured_recall_at_threshold": rounded(hit.mean()),
                 "is_run_banding": max_hamming == info.max_hamming,
             }

@@ -10,6 +10,7 @@ core.sets.jaccard_blocks). The caller holds the storage writer lock shared.
 from __future__ import annotations
 
 import difflib
+import math
 from datetime import date, datetime
 from typing import Any
 
@@ -181,12 +182,15 @@ def explain_pair(store: Store, left_id: str, right_id: str) -> dict[str, Any]:
     key = "block" if simhash else "band"
     if simhash:  # blocks of the 64 bits instead of bands; P(candidate) given the distance
         max_hamming = stored_value(BandingParams, banding, "max_hamming")
+        key_blocks = stored_value(BandingParams, banding, "key_blocks")
         fingerprint_parameters = {
             "fingerprint_method": "simhash",
             "max_hamming": max_hamming,
-            "blocks": max_hamming + 1,
+            "key_blocks": key_blocks,
+            "blocks": max_hamming + key_blocks,
+            "keys": math.comb(max_hamming + key_blocks, key_blocks),
         }
-        probability = None if distance is None else candidate_probability_at_distance(distance, max_hamming)
+        probability = None if distance is None else candidate_probability_at_distance(distance, max_hamming, key_blocks)
     else:
         fingerprint_parameters = {"num_perm": fingerprint["num_perm"], "bands": bands, "rows": rows}
         probability = candidate_probability(jaccard, bands, rows)

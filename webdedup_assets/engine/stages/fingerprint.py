@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from ...core.fingerprint import fingerprint_method, signature_width, signatures_of
 from ...core.hashing import FINGERPRINT_VERSION
 from ...core.minhash import MinHashParams, band_keys
-from ...core.simhash import block_keys, from_words
+from ...core.simhash import block_keys, from_words, key_combinations
 from ...errors import WebdedupError
 from ...params import BandingParams, FingerprintParams
 from ...progress import Task
@@ -61,8 +61,11 @@ def fingerprint_batch(
 
 
 def keys_per_document(fingerprint: dict[str, Any], banding: BandingParams) -> int:
-    """Band keys of one document with shingles: its bands, or of SimHash its max_hamming + 1 blocks."""
-    return banding.max_hamming + 1 if fingerprint_method(fingerprint) == "simhash" else banding.bands
+    """Band keys of one document with shingles: its bands, or of SimHash one per combination of
+    key_blocks of its max_hamming + key_blocks blocks."""
+    if fingerprint_method(fingerprint) == "simhash":
+        return len(key_combinations(banding.max_hamming, banding.key_blocks))
+    return banding.bands
 
 
 def document_band_keys(signatures: np.ndarray, fingerprint: dict[str, Any], banding: BandingParams) -> np.ndarray:
@@ -70,7 +73,7 @@ def document_band_keys(signatures: np.ndarray, fingerprint: dict[str, Any], band
     (core.minhash.band_keys) or SimHash blocks (core.simhash.block_keys); band_index is the
     column's number. Both engines call it, so their band keys are the same."""
     if fingerprint_method(fingerprint) == "simhash":
-        return block_keys(from_words(signatures), banding.max_hamming)
+        return block_keys(from_words(signatures), banding.max_hamming, banding.key_blocks)
     return band_keys(signatures, banding.bands, banding.rows)
 
 
@@ -293,7 +296,7 @@ def fingerprint_partitions(run: StageRun) -> StageOutput:
 def band_partitions(run: StageRun) -> StageOutput:
     """Band keys of every document of the run's months in one streamed pass, one file per
     fingerprinted file (the contract has checked bands x rows against the fingerprints' num_perm).
-    Of SimHash fingerprints, the max_hamming + 1 block keys (core.simhash) in the same rows:
+    Of SimHash fingerprints, the block keys (core.simhash) in the same rows:
     band_index is the block's number."""
     fingerprint = run.upstream["fingerprinted"]["fingerprint"]
     bands = keys_per_document(fingerprint, run.params)

@@ -22,6 +22,7 @@ from ..publish import publish
 from ..stage import DUCKDB, StageOutput, StageRun
 from ..stage import STAGES as CONTRACT
 from .documents import stored_input
+from .fingerprint import keys_per_document
 
 STAGES = CONTRACT["manifest"].upstream  # the stages it reports on, in pipeline order
 PACKAGES = ("webdedup", "dagster", "duckdb", "pyarrow", "pandas", "numpy", "numba", "fastwarc", "resiliparse")
@@ -85,7 +86,10 @@ def build_manifest(store: Store) -> dict[str, Any]:
             "threshold": threshold,
             "fingerprint_method": "simhash",
             "max_hamming": stored_value(BandingParams, banding, "max_hamming"),
-            "blocks": stored_value(BandingParams, banding, "max_hamming") + 1,
+            "key_blocks": stored_value(BandingParams, banding, "key_blocks"),
+            "blocks": stored_value(BandingParams, banding, "max_hamming")
+            + stored_value(BandingParams, banding, "key_blocks"),
+            "keys": keys_per_document(fingerprint, BandingParams.checked(banding)),
             "candidate_probability_at_threshold": None,
         },
         "counts": {

@@ -295,7 +295,9 @@ def scored_pairs(run: StageRun) -> StageOutput:
     workers = thread_count(run.options.get("threads"))
     pairs = pa.concat_tables(pq.read_table(p) for p in store.require("candidate_pairs"))
     pairs = pairs.cast(pa.schema([SCORED_SCHEMA.field(n) for n in pairs.column_names if n in SCORED_SCHEMA.names]))
-    members = pc.unique(pa.concat_arrays([c.combine_chunks() for c in (pairs["left_doc_id"], pairs["right_doc_id"])]))
+    # unique per column first: the columns themselves may hold more than 2 GB of ids, over what one
+    # Arrow string array can (its offsets are 32-bit)
+    members = pc.unique(pa.concat_arrays([pc.unique(pairs[side]) for side in ("left_doc_id", "right_doc_id")]))
     members = members.take(pc.sort_indices(members))
     left = pc.index_in(pairs["left_doc_id"], value_set=members).to_numpy().astype(np.int64)
     right = pc.index_in(pairs["right_doc_id"], value_set=members).to_numpy().astype(np.int64)
