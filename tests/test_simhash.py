@@ -198,11 +198,16 @@ def test_fixture_with_simhash(tmp_path, capsys):
     stored = json.loads((tmp_path / "default" / "manifest.json").read_text())
     assert stored["counts"]["exact_duplicate_pairs"] == 6 and stored["counts"]["representatives"] == 15
     capsys.readouterr()
-    assert main(["tune", "--output", str(tmp_path / "default")]) == 2  # MinHash bandings only: said, not guessed
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "webdedup: error: tune measures MinHash bandings and this corpus is fingerprinted with simhash: "
-        "`webdedup evaluate` writes the recall of each max_hamming (banding_recall.csv)"
-    )
+    # tune measures the blockings: the fewest candidates that find every pair at J >= 0.7 (of 18)
+    assert main(["tune", "--output", str(tmp_path / "default")]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[1].split() == ["max_hamming", "key_blocks", "keys", "recall", "candidates"]
+    assert [line.split() for line in said if line.split()[:2] in (["3", "1"], ["9", "3"])] == [
+        ["3", "1", "4", "0.6667", "12"],  # the run's blocking: 12 of the 18 pairs
+        ["9", "3", "220", "1.0000", "19"],
+    ]
+    assert said[-1].strip() == "--fingerprint-method simhash --max-hamming 8 --key-blocks 2 --threshold 0.7"
+    assert "8           2    45  1.0000    18  <- recommended" in "\n".join(said)
 
 
 def test_verify_hamming_lets_the_fingerprints_decide(tmp_path, capsys):

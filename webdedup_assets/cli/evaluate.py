@@ -259,6 +259,29 @@ def add_tune_parser(sub) -> argparse.ArgumentParser:
     return tune
 
 
+def _tune_table(summary: dict) -> str:
+    """One line per banding (MinHash) or blocking (SimHash) tried, the recommended one marked."""
+    simhash = summary["fingerprint_method"] == "simhash"
+    lines = [
+        "  max_hamming  key_blocks  keys  recall    candidates"
+        if simhash
+        else "  num_perm  bands x rows  P(cand|T)  recall    candidates"
+    ]
+    order = (lambda r: (r["max_hamming"], r["key_blocks"])) if simhash else (lambda r: (r["num_perm"], r["rows"]))
+    for row in sorted(summary["bandings"], key=order):
+        mark = "  <- recommended" if row is summary["recommended"] else ""
+        candidates = (
+            f"{row['candidates']:,}" if row["candidates"] is not None else f"over budget ({row['pair_slots']:,} slots)"
+        )
+        if simhash:
+            shape = f"  {row['max_hamming']:>11}  {row['key_blocks']:>10}  {row['keys']:>4}"
+        else:
+            probability = row["p_candidate_at_threshold"]
+            shape = f"  {row['num_perm']:>8}  {row['bands']:>5} x {row['rows']:<5}  {probability:<9.4f}"
+        lines.append(f"{shape}  {_fmt(row['recall']):<8}  {candidates}{mark}")
+    return "\n".join(lines)
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from ..engine.verify import damage_named
     from ..errors import WebdedupError
@@ -293,23 +316,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"webdedup tune: {summary['exact_pairs_at_threshold']} exact pairs with J >= {summary['threshold']} "
             f"among {scope} documents; target recall {summary['target_recall']}"
         )
-        print("  num_perm  bands x rows  P(cand|T)  recall    candidates")
-        for row in sorted(summary["bandings"], key=lambda r: (r["num_perm"], r["rows"])):
-            mark = "  <- recommended" if row is best else ""
-            candidates = (
-                f"{row['candidates']:,}"
-                if row["candidates"] is not None
-                else (f"over budget ({row['pair_slots']:,} slots)")
-            )
-            print(
-                f"  {row['num_perm']:>8}  {row['bands']:>5} x {row['rows']:<5}  "
-                f"{row['p_candidate_at_threshold']:<9.4f}  {_fmt(row['recall']):<8}  {candidates}{mark}"
-            )
+        print(_tune_table(summary))
         if best is not None:
+            flags = (
+                f"--fingerprint-method simhash --max-hamming {best['max_hamming']} --key-blocks {best['key_blocks']}"
+                if summary["fingerprint_method"] == "simhash"
+                else f"--num-perm {best['num_perm']} --bands {best['bands']} --rows {best['rows']}"
+            )
             print(
                 f"  recommended (recall {best['recall']}, {best['candidates']:,} candidates), as flags of run:\n"
-                f"    --num-perm {best['num_perm']} --bands {best['bands']} --rows {best['rows']} "
-                f"--threshold {summary['threshold']}"
+                f"    {flags} --threshold {summary['threshold']}"
             )
     if not summary["exact_pairs_at_threshold"]:
         print(

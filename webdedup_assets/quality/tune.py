@@ -11,12 +11,14 @@ tried, MinHash signatures are computed from the documents with the run's seed an
   budget (then reported as over budget and never recommended).
 
 The recommendation is the banding with the fewest candidates that reaches the target recall.
-Nothing in the storage root is changed.
+Of a SimHash corpus, the same for its blockings (max_hamming, key_blocks: simhash_blockings)
+over the fingerprints simhash_texts computes. Nothing in the storage root is changed.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -25,11 +27,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ..core.fingerprint import fingerprint_texts, shingling
+from ..core.fingerprint import fingerprint_method, fingerprint_texts, shingling, simhash_texts
 from ..core.minhash import MinHashParams, band_keys
+from ..core.simhash import block_keys, block_values
 from ..core.tuning import banded_hits, bandings, probability_at, recommend
 from ..engine.shingle_sets import load_shingle_sets
 from ..errors import WebdedupError
+from ..params import MAX_SIMHASH_KEYS
 from ..storage.fileio import atomic_path, make_folder
 from ..storage.state import writer_lock
 from ..storage.store import Store, connect
@@ -40,25 +44,30 @@ DEFAULT_MAX_PAIR_SLOTS = 50_000_000
 PAIR_CHUNK = 100_000
 
 
-def _signatures(store: Store, ids: pa.Array, shingle: tuple[int, str], num_perm: int, seed: int) -> np.ndarray:
-    coeff_a, coeff_b = MinHashParams(num_perm, seed).coefficients()
+def _signatures(store: Store, ids: pa.Array, compute, width: int) -> np.ndarray:
+    """compute(bodies) of the documents `ids`, in doc_id order: (n, width) values."""
     con = connect(store)
     try:
         con.register("wanted", pa.table({"doc_id": ids}))
         reader = con.sql(f"""SELECT d.doc_id, d.body FROM {store.scan_sql("documents")} d
             WHERE d.doc_id IN (SELECT doc_id FROM wanted) ORDER BY d.doc_id""").arrow(batch_size=16_384)
-        parts = [
-            fingerprint_texts(batch.column("body"), shingle[0], coeff_a, coeff_b, shingle[1])[2] for batch in reader
-        ]
+        parts = [compute(batch.column("body")) for batch in reader]
     finally:
         con.close()
-    return np.concatenate(parts) if parts else np.zeros((0, num_perm), np.uint32)
+    return np.concatenate(parts) if parts else np.zeros((0, width), np.uint64)
 
 
-def count_candidates(signatures: np.ndarray, bands: int, rows: int, max_pair_slots: int) -> tuple[int | None, int]:
-    """(distinct pairs sharing a band key, pair slots); candidates None over the slot budget."""
-    keys = band_keys(signatures, bands, rows)
-    n = len(keys)
+def minhash_signatures(store: Store, ids: pa.Array, shingle: tuple[int, str], num_perm: int, seed: int) -> np.ndarray:
+    coeff_a, coeff_b = MinHashParams(num_perm, seed).coefficients()
+    return _signatures(
+        store, ids, lambda bodies: fingerprint_texts(bodies, shingle[0], coeff_a, coeff_b, shingle[1])[2], num_perm
+    )
+
+
+def count_candidates(keys: np.ndarray, max_pair_slots: int) -> tuple[int | None, int]:
+    """(distinct pairs sharing one of their (n, bands) band keys, pair slots); candidates None over
+    the slot budget."""
+    n, bands = keys.shape
     table = pa.table(
         {
             "node": np.repeat(np.arange(n, dtype=np.int64), bands),
@@ -84,6 +93,52 @@ def count_candidates(signatures: np.ndarray, bands: int, rows: int, max_pair_slo
     return int(pairs), int(slots)
 
 
+def simhash_blockings(
+    hashes: np.ndarray, ref_left: np.ndarray, ref_right: np.ndarray, max_pair_slots: int
+) -> list[dict[str, Any]]:
+    """Of SimHash fingerprints: for every max_hamming 0..15 and key_blocks 1..3 (at most
+    MAX_SIMHASH_KEYS keys), the share of the reference pairs sharing a key (at least key_blocks
+    of their blocks equal) and the candidates the keys make over all documents."""
+    rows = []
+    for max_hamming in range(16):
+        for key_blocks in range(1, 4):
+            keys = math.comb(max_hamming + key_blocks, key_blocks)
+            if keys > MAX_SIMHASH_KEYS:
+                continue
+            hits = 0
+            for begin in range(0, len(ref_left), PAIR_CHUNK):
+                left, right = (
+                    hashes[ref_left[begin : begin + PAIR_CHUNK]],
+                    hashes[ref_right[begin : begin + PAIR_CHUNK]],
+                )
+                equal = block_values(left, max_hamming, key_blocks) == block_values(right, max_hamming, key_blocks)
+                hits += int((equal.sum(axis=1) >= key_blocks).sum())
+            candidates, slots = count_candidates(block_keys(hashes, max_hamming, key_blocks), max_pair_slots)
+            rows.append(
+                {
+                    "max_hamming": max_hamming,
+                    "key_blocks": key_blocks,
+                    "keys": keys,
+                    "recall": round(hits / len(ref_left), 6) if len(ref_left) else None,
+                    "found_pairs": hits,
+                    "candidates": candidates,
+                    "pair_slots": slots,
+                    "candidates_per_exact_pair": round(candidates / len(ref_left), 3)
+                    if candidates is not None and len(ref_left)
+                    else None,
+                }
+            )
+    return rows
+
+
+def recommend_blocking(rows: list[dict[str, Any]], target_recall: float) -> dict[str, Any] | None:
+    """The SimHash blocking that reaches target_recall with the fewest candidates (ties: fewer
+    keys, then the higher recall)."""
+    eligible = [r for r in rows if r["candidates"] is not None and r["recall"] is not None]
+    eligible = [r for r in eligible if r["recall"] >= target_recall]
+    return min(eligible, key=lambda r: (r["candidates"], r["keys"], -r["recall"])) if eligible else None
+
+
 def tune(store: Store, out_dir: Path, **options: Any) -> dict[str, Any]:
     """Measure and recommend (see _tune) holding the storage root's writer lock shared, like evaluate."""
     with writer_lock(store.root, exclusive=False, purpose="tune"):
@@ -106,11 +161,7 @@ def _tune(
     started = time.perf_counter()
     out_dir = make_folder(Path(out_dir))  # before the work: a folder that cannot be made is said at once
     fingerprint = store.params("fingerprinted")["fingerprint"]
-    if fingerprint.get("fingerprint_method") == "simhash":
-        raise WebdedupError(
-            "tune measures MinHash bandings and this corpus is fingerprinted with simhash: `webdedup evaluate` "
-            "writes the recall of each max_hamming (banding_recall.csv)"
-        )
+    simhash = fingerprint_method(fingerprint) == "simhash"
     if threshold is None:
         threshold = float((store.params("duplicate_pairs").get("duplicates") or {})["threshold"])
     if not 0.0 < threshold <= 1.0:
@@ -143,8 +194,8 @@ def _tune(
     offsets = np.r_[0, sets.ends].astype(np.int64)  # sets of ids, contiguous in doc_id order
     ref_left, ref_right, _, _ = exact_join(sets.flat, offsets, threshold, max_pair_slots, "tune's exact join")
     rows: list[dict[str, Any]] = []
-    for num_perm in num_perms:
-        signatures = _signatures(store, ids, (size, unit), num_perm, int(fingerprint["seed"]))
+    for num_perm in [] if simhash else num_perms:
+        signatures = minhash_signatures(store, ids, (size, unit), num_perm, int(fingerprint["seed"]))
         for bands, r in bandings(num_perm, min_rows, max_rows):
             hits = 0
             for begin in range(0, len(ref_left), PAIR_CHUNK):
@@ -152,7 +203,7 @@ def _tune(
                 hits += int(
                     banded_hits(signatures[ref_left[begin:stop]], signatures[ref_right[begin:stop]], bands, r).sum()
                 )
-            candidates, slots = count_candidates(signatures, bands, r, max_pair_slots)
+            candidates, slots = count_candidates(band_keys(signatures, bands, r), max_pair_slots)
             rows.append(
                 {
                     "num_perm": num_perm,
@@ -168,8 +219,14 @@ def _tune(
                     else None,
                 }
             )
-    best = recommend(rows, target_recall, min_probability)
+    if simhash:
+        hashes = _signatures(store, ids, lambda bodies: simhash_texts(bodies, size, unit)[2][:, None], 1)[:, 0]
+        rows = simhash_blockings(hashes, ref_left, ref_right, max_pair_slots)
+        best = recommend_blocking(rows, target_recall)
+    else:
+        best = recommend(rows, target_recall, min_probability)
     summary = {
+        "fingerprint_method": fingerprint_method(fingerprint),
         "storage_root": str(store.root),
         "threshold": threshold,
         "target_recall": target_recall,
@@ -182,7 +239,7 @@ def _tune(
         "bandings": rows,
         "seconds": round(time.perf_counter() - started, 3),
     }
-    columns = list(rows[0]) if rows else ["num_perm", "bands", "rows"]
+    columns = list(rows[0]) if rows else (["max_hamming", "key_blocks"] if simhash else ["num_perm", "bands", "rows"])
     table = pa.table({c: [row.get(c) for row in rows] for c in columns})
     with atomic_path(out_dir / "tune.csv") as temp:
         pacsv.write_csv(table, temp)
