@@ -42,6 +42,14 @@ CONFIGS = [
         )
         for m in (3, 5, 7)
     ),
+    *(
+        (
+            f"simhash / char 5, max_hamming {m}, key_blocks 3",
+            ["--fingerprint-method", "simhash", "--shingle-unit", "char", "--shingle-size", "5"]
+            + ["--max-hamming", str(m), "--key-blocks", "3"],
+        )
+        for m in (5, 7)
+    ),
     (
         "simhash / word 2, max_hamming 5",
         ["--fingerprint-method", "simhash", "--shingle-size", "2", "--max-hamming", "5"],
