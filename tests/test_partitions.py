@@ -316,7 +316,7 @@ def test_the_schedule_keeps_the_fingerprint_parameters_of_the_latest_run(split, 
                 "fingerprint_method": "minhash",
             }
         },
-        "band_memberships": {"config": {"bands": 16, "rows": 4, "max_hamming": 3}},
+        "band_memberships": {"config": {"bands": 16, "rows": 4, "max_hamming": 3, "key_blocks": 1}},
     }
 
 
