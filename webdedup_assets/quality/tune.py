@@ -93,6 +93,19 @@ def count_candidates(keys: np.ndarray, max_pair_slots: int) -> tuple[int | None,
     return int(pairs), int(slots)
 
 
+def measured(hits: int, candidates: int | None, slots: int, exact_pairs: int) -> dict[str, Any]:
+    """The figures tune measures of one banding or blocking against the exact pairs."""
+    return {
+        "recall": round(hits / exact_pairs, 6) if exact_pairs else None,
+        "found_pairs": hits,
+        "candidates": candidates,
+        "pair_slots": slots,
+        "candidates_per_exact_pair": round(candidates / exact_pairs, 3)
+        if candidates is not None and exact_pairs
+        else None,
+    }
+
+
 def simhash_blockings(
     hashes: np.ndarray, ref_left: np.ndarray, ref_right: np.ndarray, max_pair_slots: int
 ) -> list[dict[str, Any]]:
@@ -119,13 +132,7 @@ def simhash_blockings(
                     "max_hamming": max_hamming,
                     "key_blocks": key_blocks,
                     "keys": keys,
-                    "recall": round(hits / len(ref_left), 6) if len(ref_left) else None,
-                    "found_pairs": hits,
-                    "candidates": candidates,
-                    "pair_slots": slots,
-                    "candidates_per_exact_pair": round(candidates / len(ref_left), 3)
-                    if candidates is not None and len(ref_left)
-                    else None,
+                    **measured(hits, candidates, slots, len(ref_left)),
                 }
             )
     return rows
@@ -210,13 +217,7 @@ def _tune(
                     "bands": bands,
                     "rows": r,
                     "p_candidate_at_threshold": round(probability_at(threshold, bands, r), 6),
-                    "recall": round(hits / len(ref_left), 6) if len(ref_left) else None,
-                    "found_pairs": hits,
-                    "candidates": candidates,
-                    "pair_slots": slots,
-                    "candidates_per_exact_pair": round(candidates / len(ref_left), 3)
-                    if candidates is not None and len(ref_left)
-                    else None,
+                    **measured(hits, candidates, slots, len(ref_left)),
                 }
             )
     if simhash:
