@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from webdedup_assets.core import reference, unicode_tables
 from webdedup_assets.core.fingerprint import fingerprint_texts, shingle_sets
 from webdedup_assets.core.hashing import band_hash, to_int64
+from webdedup_assets.core.kernel import minhash_sets
 from webdedup_assets.core.minhash import MinHashParams, band_keys
 from webdedup_assets.core.normalize import text_tokens
 
@@ -168,6 +169,21 @@ def test_every_permutation_block_size_matches_reference(num_perm):
     for text, row in zip(texts, signatures.tolist()):
         shingles = reference.shingle_set(text, 3)
         assert row == reference.minhash_signature(shingles, list(map(int, coeff_a)), list(map(int, coeff_b)))
+
+
+@pytest.mark.parametrize("num_perm", [7, 64, 72])
+def test_minhash_of_shingle_sets_equals_the_fingerprint_signature(num_perm):
+    # An add's verification takes its pairs' signatures from their shingle sets (minhash_sets):
+    # they must be the fingerprinted values, for empty and flagged documents and in any row order.
+    coeff_a, coeff_b = MinHashParams(num_perm, 5).coefficients()
+    texts = [t for t in SAMPLES if t is not None] + [" ".join(f"w{i % 40}" for i in range(300))]
+    signatures = fingerprint_texts(pa.array(texts), 3, coeff_a, coeff_b)[2]
+    flat, offsets = shingle_sets(pa.array(texts), 3)
+    offsets = np.asarray(offsets, np.int64)
+    rows = np.arange(len(texts), dtype=np.int64)[::-1].copy()
+    from_sets = minhash_sets(flat, offsets[:-1].copy(), offsets[1:].copy(), rows, coeff_a, coeff_b)
+    assert from_sets.tolist() == signatures[rows].tolist()
+    assert (from_sets[rows == 0] == 0xFFFFFFFF).all()  # the empty text: no shingle, no minimum
 
 
 # Documents longer than the kernel's 64-byte blocks: words that straddle blocks, ASCII words of

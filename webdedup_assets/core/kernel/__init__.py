@@ -8,7 +8,7 @@ documents. Three concerns, one module each:
   tokenize.py  the tokenizer: normalize_text and tokenize fused into token hashes
                (token_hashes), and the exact normalizer's per-character steps
   minhash.py   shingle hashes, MinHash signatures, and the per-batch kernels
-               (fingerprint_batch, shingle_sets_batch, shingle_sets_into)
+               (fingerprint_batch, shingle_sets_batch, shingle_sets_into, minhash_sets)
   simhash.py   the 64-bit SimHash of the same shingle hashes (simhash_batch)
 
 mix.py holds the hash primitives both share. tests/test_kernel_reference.py,
@@ -26,6 +26,7 @@ from ..sets import jaccard_blocks
 from .minhash import (
     fingerprint_batch,
     minhash_row,
+    minhash_sets,
     shingle_hashes,
     shingle_sets_batch,
     shingle_sets_into,
@@ -40,6 +41,7 @@ __all__ = [
     "fingerprint_batch",
     "jaccard_blocks",
     "minhash_row",
+    "minhash_sets",
     "shingle_hashes",
     "shingle_sets_batch",
     "shingle_sets_into",

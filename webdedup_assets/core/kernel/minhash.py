@@ -117,6 +117,20 @@ def fingerprint_batch(data, offsets, normalized, tables, shingle_size, coeff_a, 
 
 
 @njit(nogil=True, cache=True)
+def minhash_sets(flat, starts, ends, rows, coeff_a, coeff_b):
+    """(len(rows), num_perm) uint32 MinHash signatures of the shingle sets flat[starts[r]:ends[r]]
+    for r in rows: the values fingerprint_batch gives their documents (the minimum over a
+    document's windows is the minimum over its distinct shingles), without tokenizing again."""
+    signatures = np.full((rows.shape[0], coeff_a.shape[0]), 0xFFFFFFFF, dtype=np.uint32)
+    split = split_coefficients(coeff_a, coeff_b)
+    for i in range(rows.shape[0]):
+        start, end = starts[rows[i]], ends[rows[i]]
+        if end > start:
+            minhash_row(flat[start:end], end - start, split, coeff_a, coeff_b, signatures[i])
+    return signatures
+
+
+@njit(nogil=True, cache=True)
 def shingle_sets_into(data, offsets, normalized, tables, shingle_size, char_unit, out):
     """Sorted unique shingle hashes per document written into `out`, one set after the other,
     with int64 offsets into it, the flagged documents (see token_hashes; their set is left empty

@@ -31,6 +31,7 @@ def _dispatchers() -> list:
 
     return [
         minhash.fingerprint_batch,
+        minhash.minhash_sets,
         minhash.shingle_sets_batch,
         minhash.shingle_sets_into,
         tokenize.token_hashes,
@@ -63,6 +64,7 @@ def warm() -> float:
     from ..fingerprint import fingerprint_texts, normalize_exact, shingle_sets, shingle_sets_into
     from ..minhash import MinHashParams
     from ..sets import jaccard_blocks
+    from . import minhash_sets
 
     started = time.perf_counter()
     texts = pa.array(SAMPLE, pa.large_string())
@@ -74,6 +76,7 @@ def warm() -> float:
     starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
     pairs = np.array([0, 1, 2], dtype=np.int64)
     jaccard_blocks(flat, starts, ends, flat, starts, ends, pairs, pairs[::-1].copy(), np.zeros(3, np.float64))
+    minhash_sets(flat, starts, ends, pairs, coeff_a, coeff_b)  # the signatures of an add's verified pairs
     component_labels(4, np.array([0, 1], np.int64), np.array([1, 2], np.int64))
     similarity_join(flat, np.asarray(offsets, dtype=np.int64), 0.5)
     return time.perf_counter() - started

@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ...core.fingerprint import shingling, signature_width, signatures_of
+from ...core.fingerprint import fingerprint_method, shingling, signature_width, signatures_of
+from ...core.kernel import minhash_sets
+from ...core.minhash import MinHashParams
 from ...errors import WebdedupError
 from ...storage.store import scalar
 from ..invariants import cohesion_cap
-from ..shingle_sets import shingle_sets_of
+from ..shingle_sets import ShingleSets, shingle_sets_of
 from ..stages.scoring import SCORED_SCHEMA, check_decision, compare_signatures, decide, scored_schema
 from .bodies import bodies_of
 
@@ -48,11 +50,9 @@ class VerifyStep:
             )
         if pairs.num_rows:
             sets = self.shingle_sets
-            exact = sets.jaccard(sets.nodes(pairs["left_doc_id"]), sets.nodes(pairs["right_doc_id"]))
-            sig_ids, signatures = _signatures(docs, pairs, fingerprint)
-            sl = pa.compute.index_in(pairs["left_doc_id"], value_set=sig_ids).to_numpy().astype(np.int64)
-            sr = pa.compute.index_in(pairs["right_doc_id"], value_set=sig_ids).to_numpy().astype(np.int64)
-            signatures_left, signatures_right = signatures[sl], signatures[sr]
+            left, right = sets.nodes(pairs["left_doc_id"]), sets.nodes(pairs["right_doc_id"])
+            exact = sets.jaccard(left, right)
+            signatures_left, signatures_right = _signatures(sets, left, right, docs, pairs, fingerprint)
         else:
             exact = np.zeros(0, np.float64)
             signatures_left = signatures_right = np.zeros((0, signature_width(fingerprint)), np.uint32)
@@ -139,13 +139,22 @@ class VerifyStep:
     # -- clusters --------------------------------------------------------------------------
 
 
-def _signatures(docs: pa.Table, pairs: pa.Table, fingerprint: dict) -> tuple[pa.Array, np.ndarray]:
-    """(doc_ids, signatures) of the pairs' documents, computed again from their bodies at hand
-    with the stored fingerprint parameters and the fingerprint stage's kernel: the values
-    fingerprinted holds, without scanning every fingerprinted file for a few thousand rows
-    (hashing the few bodies again is cheaper than that scan)."""
+def _signatures(
+    sets: ShingleSets, left: np.ndarray, right: np.ndarray, docs: pa.Table, pairs: pa.Table, fingerprint: dict
+) -> tuple[np.ndarray, np.ndarray]:
+    """The signatures of the pairs' left and right documents (nodes of `sets`): the values
+    fingerprinted holds, without scanning every fingerprinted file for a few thousand rows.
+    MinHash signatures come from the shingle sets at hand (kernel.minhash_sets); a SimHash counts
+    repeated shingles, which the sets do not keep, so it is computed again from the bodies."""
+    if fingerprint_method(fingerprint) == "minhash":
+        nodes = np.unique(np.concatenate([left, right]))
+        params = MinHashParams(int(fingerprint["num_perm"]), int(fingerprint["seed"]))
+        signatures = minhash_sets(sets.flat, sets.starts, sets.ends, nodes, *params.coefficients())
+        return signatures[np.searchsorted(nodes, left)], signatures[np.searchsorted(nodes, right)]
     ids = docs.column("doc_id").combine_chunks()
     wanted = pa.concat_arrays([pairs[c].combine_chunks() for c in ("left_doc_id", "right_doc_id")])
     chosen = docs.filter(pa.compute.is_in(ids, value_set=wanted))
     _, _, signatures = signatures_of(chosen.column("body").combine_chunks(), fingerprint)
-    return chosen.column("doc_id").combine_chunks(), signatures
+    chosen_ids = chosen.column("doc_id").combine_chunks()
+    at = [pa.compute.index_in(pairs[c], value_set=chosen_ids).to_numpy().astype(np.int64) for c in pairs.column_names]
+    return signatures[at[0]], signatures[at[1]]
