@@ -331,6 +331,19 @@ def test_diagnostics_under_a_member_cap_equal_the_full_run(tmp_path, monkeypatch
     assert sum(int(r["members_checked"]) for r in rows if int(r["size"]) > 2) <= 3
 
 
+def test_a_full_collision_list_is_updated_as_the_full_run_lists_it(tmp_path, monkeypatch):
+    """collision_buckets.csv lists COLLISION_TOP buckets; once the list is full an update gathers
+    only the touched buckets as large as its smallest one, and still equals the full run's list."""
+    from webdedup_assets.engine.incremental import layout, links
+    from webdedup_assets.engine.stages import candidates
+
+    for module in (candidates, layout, links):
+        monkeypatch.setattr(module, "COLLISION_TOP", 4)
+    store = _ops_sequence(tmp_path, 3, ["add", "merge", "add", "replace"])
+    rows = list(csv.DictReader((store.asset_dir("candidate_pairs") / "collision_buckets.csv").open()))
+    assert len(rows) == 4 and all(int(r["size"]) >= 2 for r in rows)
+
+
 def test_a_day_joins_two_clusters(tmp_path):
     corpus = Corpus(tmp_path)
     store = Store(tmp_path / "storage")

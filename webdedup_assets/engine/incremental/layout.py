@@ -13,13 +13,13 @@ import pyarrow as pa
 
 from ...errors import WebdedupError
 from ...storage.store import Store, sql_string
+from ..stages.candidates import COLLISION_TOP
 
 INCREMENTAL_DIR = "incremental"
 STATE_NAME = "state.json"
 STATE_FORMAT = 1
 DAILY = ("documents", "fingerprinted", "band_memberships")
 GLOBAL = ("candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "deduped_documents")
-COLLISION_TOP = 10_000  # collision_buckets.csv lists this many buckets
 
 
 def create_collision_top(con, bands: str) -> None:

@@ -215,6 +215,10 @@ class LinksStep:
             if self.figures["max_bucket_size"] is None:
                 self.figures["max_bucket_size"] = scalar(con, "SELECT COALESCE(max(size), 0) FROM top")
         else:
+            # a touched bucket smaller than the smallest listed one cannot enter a full list (the
+            # listed buckets it would displace are untouched or grew): its members are not gathered
+            full = scalar(con, "SELECT count(*) FROM old_top") >= COLLISION_TOP
+            smallest = scalar(con, "SELECT COALESCE(min(size), 2) FROM old_top") if full else 2
             con.execute(f"""CREATE TEMP TABLE top AS
                 SELECT * FROM (
                   SELECT * FROM old_top o WHERE NOT EXISTS (SELECT 1 FROM bstats s
@@ -223,7 +227,7 @@ class LinksStep:
                   SELECT s.band_index, s.band_hash, s.new_size AS size,
                          string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
                     FROM bstats s JOIN new_m m USING (band_index, band_hash)
-                   WHERE s.new_size > 1 GROUP BY s.band_index, s.band_hash, s.new_size)
+                   WHERE s.new_size >= {max(smallest, 2)} GROUP BY s.band_index, s.band_hash, s.new_size)
                 ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP}""")
         save_table(con, "top", top_path)
         write_csv(

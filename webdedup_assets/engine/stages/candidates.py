@@ -22,6 +22,7 @@ def _bucket_sql(bm: str, with_hub: bool = True) -> str:
     )
 
 
+COLLISION_TOP = 10_000  # collision_buckets.csv lists this many buckets (an update keeps them too)
 MIN_PAIR_SLOTS = 1_000_000  # the scaled budget never goes below this (small corpora, small clusters)
 
 
@@ -191,7 +192,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     write_csv(
         report_path(store, "collision_buckets.csv"),
         con.sql(f"""
-        WITH largest AS (SELECT * FROM buckets ORDER BY size DESC, band_index, band_hash LIMIT 10000)
+        WITH largest AS (SELECT * FROM buckets ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
         SELECT b.band_index, b.band_hash, b.size,
                string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
           FROM largest b JOIN {bm} m ON m.band_index = b.band_index AND m.band_hash = b.band_hash

@@ -12,7 +12,7 @@ from ..publish import report_path
 from ..spark.engine import SPARK, session_of
 from ..spark.io import read_asset, write_asset, write_report
 from ..stage import StageOutput, StageRun
-from .candidates import budget_advice, pair_slot_budget
+from .candidates import COLLISION_TOP, budget_advice, pair_slot_budget
 
 # A bucket's members are spread over blocks of about this many (by a hash of doc_id); the join
 # pairs block with block, so no task ever holds more than BLOCK x BLOCK pairs of one bucket.
@@ -175,7 +175,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         ),
     )
     con.close()
-    top = buckets.orderBy(F.desc("size"), "band_index", "band_hash").limit(10_000)
+    top = buckets.orderBy(F.desc("size"), "band_index", "band_hash").limit(COLLISION_TOP)
     members = (
         bm.join(top.select(*key), key)
         .groupBy(*key)
