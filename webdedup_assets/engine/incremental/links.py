@@ -217,8 +217,8 @@ class LinksStep:
         else:
             # a touched bucket smaller than the smallest listed one cannot enter a full list (the
             # listed buckets it would displace are untouched or grew): its members are not gathered
-            full = scalar(con, "SELECT count(*) FROM old_top") >= COLLISION_TOP
-            smallest = scalar(con, "SELECT COALESCE(min(size), 2) FROM old_top") if full else 2
+            listed, smallest = con.execute("SELECT count(*), COALESCE(min(size), 2) FROM old_top").fetchone()
+            least = smallest if listed >= COLLISION_TOP else 2  # listed buckets hold 2 or more
             con.execute(f"""CREATE TEMP TABLE top AS
                 SELECT * FROM (
                   SELECT * FROM old_top o WHERE NOT EXISTS (SELECT 1 FROM bstats s
@@ -227,7 +227,7 @@ class LinksStep:
                   SELECT s.band_index, s.band_hash, s.new_size AS size,
                          string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
                     FROM bstats s JOIN new_m m USING (band_index, band_hash)
-                   WHERE s.new_size >= {max(smallest, 2)} GROUP BY s.band_index, s.band_hash, s.new_size)
+                   WHERE s.new_size >= {least} GROUP BY s.band_index, s.band_hash, s.new_size)
                 ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP}""")
         save_table(con, "top", top_path)
         write_csv(
