@@ -3,11 +3,11 @@ standalone server, started and stopped here), read in place through the standard
 
 The same Dolma-style shards in the bucket and on the local disk give the same published results;
 a glob, an add and a check read from the bucket too; --emit-shards writes the kept records of
-objects; WARC objects, read by ranges, give the results of the same files on disk; an --output in
-the bucket is published as one set behind CURRENT (the files of a local --output; a failed upload
-leaves CURRENT on the previous set) and read back by check, inspect and verify; a missing bucket,
-an empty prefix, an --output in object storage without a local --storage and credentials the
-server refuses are each one clear line."""
+objects; WARC objects, read by ranges, and a Common Crawl targets CSV in the bucket give the
+results of the same files on disk; an --output in the bucket is published as one set behind
+CURRENT (the files of a local --output; a failed upload leaves CURRENT on the previous set) and
+read back by check, inspect and verify; a missing bucket, an empty prefix, an --output in object
+storage without a local --storage and credentials the server refuses are each one clear line."""
 
 from __future__ import annotations
 
@@ -188,6 +188,34 @@ def test_warc_objects_give_the_results_of_the_same_files_on_disk(bucket, tmp_pat
     manifest = json.loads((tmp_path / "remote" / "manifest.json").read_text())
     listed = [f["path"] for f in manifest["input"]["files"]]
     assert listed == ["s3://corpus/crawl/a.warc.gz", "s3://corpus/crawl/b.warc.gz", "s3://corpus/crawl/c.warc"]
+
+
+def test_common_crawl_targets_in_a_bucket_give_the_results_of_the_same_csv_on_disk(bucket, tmp_path, capsys):
+    import boto3
+
+    from .test_warc_commoncrawl import WARC_PATH, write_targets
+
+    mirror = tmp_path / "mirror"  # a local copy of the crawl's layout, as --cc-base-url accepts
+    recs = corpus()
+    warc = mirror / WARC_PATH
+    warc.parent.mkdir(parents=True)
+    spans = write_warc(warc, [recs["original"], recs["request"], recs["mirror"], recs["other"], recs["sjis"]])
+    rows = [(WARC_PATH, *span) for span in spans] + [("crawl-data/none.warc.gz", 0, 10)]
+    targets = write_targets(tmp_path / "targets.csv", rows)
+    boto3.client("s3").put_object(Bucket="corpus", Key="cc/targets.csv", Body=targets.read_bytes())
+    flags = ["--format", "commoncrawl", "--cc-base-url", str(mirror), "--accept-commoncrawl-terms", "--quiet"]
+    assert main(["run", "s3://corpus/cc/targets.csv", "--output", str(tmp_path / "remote"), *flags]) == 0
+    assert main(["run", str(targets), "--output", str(tmp_path / "local"), *flags]) == 0
+    told = capsys.readouterr().err.splitlines()
+    assert told[0].split("; listed in")[0] == told[1].split("; listed in")[0]
+    assert told[0].startswith("webdedup: WARC input: 6 records -> 4 documents; 2 skipped or rejected"), told[0]
+    for name in WARC_OUTPUTS:
+        assert (tmp_path / "remote" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    import json
+
+    [entry] = json.loads((tmp_path / "remote" / "manifest.json").read_text())["input"]["files"]
+    assert entry["path"] == "s3://corpus/cc/targets.csv" and entry["targets"] == 6
+    assert entry["bytes"] == targets.stat().st_size
 
 
 @pytest.mark.parametrize("name", ["b.warc.gz", "c.warc"])

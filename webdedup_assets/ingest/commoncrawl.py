@@ -23,6 +23,7 @@ from urllib3.util.retry import Retry
 
 from ..errors import WebdedupError
 from ..progress import task
+from ..storage.objects import ObjectPath, open_text
 from .options import TERMS_URL, WarcOptions
 from .warc.collect import Collector
 from .warc.framing import INFLATE_LIMIT_FACTOR, frame_plain, inflate_member
@@ -41,12 +42,13 @@ def require_terms(options: WarcOptions) -> None:
         )
 
 
-def read_targets(path: Path) -> tuple[list[tuple[int, str, int, int]], list[tuple[int, str]]]:
-    """Rows of (warc_filename, warc_offset, warc_length): (valid targets, (line, problem))."""
-    if not path.is_file():
+def read_targets(path: Path | ObjectPath) -> tuple[list[tuple[int, str, int, int]], list[tuple[int, str]]]:
+    """Rows of (warc_filename, warc_offset, warc_length): (valid targets, (line, problem)).
+    The CSV may be a local file or an object (read as a stream, like every object input)."""
+    if not isinstance(path, ObjectPath) and not path.is_file():
         raise WebdedupError(f"Common Crawl targets file {str(path)!r} does not exist")
     targets, problems = [], []
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open_text(path) as handle:
         reader = csv.DictReader(handle)
         needed = ("warc_filename", "warc_offset", "warc_length")
         missing = [c for c in needed if c not in (reader.fieldnames or [])]
@@ -297,7 +299,7 @@ def check_member(data: bytes, options: WarcOptions) -> bytes:
 
 
 def read_commoncrawl(
-    collector: Collector, targets_path: Path, options: WarcOptions, http: urllib3.PoolManager | None = None
+    collector: Collector, targets_path: Path | ObjectPath, options: WarcOptions, http: urllib3.PoolManager | None = None
 ) -> list[tuple]:
     """Fetch every valid target (cc_concurrency at a time) and collect its record; list bad rows and failed fetches."""
     require_terms(options)

@@ -20,7 +20,7 @@ import urllib3
 
 from ..progress import task
 from ..storage.fileio import atomic_path, file_sha256
-from ..storage.objects import ObjectPath
+from ..storage.objects import ObjectPath, file_size
 from .commoncrawl import read_commoncrawl
 from .options import WarcOptions
 from .warc.collect import DOCUMENT_SCHEMA, Collector, FileReport, doc_id_for, rejection_row
@@ -121,7 +121,7 @@ def convert_warc_input(
     files: list[tuple[Path | ObjectPath, str]],
     target: Path,
     options: WarcOptions,
-    commoncrawl_targets: Path | None = None,
+    commoncrawl_targets: Path | ObjectPath | None = None,
     http: urllib3.PoolManager | None = None,
 ) -> dict[str, Any]:
     """Read WARC files (or Common Crawl targets) into a Parquet of documents at target.
@@ -143,7 +143,7 @@ def convert_warc_input(
                 "path": str(commoncrawl_targets),
                 "format": "commoncrawl",
                 "sha256": file_sha256(commoncrawl_targets),
-                "bytes": commoncrawl_targets.stat().st_size,
+                "bytes": file_size(commoncrawl_targets),
                 "base_url": options.cc_base_url,
                 "targets": len(targets),
                 "warc_files": {n: r.describe() for n, r in sorted(collector.reports.items())},

@@ -148,9 +148,6 @@ def _resolve_objects(uri: str, input_format: str) -> list[InputFile]:
             f"input {uri} holds no .csv, .parquet, .jsonl (.gz, .zst), .json.gz, .json.zst, .warc or .warc.gz object"
         )
     files = [InputFile(p, _format_of(p, input_format), "", size) for p, size in found]
-    targets = next((f for f in files if f.format == "commoncrawl"), None)
-    if targets is not None:
-        raise WebdedupError(f"{targets.path}: Common Crawl targets are read from a local CSV file")
     return [replace(f, sha256=sha256) for f, sha256 in zip(files, file_sha256s([f.path for f in files]))]
 
 
