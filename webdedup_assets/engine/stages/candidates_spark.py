@@ -47,6 +47,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     With candidate_scope=domain the bucket key is (band_index, band_hash, domain) instead of
     DuckDB's band_hash mixed with the domain by DuckDB's hash(): the same buckets and pairs,
     but the keys named in errors and collision_buckets.csv are the unmixed band hashes."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     spark = session_of(run)
@@ -55,17 +56,28 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     docs = read_asset(spark, store, "documents", ["doc_id", "domain"])
     require_unique_doc_ids(docs)
     bm = read_asset(spark, store, "band_memberships", ["doc_id", "band_index", "band_hash"])
-    key = ["band_index", "band_hash"]
+    # band_hash first: the sorts of the window and the joins below compare a prefix of their first
+    # key column, which band_hash's random 64 bits decide at once and band_index's 26 values do not.
+    key = ["band_hash", "band_index"]
     if params.candidate_scope == "domain":
         bm = bm.join(docs, "doc_id").select(
             "doc_id", "band_index", "band_hash", F.coalesce("domain", F.lit("")).alias("scope")
         )
-        key = ["band_index", "band_hash", "scope"]
+        key = ["band_hash", "band_index", "scope"]
     star = params.bucket_policy == "star"
     hot_limit = params.hot_bucket_size if star else None
-    buckets = (
-        bm.groupBy(*key).agg(F.count(F.lit(1)).alias("size"), F.min("doc_id").alias("hub")).where("size > 1").persist()
+    # The band rows of buckets of two or more, each with its bucket's size and first member (the
+    # star policy's hub), in one shuffle of the band rows: a GROUP BY joined back to the band rows
+    # would shuffle them twice and join them once per side of the self-join below.
+    bucket = Window.partitionBy(*key)
+    sized = (
+        bm.select(
+            *key, "doc_id", F.count(F.lit(1)).over(bucket).alias("size"), F.min("doc_id").over(bucket).alias("hub")
+        )
+        .where("size > 1")
+        .persist()
     )
+    buckets = sized.where(F.col("doc_id") == F.col("hub")).select(*key, "size", "hub")  # one row per bucket
     slots_expr = F.expr("size * (size - 1) div 2")
     totals = buckets.agg(
         F.coalesce(F.sum(slots_expr), F.lit(0)).alias("all_pairs"),
@@ -90,7 +102,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
             else f"{params.pair_slots_per_document:,} per document x {documents:,} documents (pair_slots_per_document)"
         )
         sizes = [(r["size"], r["count"]) for r in buckets.groupBy("size").count().collect()]  # one row per size
-        buckets.unpersist()
+        sized.unpersist()
         raise WebdedupError(
             f"candidate join would create {slots:,} pair slots, over the budget of {budget:,} ({how}); "
             f"the largest bucket holds {max_bucket:,} documents (band {largest['band_index']}, key "
@@ -98,9 +110,8 @@ def candidate_pairs(run: StageRun) -> StageOutput:
             + budget_advice(sizes, budget, params)
         )
 
-    # Band rows of buckets of two or more, each with its bucket's block count; members are
-    # spread over the blocks by a hash of doc_id (deterministic: retried tasks agree).
-    sized = bm.join(buckets.select(*key, "size", "hub"), key)
+    # Each bucket's members are spread over its blocks by a hash of doc_id (deterministic:
+    # retried tasks agree).
     small = sized.where(F.col("size") <= hot_limit) if hot_limit is not None else sized
     small = small.withColumn("blocks", F.greatest(F.lit(1), F.ceil(F.col("size") / BLOCK)).cast("int"))
     small = small.withColumn("block", F.pmod(F.xxhash64("doc_id"), F.col("blocks")).cast("int"))
@@ -177,7 +188,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     con.close()
     top = buckets.orderBy(F.desc("size"), "band_index", "band_hash").limit(COLLISION_TOP)
     members = (
-        bm.join(top.select(*key), key)
+        sized.join(top.select(*key), key)
         .groupBy(*key)
         .agg(F.array_join(F.array_sort(F.collect_list("doc_id")), ";").alias("doc_ids"))
     )
@@ -189,5 +200,5 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         .sortWithinPartitions(F.desc("size"), "band_index", "band_hash")
     )
     write_report(report, report_path(store, "collision_buckets.csv"), store.asset_dir("candidate_pairs"))
-    buckets.unpersist()
+    sized.unpersist()
     return StageOutput(rows, figures)
