@@ -5,11 +5,12 @@ The candidates' documents are split into `groups` by a hash of doc_id, enough gr
 group's shingle sets fit GROUP_SET_BYTES and one block of pairs holds about PAIRS_PER_BLOCK; a
 pair belongs to the block of its two groups. Each document's shingle set is computed once (a
 mapInArrow over its body: core.fingerprint.shingle_sets, the compiled kernel) and sent, with its
-signature, to the blocks of its group; a cogrouped applyInArrow then scores one block at a time:
+signature, to the blocks its pairs are in; a cogrouped applyInArrow then scores one block at a time:
 its pairs against the sets of at most two groups (engine.shingle_sets.ShingleSets: the exact
 Jaccard DuckDB computes; the MinHash estimate or SimHash Hamming distance and the reason by
-scoring.compare_signatures and decide, as DuckDB). A set travels to `groups` blocks, not
-to every pair it belongs to (a page with hundreds of candidates is sent a handful of times).
+scoring.compare_signatures and decide, as DuckDB). A set travels to the distinct blocks of its
+pairs, not to every pair (a page with hundreds of candidates is sent at most `groups` times) nor
+to every block of its group (most pages have one or two candidates: one or two copies).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def scoring_groups(set_bytes: int, pairs: int) -> int:
 
 
 def _shingled(shingle_size: int, unit: str):
-    """Documents (doc_id, block_group, signature, body) -> their shingle sets, body dropped."""
+    """Documents (doc_id, blocks, signature, body) -> their shingle sets, body dropped."""
 
     def compute(batches):
         from ...core.fingerprint import shingle_sets
@@ -52,11 +53,11 @@ def _shingled(shingle_size: int, unit: str):
             yield pa.record_batch(
                 [
                     batch.column("doc_id"),
-                    batch.column("block_group"),
+                    batch.column("blocks"),
                     batch.column("signature"),
                     sets.cast(pa.list_(pa.int64())),  # Spark's array: 32-bit offsets (a batch is bounded)
                 ],
-                names=["doc_id", "block_group", "signature", "shingles"],
+                names=["doc_id", "blocks", "signature", "shingles"],
             )
 
     return compute
@@ -130,18 +131,26 @@ def scored_pairs(run: StageRun) -> StageOutput:
     def block_of(first, second):  # the block of two groups, in either order
         return F.least(first, second) * groups + F.greatest(first, second)
 
+    blocked_pairs = pairs.withColumn("block", block_of(group_of("left_doc_id"), group_of("right_doc_id")))
+    # Each member's set goes to the blocks its own pairs are in, not to all of its group's blocks:
+    # at most `groups` copies for a page with many candidates, one or two for most pages.
+    needed_in = (
+        blocked_pairs.select(F.col("left_doc_id").alias("doc_id"), "block")
+        .union(blocked_pairs.select(F.col("right_doc_id").alias("doc_id"), "block"))
+        .groupBy("doc_id")
+        .agg(F.array_distinct(F.collect_list("block")).alias("blocks"))
+    )
     docs = read_asset(spark, store, "documents", ["doc_id", "body"])
     sets = (
-        member_fingerprints.select("doc_id", "signature", group_of("doc_id").alias("block_group"))
+        member_fingerprints.select("doc_id", "signature")
+        .join(needed_in, "doc_id")
         .join(docs, "doc_id")
         .mapInArrow(
             _shingled(shingle_size, unit),
-            "doc_id string, block_group int, signature array<bigint>, shingles array<bigint>",
+            "doc_id string, blocks array<int>, signature array<bigint>, shingles array<bigint>",
         )
-        .withColumn("other_group", F.explode(F.sequence(F.lit(0), F.lit(groups - 1))))
-        .select(block_of(F.col("block_group"), F.col("other_group")).alias("block"), "doc_id", "signature", "shingles")
+        .select(F.explode("blocks").alias("block"), "doc_id", "signature", "shingles")
     )
-    blocked_pairs = pairs.withColumn("block", block_of(group_of("left_doc_id"), group_of("right_doc_id")))
     scored = (
         blocked_pairs.groupBy("block")
         .cogroup(sets.groupBy("block"))
