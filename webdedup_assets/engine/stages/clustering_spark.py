@@ -26,7 +26,7 @@ from ..publish import report_path
 from ..spark.engine import SPARK, session_of
 from ..spark.io import read_asset, write_asset, write_report
 from ..stage import StageOutput, StageRun
-from .clustering import provenance_columns
+from .clustering import provenance_columns, ranking_columns
 from .documents import stored_extra_columns
 
 CHECKPOINT_EVERY = 4
@@ -244,9 +244,11 @@ def deduped_documents(run: StageRun) -> StageOutput:
     schema = pa.schema(
         [*doc_schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
     )
-    docs = read_asset(spark, store, "documents")
+    extra = stored_extra_columns(store)
+    # Ranked on the narrow columns; the bodies are read once, by the winners' join below.
     ranked = (
-        docs.join(read_asset(spark, store, "clusters"), "doc_id")
+        read_asset(spark, store, "documents", ranking_columns(extra))
+        .join(read_asset(spark, store, "clusters"), "doc_id")
         .join(read_asset(spark, store, "fingerprinted", ["doc_id", "token_count"]), "doc_id")
         .withColumn(
             "rank",
@@ -258,7 +260,11 @@ def deduped_documents(run: StageRun) -> StageOutput:
         )
         .persist()
     )
-    winners = ranked.where("rank = 1").orderBy("doc_id")
+    winners = (
+        read_asset(spark, store, "documents")
+        .join(ranked.where("rank = 1").select("doc_id", "cluster_id", "cluster_size", "token_count"), "doc_id")
+        .orderBy("doc_id")
+    )
     for field in doc_schema:
         if field.name not in winners.columns:
             winners = winners.withColumn(field.name, F.lit(None))
@@ -270,7 +276,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
         "retained_ratio": round(rows / documents, 4) if documents else 0.0,
     }
     write_report(
-        cluster_inspection(spark, store, ranked, stored_extra_columns(store)),
+        cluster_inspection(spark, store, ranked, extra),
         report_path(store, "cluster_inspection.csv"),
         store.asset_dir("deduped_documents"),
     )
