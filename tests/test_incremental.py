@@ -334,10 +334,10 @@ def test_diagnostics_under_a_member_cap_equal_the_full_run(tmp_path, monkeypatch
 def test_a_full_collision_list_is_updated_as_the_full_run_lists_it(tmp_path, monkeypatch):
     """collision_buckets.csv lists COLLISION_TOP buckets; once the list is full an update gathers
     only the touched buckets as large as its smallest one, and still equals the full run's list."""
-    from webdedup_assets.engine.incremental import layout, links
+    from webdedup_assets.engine.incremental import links
     from webdedup_assets.engine.stages import candidates
 
-    for module in (candidates, layout, links):
+    for module in (candidates, links):
         monkeypatch.setattr(module, "COLLISION_TOP", 4)
     store = _ops_sequence(tmp_path, 3, ["add", "merge", "add", "replace"])
     rows = list(csv.DictReader((store.asset_dir("candidate_pairs") / "collision_buckets.csv").open()))
@@ -658,3 +658,32 @@ def test_fetch_rows_reads_the_wanted_rows(tmp_path_factory, sizes, group, picks)
         found = sorted(zip(*(got.column(c).to_pylist() for c in ("doc_id", "body", "lang")))) if got else []
         assert found == expected, in_few_files
     con.close()
+
+
+def test_the_state_takes_the_bucket_figures_the_candidates_stage_kept_for_its_own_file(tmp_path):
+    """A full run's state holds the figures and largest buckets the candidates stage kept beside
+    the candidate_pairs file it wrote; once that file is replaced (another engine, a rerun) or the
+    hot size differs, they are not taken."""
+    import os
+
+    from webdedup_assets.cli.main import main
+    from webdedup_assets.engine.stages.candidates import COLLISION_TOP_FILE, kept_bucket_summary, kept_dir
+    from webdedup_assets.storage.store import Store
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "documents.csv"
+    assert (
+        main(["run", str(fixture), "--output", str(tmp_path / "out"), "--storage", str(tmp_path / "st"), "--quiet"])
+        == 0
+    )
+    store = Store(tmp_path / "st")
+    state = json.loads((tmp_path / "st" / "incremental" / "state.json").read_text())
+    kept = kept_bucket_summary(store, 1000)
+    assert kept == state["figures"] and kept["collision_buckets"] == 156 and kept["max_bucket_size"] == 3
+    top = pq.read_table(kept_dir(store) / COLLISION_TOP_FILE)
+    assert top.equals(pq.read_table(tmp_path / "st" / "incremental" / COLLISION_TOP_FILE))
+    assert top.num_rows == 156 and top.column_names == ["band_index", "band_hash", "size", "doc_ids"]
+    assert kept_bucket_summary(store, 999) is None
+    data = store.path("candidate_pairs")
+    shutil.copyfile(data, tmp_path / "copy.parquet")
+    os.replace(tmp_path / "copy.parquet", data)  # the same rows in a new file
+    assert kept_bucket_summary(store, 1000) is None

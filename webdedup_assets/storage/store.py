@@ -188,6 +188,14 @@ class Store:
             return False
 
 
+def save_table(con: duckdb.DuckDBPyConnection, table: str, target: Path) -> None:
+    """A DuckDB table as a Parquet file, replaced in one step."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    con.execute(f"COPY {table} TO {sql_string(str(temp))} (FORMAT parquet, COMPRESSION zstd)")
+    os.replace(temp, target)
+
+
 def file_identity(path: Path) -> dict[str, Any]:
     """What a derived file records of the stored file it was computed from: a file is only ever
     replaced, never changed in place, so a new name, size, inode or mtime means new content."""

@@ -17,6 +17,9 @@ representatives (deduped_documents)):
   bucket) and the crawl days held.
 - `collision_top.parquet`: the largest buckets with their members (collision_buckets.csv),
   `cluster_inspection.parquet`: one row per multi-member cluster (cluster_inspection.csv).
+  After a full rebuild the bucket figures and the largest buckets are those the candidates
+  stage kept in `candidate_pairs/kept/` beside the file it wrote (counted again from the band
+  rows only when that file has been replaced since).
 - `bodies/`: the body index, every documents file's bodies as LZ4 blocks addressable by doc_id,
   what verification reads (bodies.py).
 

@@ -12,27 +12,13 @@ from typing import Any
 import pyarrow as pa
 
 from ...errors import WebdedupError
-from ...storage.store import Store, sql_string
-from ..stages.candidates import COLLISION_TOP
+from ...storage.store import Store
 
 INCREMENTAL_DIR = "incremental"
 STATE_NAME = "state.json"
 STATE_FORMAT = 1
 DAILY = ("documents", "fingerprinted", "band_memberships")
 GLOBAL = ("candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "deduped_documents")
-
-
-def create_collision_top(con, bands: str) -> None:
-    """Temp table `top`: the COLLISION_TOP largest buckets of the band table expression `bands`
-    with their members (collision_buckets.csv's rows)."""
-    con.execute(f"""CREATE TEMP TABLE top AS
-        WITH sizes AS (SELECT band_index, band_hash, count(*) AS size FROM {bands}
-                        GROUP BY band_index, band_hash HAVING count(*) > 1
-                        ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
-        SELECT s.band_index, s.band_hash, s.size, string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
-          FROM sizes s JOIN {bands} m USING (band_index, band_hash)
-         GROUP BY s.band_index, s.band_hash, s.size
-         ORDER BY s.size DESC, s.band_index, s.band_hash""")  # the stored file's bytes do not vary by run
 
 
 def bucket_rows(bands: str, probe: str) -> str:
@@ -115,13 +101,6 @@ def same_file(a: Path, b: Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
-
-
-def save_table(con, table: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    con.execute(f"COPY {table} TO {sql_string(str(temp))} (FORMAT parquet, COMPRESSION zstd)")
-    os.replace(temp, target)
 
 
 def duck_type(con, f: pa.Field) -> str:

@@ -8,15 +8,12 @@ import pyarrow.parquet as pq
 
 from ...errors import WebdedupError
 from ...storage.rows import listing
-from ...storage.store import scalar, sql_string, write_csv
+from ...storage.store import save_table, scalar, sql_string, write_csv
 from ..publish import report_path
-from ..stages.candidates import budget_advice, pair_slot_budget
+from ..stages.candidates import COLLISION_TOP, budget_advice, create_collision_top, pair_slot_budget
 from .layout import (
-    COLLISION_TOP,
     bucket_rows,
-    create_collision_top,
     incremental_dir,
-    save_table,
     snapshot_dir,
 )
 

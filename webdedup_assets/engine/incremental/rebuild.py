@@ -12,8 +12,16 @@ from ...errors import WebdedupError
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
 from ...storage.serial import from_stored
 from ...storage.state import held_days
-from ...storage.store import Store, connect, quote_ident, write_text
+from ...storage.store import Store, connect, quote_ident, save_table, write_text
 from ..stage import DUCKDB, StageResult
+from ..stages.candidates import (
+    COLLISION_TOP_FILE,
+    bucket_sizes_sql,
+    bucket_totals,
+    create_collision_top,
+    kept_bucket_summary,
+    kept_dir,
+)
 from ..stages.clustering import cluster_inspection, ranking_columns
 from ..stages.documents import stored_extra_columns
 from .layout import (
@@ -21,12 +29,10 @@ from .layout import (
     GLOBAL,
     STATE_FORMAT,
     STATE_NAME,
-    create_collision_top,
     file_identity,
     incremental_dir,
     link_file,
     same_file,
-    save_table,
     snapshot_dir,
 )
 
@@ -95,17 +101,17 @@ def _snapshot(
     inspection rows, the daily files' snapshot and the state."""
     con = connect(store)
     try:
-        bm = store.scan_sql("band_memberships")
-        all_slots, star_slots, small_slots, buckets, largest = bucket_totals(con, bm, candidates)
-        figures = {
-            "all_pairs_slots": all_slots,
-            "star_slots": star_slots,
-            "small_slots": small_slots,
-            "collision_buckets": buckets,
-            "max_bucket_size": largest,
-        }
-        create_collision_top(con, bm)
-        save_table(con, "top", incremental_dir(store) / "collision_top.parquet")
+        top_path = incremental_dir(store) / COLLISION_TOP_FILE
+        figures = kept_bucket_summary(store, candidates.hot_bucket_size)
+        if figures is not None:  # the full stage's own, kept next to the candidate_pairs it wrote
+            link_file(kept_dir(store) / COLLISION_TOP_FILE, top_path)
+        else:
+            bm = store.scan_sql("band_memberships")
+            sizes = f"({bucket_sizes_sql(bm, with_hub=False)})"
+            names = ("all_pairs_slots", "star_slots", "small_slots", "collision_buckets", "max_bucket_size")
+            figures = dict(zip(names, bucket_totals(con, sizes, candidates.hot_bucket_size)))
+            create_collision_top(con, bm, sizes)
+            save_table(con, "top", top_path)
         inspection_all(con, store, representative)
         save_table(con, "inspection", incremental_dir(store) / "cluster_inspection.parquet")
     finally:
@@ -135,16 +141,6 @@ def global_stage_params(
         ("clusters", None),
         ("deduped_documents", representative),
     ]
-
-
-def bucket_totals(con, bm: str, candidates: CandidateParams) -> tuple[int, int, int, int, int]:
-    hot = candidates.hot_bucket_size
-    return con.execute(f"""
-        SELECT COALESCE(sum(size * (size - 1) // 2), 0),
-               COALESCE(sum(CASE WHEN size > {hot} THEN size - 1 END), 0),
-               COALESCE(sum(CASE WHEN size <= {hot} THEN size * (size - 1) // 2 END), 0),
-               count(*), COALESCE(max(size), 0)
-          FROM (SELECT count(*) AS size FROM {bm} GROUP BY band_index, band_hash HAVING count(*) > 1)""").fetchall()[0]
 
 
 def ranked_sql(

@@ -28,13 +28,13 @@ from ...core.ranking import policy_order_by
 from ...storage import parquet_splice
 from ...storage.fileio import atomic_path
 from ...storage.rows import fetch_rows
-from ...storage.store import quote_ident, row_groups, sql_string, with_params, write_batches, write_csv
+from ...storage.store import quote_ident, row_groups, save_table, sql_string, with_params, write_batches, write_csv
 from ...threads import prefetch
 from ..publish import report_path
 from ..stage import DUCKDB
 from ..stages.clustering import cluster_inspection, deduped_layout
 from ..stages.documents import stored_extra_columns
-from .layout import duck_type, incremental_dir, save_table
+from .layout import duck_type, incremental_dir
 from .rebuild import ranked_sql
 
 ROW_SHIFT = 40  # key = file index << 40 | row number in the file (a file holds < 2**40 rows)

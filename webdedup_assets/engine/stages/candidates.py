@@ -3,16 +3,20 @@ candidate_scope is `domain`)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 from ...errors import WebdedupError
 from ...params import CandidateParams
-from ...storage.store import Store, connect, scalar, write_csv, write_relation
+from ...storage.fileio import write_text
+from ...storage.store import Store, connect, file_identity, save_table, scalar, write_csv, write_relation
 from ..publish import report_path
 from ..stage import DUCKDB, StageOutput, StageResult, StageRun
 
 
-def _bucket_sql(bm: str, with_hub: bool = True) -> str:
+def bucket_sizes_sql(bm: str, with_hub: bool = True) -> str:
     """Buckets of two or more documents; the hub (first doc_id, for the star policy) costs a
     string aggregate over every band row, so it is left out when no policy needs it."""
     hub = ", min(doc_id) AS hub" if with_hub else ""
@@ -23,7 +27,56 @@ def _bucket_sql(bm: str, with_hub: bool = True) -> str:
 
 
 COLLISION_TOP = 10_000  # collision_buckets.csv lists this many buckets (an update keeps them too)
+# What an update extends, kept by the full stage in a folder of candidate_pairs' (not beside its
+# files: readers take every <asset>/*.parquet), for engine.incremental to take into its state
+# instead of grouping the band rows again: the bucket figures, the largest buckets and members.
+KEPT_DIR = "kept"
+BUCKET_SUMMARY = "bucket_summary.json"
+COLLISION_TOP_FILE = "collision_top.parquet"
 MIN_PAIR_SLOTS = 1_000_000  # the scaled budget never goes below this (small corpora, small clusters)
+
+
+def bucket_totals(con, sizes: str, hot_bucket_size: int) -> tuple[int, int, int, int, int]:
+    """(all pairs' slots, star slots of the buckets over hot_bucket_size, slots of the others,
+    buckets, largest size) of the table expression `sizes` (column size: buckets of two or more)."""
+    hot = int(hot_bucket_size)
+    return con.execute(f"""
+        SELECT COALESCE(sum(size * (size - 1) // 2), 0),
+               COALESCE(sum(CASE WHEN size > {hot} THEN size - 1 END), 0),
+               COALESCE(sum(CASE WHEN size <= {hot} THEN size * (size - 1) // 2 END), 0),
+               count(*), COALESCE(max(size), 0)
+          FROM {sizes}""").fetchall()[0]
+
+
+def create_collision_top(con, bands: str, sizes: str | None = None) -> None:
+    """Temp table `top`: the COLLISION_TOP largest buckets of the band table expression `bands`
+    with their members (collision_buckets.csv's rows); `sizes`: a table of the buckets' sizes
+    (band_index, band_hash, size) when there is one, else they are counted from `bands`."""
+    sizes = sizes or f"({bucket_sizes_sql(bands, with_hub=False)})"
+    con.execute(f"""CREATE TEMP TABLE top AS
+        WITH largest AS (SELECT band_index, band_hash, size FROM {sizes}
+                          ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
+        SELECT s.band_index, s.band_hash, s.size, string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
+          FROM largest s JOIN {bands} m USING (band_index, band_hash)
+         GROUP BY s.band_index, s.band_hash, s.size
+         ORDER BY s.size DESC, s.band_index, s.band_hash""")  # the stored file's bytes do not vary by run
+
+
+def kept_dir(store: Store) -> Path:
+    return store.asset_dir("candidate_pairs") / KEPT_DIR
+
+
+def kept_bucket_summary(store: Store, hot_bucket_size: int) -> dict[str, int] | None:
+    """The bucket figures the full stage kept next to the candidate_pairs file now stored, for
+    this hot_bucket_size; None when there are none or they belong to another file."""
+    try:
+        kept = json.loads((kept_dir(store) / BUCKET_SUMMARY).read_text())
+        current = file_identity(store.path("candidate_pairs"))
+    except (OSError, ValueError):
+        return None
+    if kept.get("candidate_pairs") != current or kept.get("hot_bucket_size") != hot_bucket_size:
+        return None
+    return kept["figures"]
 
 
 def pair_slot_budget(max_pair_slots: int, pair_slots_per_document: int, documents: int) -> int:
@@ -90,17 +143,9 @@ def candidate_pairs(run: StageRun) -> StageOutput:
               FROM {bm} m JOIN (SELECT doc_id, domain FROM {docs}) d USING (doc_id)""")
         bm = "scoped_bands"
     hot_limit = hot_bucket_size if bucket_policy == "star" else None
-    con.execute(f"CREATE TEMP TABLE buckets AS {_bucket_sql(bm, with_hub=hot_limit is not None)}")
-    all_pairs_slots, max_bucket, buckets, star_slots = con.execute(
-        "SELECT COALESCE(sum(size * (size - 1) // 2), 0), COALESCE(max(size), 0), count(*), "
-        f"COALESCE(sum(CASE WHEN size > {hot_limit or 'NULL'} THEN size - 1 END), 0) FROM buckets"
-    ).fetchall()[0]
-    if hot_limit is None:
-        slots = all_pairs_slots
-    else:
-        slots = star_slots + scalar(
-            con, f"SELECT COALESCE(sum(size * (size - 1) // 2), 0) FROM buckets WHERE size <= {hot_limit}"
-        )
+    con.execute(f"CREATE TEMP TABLE buckets AS {bucket_sizes_sql(bm, with_hub=hot_limit is not None)}")
+    all_pairs_slots, star_slots, small_slots, buckets, max_bucket = bucket_totals(con, "buckets", hot_bucket_size)
+    slots = all_pairs_slots if hot_limit is None else star_slots + small_slots
     documents = scalar(con, f"SELECT count(*) FROM {docs}")
     budget = pair_slot_budget(max_pair_slots, pair_slots_per_document, documents)
     if slots > budget:
@@ -189,17 +234,22 @@ def candidate_pairs(run: StageRun) -> StageOutput:
             "SELECT * FROM (VALUES " + ", ".join(f"('{k}', '{v}')" for k, v in figures.items()) + ") t(metric, value)"
         ),
     )
+    create_collision_top(con, bm, sizes="buckets")
     write_csv(
         report_path(store, "collision_buckets.csv"),
-        con.sql(f"""
-        WITH largest AS (SELECT * FROM buckets ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
-        SELECT b.band_index, b.band_hash, b.size,
-               string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
-          FROM largest b JOIN {bm} m ON m.band_index = b.band_index AND m.band_hash = b.band_hash
-         GROUP BY b.band_index, b.band_hash, b.size
-         ORDER BY b.size DESC, b.band_index, b.band_hash"""),
+        con.sql("SELECT band_index, band_hash, size, doc_ids FROM top ORDER BY size DESC, band_index, band_hash"),
     )
+    folder = kept_dir(store)
+    save_table(con, "top", folder / COLLISION_TOP_FILE)
     con.close()
+    totals = dict(
+        zip(
+            ("all_pairs_slots", "star_slots", "small_slots", "collision_buckets", "max_bucket_size"),
+            (all_pairs_slots, star_slots, small_slots, buckets, max_bucket),
+        )
+    )
+    summary = {"candidate_pairs": file_identity(store.path("candidate_pairs")), "hot_bucket_size": hot_bucket_size}
+    write_text(folder / BUCKET_SUMMARY, json.dumps({**summary, "figures": totals}, sort_keys=True))
     return StageOutput(rows, {k: v for k, v in stats.items() if k != "rows"})
 
 
