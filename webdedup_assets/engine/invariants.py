@@ -322,9 +322,12 @@ def measured_key(store: Store, max_members: int | None = None, min_size: int = 3
     """What a measurement of member Jaccards (and the diagnostics built on it) was made on: the
     identity of the clusters and deduped_documents files and the cap."""
     max_members = cohesion_cap(max_members)
-    try:
-        identities = {a: file_identity(store.path(a)) for a in ("clusters", "deduped_documents")}
-    except FileNotFoundError:  # an asset written as several parts (Spark): measured each time
+    files = {a: store.files(a) for a in ("clusters", "deduped_documents")}
+    if not all(files.values()):
+        return None
+    try:  # every file of each (Spark writes an asset as several parts)
+        identities = {a: [file_identity(f) for f in fs] for a, fs in files.items()}
+    except FileNotFoundError:
         return None
     return json.dumps({**identities, "max_members": max_members, "min_size": min_size}, sort_keys=True)
 
