@@ -32,3 +32,19 @@ def test_domain_scope_pairs_only_pages_of_one_domain(tmp_path, capsys):
     manifest = json.loads((tmp_path / "domain" / "manifest.json").read_text())
     assert manifest["parameters"]["candidate_pairs"]["candidate_scope"] == "domain"
     assert manifest["counts"]["cross_domain_candidates"] == 0
+
+
+def test_the_state_of_a_domain_scoped_run_counts_the_band_rows_own_buckets(tmp_path, capsys):
+    """The candidates stage keeps its bucket figures for the state only when its buckets are the
+    band rows' own: domain-scoped buckets are other ones, so the state counts them itself and
+    holds the same figures as after a global run of the same corpus."""
+    corpus = _corpus(tmp_path / "corpus.csv", 3000)
+    figures = {}
+    for scope in ("global", "domain"):
+        storage = tmp_path / f"st-{scope}"
+        argv = ["run", str(corpus), "--output", str(tmp_path / scope), "--storage", str(storage)]
+        assert main([*argv, "--candidate-scope", scope, "--quiet"]) == 0
+        assert (storage / "candidate_pairs" / "kept").is_dir() == (scope == "global")
+        figures[scope] = json.loads((storage / "incremental" / "state.json").read_text())["figures"]
+    capsys.readouterr()
+    assert figures["domain"] == figures["global"] and figures["global"]["collision_buckets"] > 0

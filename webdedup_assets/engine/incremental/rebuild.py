@@ -107,10 +107,9 @@ def _snapshot(
             link_file(kept_dir(store) / COLLISION_TOP_FILE, top_path)
         else:
             bm = store.scan_sql("band_memberships")
-            sizes = f"({bucket_sizes_sql(bm, with_hub=False)})"
-            names = ("all_pairs_slots", "star_slots", "small_slots", "collision_buckets", "max_bucket_size")
-            figures = dict(zip(names, bucket_totals(con, sizes, candidates.hot_bucket_size)))
-            create_collision_top(con, bm, sizes)
+            con.execute(f"CREATE TEMP TABLE buckets AS {bucket_sizes_sql(bm, with_hub=False)}")
+            figures = bucket_totals(con, "buckets", candidates.hot_bucket_size)
+            create_collision_top(con, bm, "buckets")
             save_table(con, "top", top_path)
         inspection_all(con, store, representative)
         save_table(con, "inspection", incremental_dir(store) / "cluster_inspection.parquet")

@@ -36,16 +36,19 @@ COLLISION_TOP_FILE = "collision_top.parquet"
 MIN_PAIR_SLOTS = 1_000_000  # the scaled budget never goes below this (small corpora, small clusters)
 
 
-def bucket_totals(con, sizes: str, hot_bucket_size: int) -> tuple[int, int, int, int, int]:
-    """(all pairs' slots, star slots of the buckets over hot_bucket_size, slots of the others,
-    buckets, largest size) of the table expression `sizes` (column size: buckets of two or more)."""
+def bucket_totals(con, sizes: str, hot_bucket_size: int) -> dict[str, int]:
+    """The bucket figures of the table expression `sizes` (column size: buckets of two or more):
+    all pairs' slots, the star slots of the buckets over hot_bucket_size, the slots of the others,
+    the buckets and the largest size."""
     hot = int(hot_bucket_size)
-    return con.execute(f"""
+    values = con.execute(f"""
         SELECT COALESCE(sum(size * (size - 1) // 2), 0),
                COALESCE(sum(CASE WHEN size > {hot} THEN size - 1 END), 0),
                COALESCE(sum(CASE WHEN size <= {hot} THEN size * (size - 1) // 2 END), 0),
                count(*), COALESCE(max(size), 0)
           FROM {sizes}""").fetchall()[0]
+    names = ("all_pairs_slots", "star_slots", "small_slots", "collision_buckets", "max_bucket_size")
+    return dict(zip(names, values))
 
 
 def create_collision_top(con, bands: str, sizes: str | None = None) -> None:
@@ -144,8 +147,8 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         bm = "scoped_bands"
     hot_limit = hot_bucket_size if bucket_policy == "star" else None
     con.execute(f"CREATE TEMP TABLE buckets AS {bucket_sizes_sql(bm, with_hub=hot_limit is not None)}")
-    all_pairs_slots, star_slots, small_slots, buckets, max_bucket = bucket_totals(con, "buckets", hot_bucket_size)
-    slots = all_pairs_slots if hot_limit is None else star_slots + small_slots
+    totals = bucket_totals(con, "buckets", hot_bucket_size)
+    slots = totals["all_pairs_slots"] if hot_limit is None else totals["star_slots"] + totals["small_slots"]
     documents = scalar(con, f"SELECT count(*) FROM {docs}")
     budget = pair_slot_budget(max_pair_slots, pair_slots_per_document, documents)
     if slots > budget:
@@ -162,7 +165,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         )
         raise WebdedupError(
             f"candidate join would create {slots:,} pair slots, over the budget of {budget:,} ({how}); "
-            f"the largest bucket holds {max_bucket:,} documents (band {band}, key {key}; e.g. "
+            f"the largest bucket holds {totals['max_bucket_size']:,} documents (band {band}, key {key}; e.g. "
             f"{', '.join(sample)}): text they all share, such as boilerplate. "
             + budget_advice(con.execute("SELECT size, count(*) FROM buckets GROUP BY size").fetchall(), budget, params)
         )
@@ -219,10 +222,10 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         "candidate_reduction_ratio": round(1 - rows / possible, 4) if possible else 0.0,
         "cross_domain_candidates": cross,
         "same_domain_candidates": rows - cross,
-        "collision_buckets": buckets,
-        "max_bucket_size": max_bucket,
+        "collision_buckets": totals["collision_buckets"],
+        "max_bucket_size": totals["max_bucket_size"],
         "pair_slots": slots,
-        "all_pairs_slots": all_pairs_slots,
+        "all_pairs_slots": totals["all_pairs_slots"],
     }
     # Reports published with the run (engine.publish); figures only, no timings, so that the
     # same input gives the same file.
@@ -239,17 +242,12 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         report_path(store, "collision_buckets.csv"),
         con.sql("SELECT band_index, band_hash, size, doc_ids FROM top ORDER BY size DESC, band_index, band_hash"),
     )
-    folder = kept_dir(store)
-    save_table(con, "top", folder / COLLISION_TOP_FILE)
+    if params.candidate_scope == "global":  # the state counts the band rows' own buckets, not domain-scoped ones
+        folder = kept_dir(store)
+        save_table(con, "top", folder / COLLISION_TOP_FILE)
+        summary = {"candidate_pairs": file_identity(store.path("candidate_pairs")), "hot_bucket_size": hot_bucket_size}
+        write_text(folder / BUCKET_SUMMARY, json.dumps({**summary, "figures": totals}, sort_keys=True))
     con.close()
-    totals = dict(
-        zip(
-            ("all_pairs_slots", "star_slots", "small_slots", "collision_buckets", "max_bucket_size"),
-            (all_pairs_slots, star_slots, small_slots, buckets, max_bucket),
-        )
-    )
-    summary = {"candidate_pairs": file_identity(store.path("candidate_pairs")), "hot_bucket_size": hot_bucket_size}
-    write_text(folder / BUCKET_SUMMARY, json.dumps({**summary, "figures": totals}, sort_keys=True))
     return StageOutput(rows, {k: v for k, v in stats.items() if k != "rows"})
 
 
