@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import re
 
 import pytest
 
@@ -254,11 +255,9 @@ def test_emit_shards_writes_the_kept_records_of_objects(bucket, tmp_path):
         ),
         (["run", "s3://corpus/nothing-here"], "input s3://corpus/nothing-here holds no .csv, .parquet, .jsonl"),
         (
-            ["run", "s3://corpus/shards", "--output", "s3://corpus/out"],
-            "--output s3://corpus/out: the published outputs may be in object storage, the corpus' storage root "
-            "may not; give --storage",
+            ["run", "s3://corpus/shards", "--storage", "s3://no-such-bucket/st"],
+            "s3://no-such-bucket/st/writers/",
         ),
-        (["add", "s3://corpus/shards", "--storage", "s3://corpus/st"], "--storage s3://corpus/st: object storage"),
     ],
 )
 def test_object_storage_errors_are_one_line(bucket, tmp_path, capsys, args, message):
@@ -368,3 +367,160 @@ def test_a_publish_that_fails_midway_leaves_current_on_the_previous_set(bucket, 
     monkeypatch.setattr(sets, "put_file", real)
     assert main([*run, *DOLMA_FLAGS]) == 0  # the storage was rolled back: the next run is whole again
     assert _current("failing")[1]["clusters.csv"] == published["clusters.csv"]
+
+
+def _objects(prefix: str) -> dict[str, bytes]:
+    import boto3
+
+    client = boto3.client("s3")
+    found = client.list_objects_v2(Bucket="corpus", Prefix=f"{prefix}/").get("Contents", [])
+    return {o["Key"][len(prefix) + 1 :]: client.get_object(Bucket="corpus", Key=o["Key"])["Body"].read() for o in found}
+
+
+def test_a_storage_in_a_bucket_runs_and_adds_as_a_local_one_from_any_machine(bucket, tmp_path, capsys, monkeypatch):
+    import json
+
+    uri, local = bucket
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "machine-a"))
+    out = tmp_path / "out"
+    storage = ["--output", str(out), "--storage", "s3://corpus/st", *DOLMA_FLAGS]
+    assert main(["run", "s3://corpus/by-day/early.jsonl.gz", *storage, "--quiet"]) == 0
+    first = json.loads(_objects("st")["CURRENT"])["set"]
+    stored = _objects("st")
+    assert f"sets/{first}.json" in stored and any(k.startswith(f"files/{first}/documents/") for k in stored)
+    assert json.loads((out / "manifest.json").read_text())["storage_root"] == "s3://corpus/st"
+
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "machine-b"))  # another machine: downloads the corpus
+    capsys.readouterr()
+    assert main(["add", "s3://corpus/by-day/late.json.zst", *storage]) == 0
+    second = json.loads(_objects("st")["CURRENT"])["set"]
+    uploaded = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"webdedup: s3://corpus/st: uploaded \d+ changed file\(s\), [\d.,]+ MB; CURRENT names set {second}", uploaded
+    )
+    assert main(["run", str(local), "--output", str(tmp_path / "all"), "--quiet", *DOLMA_FLAGS]) == 0
+    assert _published(out) == _published(tmp_path / "all")
+    assert second > first
+    kept = json.loads(_objects("st")[f"sets/{second}.json"])["files"]
+    assert any(e["key"].startswith(f"files/{first}/") for e in kept.values())  # unchanged: not uploaded again
+    assert any(e["key"].startswith(f"files/{second}/") for e in kept.values())
+    assert sorted(k.split("/")[1] for k in _objects("st") if k.startswith("sets/")) == [
+        f"{first}.json",
+        f"{second}.json",
+    ]
+
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "machine-a"))  # one set behind: brought up to date
+    capsys.readouterr()  # readers follow the output's manifest to the storage
+    assert main(["check", f"{uri}/shard-00.jsonl", "--against", str(out), "--report", str(tmp_path / "c.pq")]) in (0, 1)
+    assert "webdedup check: 3 document(s)" in capsys.readouterr().out
+    assert main(["verify", "--output", str(out)]) == 0
+    assert "webdedup verify: 0 problem(s)" in capsys.readouterr().err
+    assert json.loads(_objects("st")["CURRENT"])["set"] == second  # readers upload nothing
+
+
+def test_a_second_writer_of_a_storage_in_a_bucket_is_refused_naming_it(bucket, tmp_path, capsys, monkeypatch):
+    import json
+
+    import boto3
+
+    uri, _ = bucket
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+    run = ["run", uri, "--output", str(tmp_path / "out"), "--storage", "s3://corpus/held", "--quiet", *DOLMA_FLAGS]
+    assert main(run) == 0
+    before = _objects("held")
+    holder = {"host": "crawler-7", "pid": 4242, "started": "2026-12-06T05:00:00+00:00", "purpose": "webdedup add"}
+    client = boto3.client("s3")
+    client.put_object(Bucket="corpus", Key="held/writers/20261206T050000000000Z-x.json", Body=json.dumps(holder))
+    capsys.readouterr()
+    assert main([*run, "--threshold", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(
+        "webdedup: error: s3://corpus/held is in use by another webdedup writer: pid 4242 on crawler-7 since "
+        "2026-12-06T05:00:00+00:00 (webdedup add)."
+    ), err
+    assert "delete s3://corpus/held/writers/20261206T050000000000Z-x.json" in err[-1]
+    client.delete_object(Bucket="corpus", Key="held/writers/20261206T050000000000Z-x.json")
+    assert _objects("held") == before  # nothing written, own lease given up
+
+    import socket
+
+    dead = {**holder, "host": socket.gethostname(), "pid": 2**22 + 17}  # a lease of this host whose process died
+    client.put_object(Bucket="corpus", Key="held/writers/20261206T050000000000Z-y.json", Body=json.dumps(dead))
+    assert main([*run, "--threshold", "0.5"]) == 0
+    assert not [k for k in _objects("held") if k.startswith("writers/") and not k.endswith("/")]  # (a folder marker)
+
+
+def test_a_failed_command_leaves_a_storage_in_a_bucket_as_it_was(bucket, tmp_path, capsys, monkeypatch):
+    uri, local = bucket
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+    common = ["--output", str(tmp_path / "out"), "--storage", "s3://corpus/kept", "--quiet", *DOLMA_FLAGS]
+    assert main(["run", uri, *common]) == 0
+    before = _objects("kept")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x", "text": "a page"\n')
+    capsys.readouterr()
+    assert main(["add", str(bad), *common]) == 2
+    assert f"{bad}: line 1" in capsys.readouterr().err
+    assert _objects("kept") == before
+    assert main(["run", "s3://corpus/by-day/early.jsonl.gz", *common, "--id-column", "no_such_field"]) == 2
+    assert _objects("kept") == before
+
+
+def test_an_output_in_a_bucket_keeps_its_storage_beside_it(bucket, tmp_path, capsys, monkeypatch):
+    import json
+
+    uri, _ = bucket
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+    assert main(["run", uri, "--output", "s3://corpus/beside", "--quiet", *DOLMA_FLAGS]) == 0
+    stored = _objects("beside")
+    assert "_storage/CURRENT" in stored
+    _, published = _current("beside")
+    assert json.loads(published["manifest.json"])["storage_root"] == "s3://corpus/beside/_storage"
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "elsewhere"))  # readers follow the manifest to it
+    capsys.readouterr()
+    assert main(
+        ["check", f"{uri}/shard-00.jsonl", "--against", "s3://corpus/beside", "--report", str(tmp_path / "c.pq")]
+    ) in (0, 1)
+    assert "webdedup check: 3 document(s)" in capsys.readouterr().out
+    with open(tmp_path / "c.pq", "rb") as handle:
+        assert handle.read(4) == b"PAR1"
+
+
+def test_dagster_assets_on_a_storage_in_a_bucket_give_the_results_of_a_local_one(bucket, tmp_path, monkeypatch):
+    """The daily assets of the fixture's month, then the global ones, each step on the machine's copy
+    of the storage, as the UI's backfill and the sensor's global run do."""
+    import json
+
+    import dagster as dg
+
+    from webdedup_assets.defs import DAILY_ASSETS, GLOBAL_ASSETS, build_defs
+
+    from .conftest import job_config
+    from .dagster_runs import RANGE_END_TAG, RANGE_START_TAG
+
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+    daily = set(DAILY_ASSETS)
+    overall = {a.key.to_user_string() for a in GLOBAL_ASSETS}
+
+    def materialize(storage_root: str, output) -> None:
+        defs = build_defs(["2026-03"])
+        config = job_config(storage_root, output)
+        config["resources"]["storage"]["config"]["ui_previews"] = False
+        for names, tags in ((daily, {RANGE_START_TAG: "2026-03", RANGE_END_TAG: "2026-03"}), (overall, None)):
+            result = dg.materialize(
+                [a for a in defs.assets if a.key.to_user_string() in names],
+                run_config={**config, "ops": {k: v for k, v in config["ops"].items() if k in names}},
+                resources=defs.resources,
+                instance=dg.DagsterInstance.ephemeral(),
+                tags=tags,
+            )
+            assert result.success
+
+    materialize("s3://corpus/dagster", tmp_path / "remote")
+    materialize(str(tmp_path / "st"), tmp_path / "local")
+    assert _published(tmp_path / "remote") == _published(tmp_path / "local")
+    stored = _objects("dagster")
+    current = json.loads(stored["CURRENT"])["set"]
+    files = json.loads(stored[f"sets/{current}.json"])["files"]
+    assert {"documents/part-2026-03.parquet", "clusters/data.parquet", "manifest/manifest.json"} <= set(files)
+    assert not [k for k in stored if k.startswith("writers/") and not k.endswith("/")]  # every lease given up

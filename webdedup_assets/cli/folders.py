@@ -1,11 +1,14 @@
-"""The folders a command is given: --output (a local folder, or a URI in object storage for the
-published outputs) and the storage root (--storage, else OUTPUT/_storage, which has to be local).
+"""The folders a command is given: --output and the storage root (--storage, else
+OUTPUT/_storage), each a local folder or a URI in object storage (storage.remote: a command works
+on a local copy of a storage in object storage).
 
 A command that reads an output in object storage follows its pointer (storage.sets): the current
 set's manifest.json names the storage root of the run that published it."""
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 
 from ..errors import WebdedupError
@@ -17,15 +20,37 @@ def output_of(value: str) -> Path | ObjectPath:
     return ObjectPath.of(value) if is_uri(value) else Path(value).expanduser().resolve()
 
 
+def remote_storage(args: argparse.Namespace) -> ObjectPath | None:
+    """The storage root in object storage a command works on, if any: --storage as a URI; for run
+    and add with --output in object storage and no --storage, OUTPUT/_storage; for a command that
+    reads an output (check --against too) without --storage, the storage in object storage its
+    manifest names (of its current set, for an output in object storage)."""
+    storage = getattr(args, "storage", None)
+    if storage:
+        return ObjectPath.of(storage) if is_uri(storage) else None
+    output = getattr(args, "against" if args.command == "check" else "output", None)
+    if not isinstance(output, str):
+        return None
+    if is_uri(output):
+        if args.command in ("run", "add"):
+            return ObjectPath.of(output) / "_storage"
+        named = current_manifest(ObjectPath.of(output)).get("storage_root")
+    else:
+        folder = Path(output).expanduser()
+        manifest = folder / "manifest.json"
+        if args.command in ("run", "add") or (folder / "_storage").is_dir() or not manifest.is_file():
+            return None
+        named = json.loads(manifest.read_text()).get("storage_root")
+    return ObjectPath.of(named) if isinstance(named, str) and is_uri(named) else None
+
+
 def storage_to_write(output: Path | ObjectPath, storage: str | None) -> Path:
-    """The storage root of run and add: --storage, else OUTPUT/_storage (a local output only)."""
+    """The storage root of run and add: --storage, else OUTPUT/_storage (a local output; main
+    gives an output in object storage the working copy of its _storage as --storage)."""
     if storage:
         return Path(storage).expanduser().resolve()
     if isinstance(output, ObjectPath):
-        raise WebdedupError(
-            f"--output {output}: the published outputs may be in object storage, the corpus' storage root may not; "
-            "give --storage, a local (or mounted) folder"
-        )
+        raise WebdedupError(f"--output {output}: no storage root given; give --storage")
     return output / "_storage"
 
 

@@ -15,10 +15,11 @@ from .. import params
 from ..core.minhash import candidate_probability
 from ..errors import WebdedupError
 from ..storage.objects import ObjectPath, is_uri
+from ..storage.remote import working_copy
 from .evaluate import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 from .exiting import end_process
 from .explain import add_explain_parsers, cmd_explain, cmd_inspect
-from .folders import output_of, storage_to_write
+from .folders import output_of, remote_storage, storage_to_write
 from .incremental import add_incremental_parsers, cmd_add, cmd_check
 from .progress import progress_shown
 from .verify import add_verify_parser, cmd_verify
@@ -298,14 +299,6 @@ def cmd_probability(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    storage = getattr(args, "storage", None)
-    if isinstance(storage, str) and is_uri(storage):  # the input and the published outputs may be objects
-        print(
-            f"webdedup: error: --storage {storage}: object storage holds the input and the published outputs, not "
-            "the storage root; --storage must be a local (or mounted) folder",
-            file=sys.stderr,
-        )
-        return EXIT_ERROR
     output = getattr(args, "output", None)
     if args.command in ("evaluate", "tune") and isinstance(output, str) and is_uri(output):
         print(
@@ -314,6 +307,25 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
+    try:
+        remote = remote_storage(args)
+        if remote is None:
+            return _dispatch(args)
+        notice = None if getattr(args, "quiet", False) else _notice
+        with working_copy(remote, args.command in ("run", "add"), f"webdedup {args.command}", notice=notice) as local:
+            if args.command == "check":
+                if args.report is None and not is_uri(args.against):  # into the output folder, as always
+                    args.report = str(Path(args.against).expanduser() / "check.parquet")
+                args.against = str(local)
+            else:
+                args.storage = str(local)
+            return _dispatch(args)
+    except WebdedupError as err:  # the storage in object storage: unreachable, or another writer holds it
+        print(f"webdedup: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         return cmd_run(args)
     if args.command == "evaluate":

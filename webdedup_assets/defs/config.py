@@ -60,8 +60,12 @@ def parameters_in_force(storage_root: str | Path) -> dict[str, dict[str, Any]]:
     root, each group valid for today's model; assets never built there (or whose stored group the
     model no longer accepts) are left out."""
     from ..errors import WebdedupError
+    from ..storage.objects import ObjectPath, is_uri
+    from ..storage.remote import cache_folder
     from ..storage.store import Store
 
+    if is_uri(str(storage_root)):  # as this machine's copy last held it
+        storage_root = cache_folder(ObjectPath.of(str(storage_root)))
     store = Store(Path(storage_root))
     in_force: dict[str, dict[str, Any]] = {}
     for asset, group in STORED_GROUP.items():

@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+from pydantic import PrivateAttr
 
 from ..params import EngineParams
 from ..storage.fileio import make_folder
+from ..storage.objects import ObjectPath, is_uri
+from ..storage.remote import working_copy
 from ..storage.store import Store
 from .config import DEFAULT_STORAGE_ROOT, validate_run_config
 
 DEFAULT_OUTPUT_DIR = os.environ.get("WEBDEDUP_OUTPUT_DIR", ".webdedup/output")
+# How long a step waits for another step of this machine to finish with a storage in object storage.
+STEP_WAIT_SECONDS = 6 * 3600.0
 
 
 class WebdedupStorage(dg.ConfigurableResource):
     """Parquet per asset under storage_root; CSV/Parquet/JSON deliverables under output_dir.
 
     Relative paths resolve against the working directory of the process running the step.
-    Defaults come from WEBDEDUP_STORAGE_ROOT and WEBDEDUP_OUTPUT_DIR.
+    Defaults come from WEBDEDUP_STORAGE_ROOT and WEBDEDUP_OUTPUT_DIR. A storage_root in object
+    storage (`s3://bucket/prefix`) is worked on through this machine's copy (storage.remote): a
+    step brings the copy up to date, holds the storage's writer lease, and uploads what it
+    changed; the steps of a run take turns.
     """
 
     storage_root: str = DEFAULT_STORAGE_ROOT
@@ -27,17 +37,26 @@ class WebdedupStorage(dg.ConfigurableResource):
     # Charts and data previews in the materialization metadata, for the UI: each scans stored
     # data. Off for runs on a throwaway instance (tests), where no one could look at them.
     ui_previews: bool = True
+    _working_copy: Path | None = PrivateAttr(default=None)
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        """Every asset of a run needs storage: its setup checks the whole run config (ranges and
+    @contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[WebdedupStorage]:
+        """Every asset of a run needs storage: the whole run config is checked (ranges and
         cross-field rules) before the first step of the run computes anything."""
         run = context.run
         if run is not None and run.run_config:
             selected = {key.to_user_string() for key in run.asset_selection or ()}
             validate_run_config(run.run_config, selected)
+        if not is_uri(self.storage_root):
+            yield self
+            return
+        purpose = f"dagster run {run.run_id}" if run is not None else "dagster"
+        with working_copy(ObjectPath.of(self.storage_root), True, purpose, wait=STEP_WAIT_SECONDS) as local:
+            self._working_copy = local
+            yield self
 
     def store(self) -> Store:
-        return Store(Path(self.storage_root))
+        return Store(self._working_copy or Path(self.storage_root))
 
     def outputs(self) -> Path:
         return make_folder(Path(self.output_dir).expanduser().resolve())

@@ -52,7 +52,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -131,7 +131,7 @@ def writer_lock(folder: Path, exclusive: bool = True, timeout: float = 0.0, purp
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 os.close(fd)
-                live = [h for h in _holders(folder) if h.get("host") != socket.gethostname() or _pid_alive(h["pid"])]
+                live = [h for h in _holders(folder) if h.get("host") != socket.gethostname() or pid_alive(h["pid"])]
                 named = "; ".join(_describe(h) for h in live) or "a process that left no holder record"
                 waited = f" after waiting {timeout:g} s" if timeout else ""
                 raise LockBusy(
@@ -142,7 +142,7 @@ def writer_lock(folder: Path, exclusive: bool = True, timeout: float = 0.0, purp
     report = LockReport(folder)
     host = socket.gethostname()
     for info in _holders(folder):  # holder records whose process is gone
-        if info.get("host") == host and not _pid_alive(int(info.get("pid", 0))):
+        if info.get("host") == host and not pid_alive(int(info.get("pid", 0))):
             info["_file"].unlink(missing_ok=True)
             report.stale.append({k: v for k, v in info.items() if k != "_file"})
         elif exclusive and info.get("host") == host:

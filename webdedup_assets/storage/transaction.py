@@ -34,7 +34,7 @@ COMPLETE = "COMPLETE"  # written last: links without it were never a complete co
 NOT_STORED = {ROLLBACK_DIR, DISCARDED_DIR, LOCK_FILE, HOLDERS_DIR, ".corpus_state.lock", ".duckdb_tmp"}
 
 
-def _stored_files(root: Path) -> Iterator[Path]:
+def stored_files(root: Path) -> Iterator[Path]:
     """Every file of the storage (relative to root), what a command may replace or create."""
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
@@ -55,7 +55,7 @@ class StorageTransaction:
 
     def begin(self) -> None:
         self.links.mkdir(parents=True)
-        for relative in _stored_files(self.root):
+        for relative in stored_files(self.root):
             target = self.links / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             os.link(self.root / relative, target)
@@ -96,7 +96,7 @@ def restore(root: Path) -> bool:
     if not (links / COMPLETE).exists():  # killed while taking the links: the storage was not changed yet
         shutil.rmtree(links)
         return False
-    kept = {p for p in _stored_files(links) if p.name != COMPLETE or p.parent != Path(".")}
+    kept = {p for p in stored_files(links) if p.name != COMPLETE or p.parent != Path(".")}
     for relative in kept:
         source, target = links / relative, root / relative
         if target.exists() and os.path.samefile(source, target):
@@ -105,7 +105,7 @@ def restore(root: Path) -> bool:
         temporary = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
         os.link(source, temporary)
         os.replace(temporary, target)
-    for relative in list(_stored_files(root)):
+    for relative in list(stored_files(root)):
         if relative not in kept:
             (root / relative).unlink()
     for folder, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):

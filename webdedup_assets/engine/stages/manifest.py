@@ -15,6 +15,7 @@ from ...core.minhash import candidate_probability
 from ...params import BandingParams
 from ...storage.fileio import write_text
 from ...storage.objects import ObjectPath
+from ...storage.remote import origin_of
 from ...storage.serial import stored_value
 from ...storage.store import Store, sum_figures
 from ..columns import mapping_given
@@ -60,7 +61,7 @@ def build_manifest(store: Store) -> dict[str, Any]:
     input_files, input_sha256 = stored_input(store)
     return {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "storage_root": str(store.root),
+        "storage_root": origin_of(store.root) or str(store.root),
         "parameters": {
             "documents": {
                 **{k: params["documents"]["input"].get(k) for k in ("input_path", "input_format")},

@@ -1,0 +1,245 @@
+"""The storage root in object storage (`--storage s3://bucket/prefix`): a command works on a local
+working copy, and a command that changed the corpus uploads what it changed as a new set.
+
+DuckDB's stages read the stored Parquet many times over, by row group, and the incremental
+state keeps hard links; so a command runs on a local folder (under WEBDEDUP_CACHE, default
+~/.cache/webdedup), kept between commands: a machine that ran the last command downloads
+nothing. Layout under the storage URI:
+
+    CURRENT                    {"set": <id>}: the set readers follow, written last
+    sets/<id>.json             every file of the storage: its key and size (hard links share one key)
+    files/<id>/<path>          the files a set uploaded (later sets refer to them while unchanged)
+    writers/<id>-<host>-<pid>  the lease of the command writing now
+
+One PUT replaces an object whole, so CURRENT names the old set or the new one, never a mix; a
+command that fails uploads nothing (its working copy is put back by storage.transaction). One
+writer at a time: a writer puts its lease, then lists the leases, and gives up naming the
+holder when it sees another (object stores list what was written before, so of two writers at
+least one sees the other). After CURRENT moved, the sets before the previous one and the objects
+no kept set refers to are deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import WebdedupError
+from .objects import ObjectPath, file_system, message
+from .sets import new_set_id, put_file, read_json
+from .state import pid_alive, writer_lock
+from .transaction import stored_files
+
+CURRENT = "CURRENT"
+RECORD_SUFFIX = ".remote.json"  # beside the working copy: what it holds of which set
+
+
+def cache_folder(root: ObjectPath) -> Path:
+    """The working copy of a storage URI on this machine."""
+    base = Path(os.environ.get("WEBDEDUP_CACHE") or "~/.cache/webdedup").expanduser().resolve()
+    return base / "storage" / root.parts[0].rstrip(":") / root.key
+
+
+def origin_of(local: Path) -> str | None:
+    """The storage URI a local storage root is the working copy of (None: a storage of its own)."""
+    record = local.with_name(local.name + RECORD_SUFFIX)
+    return json.loads(record.read_text())["origin"] if record.exists() else None
+
+
+@contextmanager
+def working_copy(
+    root: ObjectPath, write: bool, purpose: str, wait: float = 0.0, notice: Callable[[str], None] | None = None
+) -> Iterator[Path]:
+    """The local copy of the storage at `root`, brought to its current set for the block; with
+    `write`, the block holds the storage's writer lease and what it changed is uploaded after it
+    (nothing when it raised). Another command of this machine using the copy is waited for up to
+    `wait` seconds. `notice` is told what was uploaded."""
+    local = cache_folder(root)
+    with writer_lock(local, timeout=wait, purpose=f"{purpose}, on a copy of {root}"):
+        lease = _take_lease(root, purpose) if write else None
+        try:
+            current = _current_set(root)
+            record = _download(root, current, local)
+            yield local
+            uploaded = _upload(root, local, record, current) if write else None
+            if uploaded and notice:
+                files, size, set_id = uploaded
+                notice(f"{root}: uploaded {files} changed file(s), {size / 1e6:,.1f} MB; CURRENT names set {set_id}")
+        finally:
+            if lease is not None:
+                _delete(lease)
+
+
+def _current_set(root: ObjectPath) -> str | None:
+    try:
+        with file_system(root).open_input_stream((root / CURRENT).key, compression=None) as handle:
+            return json.loads(handle.read())["set"]
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise WebdedupError(f"{root / CURRENT}: {message(err)}") from None
+    except (ValueError, KeyError, TypeError):
+        raise WebdedupError(f"{root / CURRENT}: not a pointer to a stored set (JSON naming its set)") from None
+
+
+def _identity(path: Path) -> list[int]:
+    info = path.stat()
+    return [info.st_size, info.st_mtime_ns, info.st_ino]
+
+
+def _download(root: ObjectPath, current: str | None, local: Path) -> dict[str, Any]:
+    """Bring the working copy to the set `current` (empty when None): files whose key differs from
+    the copy's record are downloaded, files the set does not hold are removed. Returns the record."""
+    record_path = local.with_name(local.name + RECORD_SUFFIX)
+    record = json.loads(record_path.read_text()) if record_path.exists() else {}
+    held = record.get("files", {}) if record.get("origin") == str(root) else {}
+    wanted = read_json(root / "sets" / f"{current}.json")["files"] if current else {}
+    files: dict[str, dict[str, Any]] = {}
+    fetched: dict[str, Path] = {}  # key -> the local file holding it (hard links share a key)
+    for relative, entry in sorted(wanted.items()):
+        target = local / relative
+        kept = held.get(relative)
+        unchanged = kept and kept["key"] == entry["key"] and target.exists() and kept["identity"] == _identity(target)
+        if not unchanged:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temporary = target.with_name(f".{target.name}.download")
+            if entry["key"] in fetched:
+                temporary.unlink(missing_ok=True)
+                os.link(fetched[entry["key"]], temporary)
+            else:
+                _get_file(root / entry["key"], temporary)
+            os.replace(temporary, target)
+        fetched.setdefault(entry["key"], target)
+        files[relative] = {"key": entry["key"], "identity": _identity(target)}
+    for relative in list(stored_files(local)) if local.exists() else []:
+        if relative.as_posix() not in wanted:
+            (local / relative).unlink()
+    record = {"origin": str(root), "set": current, "files": files}
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    record_path.write_text(json.dumps(record))
+    return record
+
+
+def _upload(root: ObjectPath, local: Path, record: dict[str, Any], previous: str | None) -> tuple[int, int, str] | None:
+    """Upload the files the command changed as a new set and move CURRENT to it; nothing when no
+    file changed. Returns the files and bytes uploaded and the set's id."""
+    held = record["files"]
+    set_id = new_set_id()
+    files: dict[str, dict[str, Any]] = {}
+    linked: dict[tuple[int, int], str] = {}  # (device, inode) -> key
+    changed, uploaded, size = False, 0, 0
+    for relative in sorted(stored_files(local)):
+        path, name = local / relative, relative.as_posix()
+        info = path.stat()
+        kept = held.get(name)
+        if (info.st_dev, info.st_ino) in linked:
+            key = linked[(info.st_dev, info.st_ino)]
+        elif kept and kept["identity"] == _identity(path):
+            key = kept["key"]
+        else:
+            key = f"files/{set_id}/{name}"
+            uploaded, size = uploaded + 1, size + info.st_size
+            try:
+                put_file(path, root / key)
+            except OSError as err:
+                raise WebdedupError(
+                    f"{root}: uploading {name} failed ({message(err)}); {root / CURRENT} still names the corpus as "
+                    "it was before this command (its outputs were published): run the command again"
+                ) from None
+        changed = changed or kept is None or kept["key"] != key
+        linked[(info.st_dev, info.st_ino)] = key
+        files[name] = {"key": key, "bytes": info.st_size}
+    if not changed and set(files) == set(held):
+        return None
+    _put_json(root / "sets" / f"{set_id}.json", {"files": files})
+    _put_json(root / CURRENT, {"set": set_id})
+    record.update(set=set_id, files={n: {"key": e["key"], "identity": _identity(local / n)} for n, e in files.items()})
+    local.with_name(local.name + RECORD_SUFFIX).write_text(json.dumps(record))
+    _remove_unreferenced(root, set_id, previous, files)
+    return uploaded, size, set_id
+
+
+def _remove_unreferenced(root: ObjectPath, current: str, previous: str | None, files: dict[str, Any]) -> None:
+    """Delete the sets before `previous` and every uploaded file neither `current` nor `previous`
+    refers to. Failures are left to a later command's cleanup."""
+    import pyarrow.fs as pafs
+
+    fs = file_system(root)
+    try:
+        keep = {e["key"] for e in files.values()}
+        if previous is not None:
+            keep |= {e["key"] for e in read_json(root / "sets" / f"{previous}.json")["files"].values()}
+        kept_sets = {f"{current}.json", f"{previous}.json"}
+        for found in fs.get_file_info(pafs.FileSelector((root / "sets").key, allow_not_found=True)):
+            name = Path(found.path).name
+            if name not in kept_sets and name < f"{previous or current}.json":
+                fs.delete_file(found.path)
+        prefix = root.key + "/"
+        listing = fs.get_file_info(pafs.FileSelector((root / "files").key, recursive=True, allow_not_found=True))
+        for found in listing:
+            if found.type == pafs.FileType.File and found.path[len(prefix) :] not in keep:
+                fs.delete_file(found.path)
+    except (OSError, WebdedupError):
+        pass
+
+
+def _take_lease(root: ObjectPath, purpose: str) -> ObjectPath:
+    """Put this command's lease, then give it up and refuse if another writer holds one (a lease
+    of a dead process on this host is removed)."""
+    import pyarrow.fs as pafs
+
+    host = socket.gethostname()
+    lease = root / "writers" / f"{new_set_id()}-{host}-{os.getpid()}.json"
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    _put_json(lease, {"host": host, "pid": os.getpid(), "started": started, "purpose": purpose})
+    fs = file_system(root)
+    try:
+        found = fs.get_file_info(pafs.FileSelector((root / "writers").key, allow_not_found=True))
+        for other in sorted(f.path for f in found if f.path != lease.key):
+            holder = read_json(ObjectPath(root.parts[0], *other.split("/")))
+            if holder.get("host") == host and not pid_alive(int(holder.get("pid", 0))):
+                fs.delete_file(other)  # left by a command that died
+                continue
+            raise WebdedupError(
+                f"{root} is in use by another webdedup writer: pid {holder.get('pid')} on {holder.get('host')} "
+                f"since {holder.get('started')} ({holder.get('purpose')}). Wait for it to finish; if it is no "
+                f"longer running, delete {root.parts[0]}//{other}"
+            )
+    except OSError as err:
+        _delete(lease)
+        raise WebdedupError(f"{root}: {message(err)}") from None
+    except WebdedupError:
+        _delete(lease)
+        raise
+    return lease
+
+
+def _put_json(path: ObjectPath, value: dict[str, Any]) -> None:
+    try:
+        with file_system(path).open_output_stream(path.key, compression=None) as out:
+            out.write((json.dumps(value) + "\n").encode())
+    except OSError as err:
+        raise WebdedupError(f"{path}: {message(err)}") from None
+
+
+def _get_file(source: ObjectPath, target: Path) -> None:
+    try:
+        with file_system(source).open_input_stream(source.key, compression=None) as handle, open(target, "wb") as out:
+            while chunk := handle.read(8 << 20):
+                out.write(chunk)
+    except OSError as err:
+        target.unlink(missing_ok=True)
+        raise WebdedupError(f"{source}: {message(err)}") from None
+
+
+def _delete(path: ObjectPath) -> None:
+    try:
+        file_system(path).delete_file(path.key)
+    except OSError:
+        pass
