@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +127,37 @@ def _no_leaked_defs_state_storage():
     yield
     gc.collect()
     _current_storage.set(None)
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3 protocol server on 127.0.0.1 for one test module, the AWS variables pointing at it
+    (and put back after); yields its endpoint URL."""
+    pytest.importorskip("moto")
+    from moto.server import ThreadedMotoServer
+
+    from webdedup_assets.storage import objects
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log on stderr
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL")
+    saved = {k: os.environ.get(k) for k in names}
+    endpoint = f"http://{host}:{port}"
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="webdedup-test",
+        AWS_SECRET_ACCESS_KEY="webdedup-test",
+        AWS_REGION="us-east-1",
+        AWS_ENDPOINT_URL=endpoint,
+    )
+    try:
+        yield endpoint
+    finally:
+        objects._systems.clear()  # the next module's file systems are its own
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -12,7 +12,6 @@ storage without a local --storage and credentials the server refuses are each on
 from __future__ import annotations
 
 import csv
-import logging
 import os
 import re
 
@@ -42,52 +41,27 @@ def write_crawl(folder) -> list:
 
 
 @pytest.fixture(scope="module")
-def bucket(tmp_path_factory):
+def bucket(s3_server, tmp_path_factory):
     """A bucket `corpus` holding the fixture's documents as 8 shards of mixed codecs under
     `shards/`, and the same shards in a local folder; yields (uri, local folder)."""
     import boto3
-    from moto.server import ThreadedMotoServer
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log on stderr
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    saved = {
-        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL")
-    }
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="webdedup-test",
-        AWS_SECRET_ACCESS_KEY="webdedup-test",
-        AWS_REGION="us-east-1",
-        AWS_ENDPOINT_URL=f"http://{host}:{port}",
-    )
-    try:
-        local = tmp_path_factory.mktemp("local") / "shards"
-        rows = fixture_rows()
-        client = boto3.client("s3")
-        client.create_bucket(Bucket="corpus")
-        for shard, suffix in enumerate(SUFFIXES):
-            path = write_shard(
-                local / f"shard-{shard:02d}{suffix}", [dolma_record(r) for r in rows[shard :: len(SUFFIXES)]]
-            )
-            client.put_object(Bucket="corpus", Key=f"shards/{path.name}", Body=path.read_bytes())
-        days = sorted({r["crawled_at"] for r in rows})
-        for name, part in (("early.jsonl.gz", days[: len(days) // 2]), ("late.json.zst", days[len(days) // 2 :])):
-            path = write_shard(
-                local.parent / "by-day" / name, [dolma_record(r) for r in rows if r["crawled_at"] in part]
-            )
-            client.put_object(Bucket="corpus", Key=f"by-day/{name}", Body=path.read_bytes())
-        for path in write_crawl(local.parent / "crawl"):
-            client.put_object(Bucket="corpus", Key=f"crawl/{path.name}", Body=path.read_bytes())
-        yield "s3://corpus/shards", local
-    finally:
-        objects._systems.clear()  # the next test's file systems are its own
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    local = tmp_path_factory.mktemp("local") / "shards"
+    rows = fixture_rows()
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="corpus")
+    for shard, suffix in enumerate(SUFFIXES):
+        path = write_shard(
+            local / f"shard-{shard:02d}{suffix}", [dolma_record(r) for r in rows[shard :: len(SUFFIXES)]]
+        )
+        client.put_object(Bucket="corpus", Key=f"shards/{path.name}", Body=path.read_bytes())
+    days = sorted({r["crawled_at"] for r in rows})
+    for name, part in (("early.jsonl.gz", days[: len(days) // 2]), ("late.json.zst", days[len(days) // 2 :])):
+        path = write_shard(local.parent / "by-day" / name, [dolma_record(r) for r in rows if r["crawled_at"] in part])
+        client.put_object(Bucket="corpus", Key=f"by-day/{name}", Body=path.read_bytes())
+    for path in write_crawl(local.parent / "crawl"):
+        client.put_object(Bucket="corpus", Key=f"crawl/{path.name}", Body=path.read_bytes())
+    return "s3://corpus/shards", local
 
 
 @pytest.fixture

@@ -736,7 +736,12 @@ def _conf(conf: dict[str, str]) -> list[str]:
     return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
 
-def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path, monkeypatch):
+def test_fixture_on_a_standalone_master_with_two_workers(spark, s3_server, tmp_path, monkeypatch):
+    """The global stages on the cluster; then `webdedup run --engine spark` there with the storage
+    and the output in a bucket (the executors work on this machine's copy of the storage)."""
+    import boto3
+
+    from webdedup_assets.cli.main import main
     from webdedup_assets.engine.stages import clustering_spark as clustering
 
     monkeypatch.setattr(clustering, "CHECKPOINT_EVERY", 1)  # a reliable checkpoint in the one round
@@ -810,6 +815,20 @@ def test_fixture_on_a_standalone_master_with_two_workers(spark, tmp_path, monkey
         assert results["clusters"].figures["rounds"] >= 1
         # not a local master: the reliable checkpoints went under the storage root, then were removed
         assert written and not list(store.root.glob(".spark-checkpoints-*"))
+
+        boto3.client("s3").create_bucket(Bucket="cluster")
+        monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+        bucket = ["--storage", "s3://cluster/st", "--output", "s3://cluster/out", "--quiet"]
+        assert main(["run", str(FIXTURE), "--engine", "spark", "--spark-master", master, *bucket]) == 0
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "duckdb"), "--quiet"]) == 0
+    client = boto3.client("s3")
+    current = json.loads(client.get_object(Bucket="cluster", Key="out/CURRENT")["Body"].read())["folder"]
+    for name in ("clusters.csv", "duplicate_pairs.csv", "removed.csv"):
+        published = client.get_object(Bucket="cluster", Key=f"out/{current}/{name}")["Body"].read()
+        assert published == (tmp_path / "duckdb" / name).read_bytes(), name
+    manifest = json.loads(client.get_object(Bucket="cluster", Key=f"out/{current}/manifest.json")["Body"].read())
+    assert manifest["storage_root"] == "s3://cluster/st" and manifest["engines"]["candidate_pairs"].startswith("spark ")
+    assert client.get_object(Bucket="cluster", Key="st/CURRENT")["ContentLength"] > 0
 
 
 def test_webdedup_run_on_a_spark_connect_server(tmp_path, monkeypatch):
