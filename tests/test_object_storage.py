@@ -498,3 +498,36 @@ def test_dagster_assets_on_a_storage_in_a_bucket_give_the_results_of_a_local_one
     files = json.loads(stored[f"sets/{current}.json"])["files"]
     assert {"documents/part-2026-03.parquet", "clusters/data.parquet", "manifest/manifest.json"} <= set(files)
     assert not [k for k in stored if k.startswith("writers/") and not k.endswith("/")]  # every lease given up
+
+
+def test_an_upload_that_fails_leaves_current_where_it_was(bucket, tmp_path, capsys, monkeypatch):
+    import json
+
+    from webdedup_assets.storage import remote
+
+    uri, _ = bucket
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+    common = ["--output", str(tmp_path / "out"), "--storage", "s3://corpus/cut", "--quiet", *DOLMA_FLAGS]
+    assert main(["run", uri, *common]) == 0
+    before = json.loads(_objects("cut")["CURRENT"])["set"]
+    real = remote.put_file
+
+    def put_file(source, target):
+        if target.name == "data.parquet" and target.parent.name == "clusters":
+            raise OSError("AWS Error NETWORK_CONNECTION during PutObject operation: connection reset")
+        real(source, target)
+
+    monkeypatch.setattr(remote, "put_file", put_file)
+    capsys.readouterr()
+    assert main(["run", uri, *common, "--threshold", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "webdedup: error: s3://corpus/cut: uploading failed (AWS Error NETWORK_CONNECTION during PutObject operation: "
+        "connection reset); s3://corpus/cut/CURRENT still names the corpus as it was before this command (its "
+        "outputs were published): run the command again"
+    ), err
+    assert json.loads(_objects("cut")["CURRENT"])["set"] == before
+    monkeypatch.setattr(remote, "put_file", real)
+    assert main(["run", uri, *common, "--threshold", "0.5"]) == 0  # the copy is brought back to CURRENT first
+    assert json.loads(_objects("cut")["CURRENT"])["set"] > before
+    assert not [k for k in _objects("cut") if k.startswith("writers/") and not k.endswith("/")]

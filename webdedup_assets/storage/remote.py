@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,12 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
+from ..threads import ordered_map
 from .objects import ObjectPath, file_system, message
 from .sets import new_set_id, put_file, read_json
 from .state import pid_alive, writer_lock
 from .transaction import stored_files
 
 CURRENT = "CURRENT"
+TRANSFERS = 8  # files downloaded or uploaded at a time (object stores answer each request with latency)
 RECORD_SUFFIX = ".remote.json"  # beside the working copy: what it holds of which set
 
 
@@ -95,45 +98,55 @@ def _identity(path: Path) -> list[int]:
 
 def _download(root: ObjectPath, current: str | None, local: Path) -> dict[str, Any]:
     """Bring the working copy to the set `current` (empty when None): files whose key differs from
-    the copy's record are downloaded, files the set does not hold are removed. Returns the record."""
+    the copy's record are downloaded (TRANSFERS at a time), files the set does not hold are
+    removed. Returns the record."""
     record_path = local.with_name(local.name + RECORD_SUFFIX)
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
     held = record.get("files", {}) if record.get("origin") == str(root) else {}
     wanted = read_json(root / "sets" / f"{current}.json")["files"] if current else {}
-    files: dict[str, dict[str, Any]] = {}
-    fetched: dict[str, Path] = {}  # key -> the local file holding it (hard links share a key)
+    have: dict[str, Path] = {}  # key -> a local file holding it (hard links share a key)
+    missing: list[str] = []
     for relative, entry in sorted(wanted.items()):
-        target = local / relative
-        kept = held.get(relative)
-        unchanged = kept and kept["key"] == entry["key"] and target.exists() and kept["identity"] == _identity(target)
-        if not unchanged:
+        target, kept = local / relative, held.get(relative)
+        if kept and kept["key"] == entry["key"] and target.exists() and kept["identity"] == _identity(target):
+            have.setdefault(entry["key"], target)
+        else:
+            missing.append(relative)
+    fetched = local.with_name(f".{local.name}.downloads")
+    shutil.rmtree(fetched, ignore_errors=True)
+    fetched.mkdir(parents=True)
+    try:
+        keys = sorted({wanted[r]["key"] for r in missing} - set(have))
+        places = {key: fetched / str(n) for n, key in enumerate(keys)}
+        for _ in ordered_map(lambda key: _get_file(root / key, places[key]), keys, TRANSFERS):
+            pass
+        for relative in missing:
+            target, key = local / relative, wanted[relative]["key"]
             target.parent.mkdir(parents=True, exist_ok=True)
             temporary = target.with_name(f".{target.name}.download")
-            if entry["key"] in fetched:
-                temporary.unlink(missing_ok=True)
-                os.link(fetched[entry["key"]], temporary)
-            else:
-                _get_file(root / entry["key"], temporary)
+            temporary.unlink(missing_ok=True)
+            os.link(have.get(key) or places[key], temporary)
             os.replace(temporary, target)
-        fetched.setdefault(entry["key"], target)
-        files[relative] = {"key": entry["key"], "identity": _identity(target)}
+            have.setdefault(key, target)
+    finally:
+        shutil.rmtree(fetched, ignore_errors=True)
     for relative in list(stored_files(local)) if local.exists() else []:
         if relative.as_posix() not in wanted:
             (local / relative).unlink()
+    files = {r: {"key": e["key"], "identity": _identity(local / r)} for r, e in wanted.items()}
     record = {"origin": str(root), "set": current, "files": files}
-    record_path.parent.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record))
     return record
 
 
 def _upload(root: ObjectPath, local: Path, record: dict[str, Any], previous: str | None) -> tuple[int, int, str] | None:
-    """Upload the files the command changed as a new set and move CURRENT to it; nothing when no
-    file changed. Returns the files and bytes uploaded and the set's id."""
+    """Upload the files the command changed (TRANSFERS at a time) as a new set and move CURRENT to
+    it; nothing when no file changed. Returns the files and bytes uploaded and the set's id."""
     held = record["files"]
     set_id = new_set_id()
     files: dict[str, dict[str, Any]] = {}
     linked: dict[tuple[int, int], str] = {}  # (device, inode) -> key
-    changed, uploaded, size = False, 0, 0
+    sending: list[tuple[Path, str]] = []
     for relative in sorted(stored_files(local)):
         path, name = local / relative, relative.as_posix()
         info = path.stat()
@@ -144,25 +157,25 @@ def _upload(root: ObjectPath, local: Path, record: dict[str, Any], previous: str
             key = kept["key"]
         else:
             key = f"files/{set_id}/{name}"
-            uploaded, size = uploaded + 1, size + info.st_size
-            try:
-                put_file(path, root / key)
-            except OSError as err:
-                raise WebdedupError(
-                    f"{root}: uploading {name} failed ({message(err)}); {root / CURRENT} still names the corpus as "
-                    "it was before this command (its outputs were published): run the command again"
-                ) from None
-        changed = changed or kept is None or kept["key"] != key
+            sending.append((path, key))
         linked[(info.st_dev, info.st_ino)] = key
         files[name] = {"key": key, "bytes": info.st_size}
-    if not changed and set(files) == set(held):
+    if not sending and {n: e["key"] for n, e in files.items()} == {n: e["key"] for n, e in held.items()}:
         return None
+    try:
+        for _ in ordered_map(lambda item: put_file(item[0], root / item[1]), sending, TRANSFERS):
+            pass
+    except OSError as err:
+        raise WebdedupError(
+            f"{root}: uploading failed ({message(err)}); {root / CURRENT} still names the corpus as it was before "
+            "this command (its outputs were published): run the command again"
+        ) from None
     _put_json(root / "sets" / f"{set_id}.json", {"files": files})
     _put_json(root / CURRENT, {"set": set_id})
     record.update(set=set_id, files={n: {"key": e["key"], "identity": _identity(local / n)} for n, e in files.items()})
     local.with_name(local.name + RECORD_SUFFIX).write_text(json.dumps(record))
     _remove_unreferenced(root, set_id, previous, files)
-    return uploaded, size, set_id
+    return len(sending), sum(path.stat().st_size for path, _ in sending), set_id
 
 
 def _remove_unreferenced(root: ObjectPath, current: str, previous: str | None, files: dict[str, Any]) -> None:
