@@ -34,11 +34,10 @@ from typing import Any
 from ..errors import WebdedupError
 from ..threads import ordered_map
 from .objects import ObjectPath, file_system, message
-from .sets import new_set_id, put_file, read_json
+from .sets import CURRENT, current_set, new_set_id, put_file, read_json
 from .state import pid_alive, writer_lock
 from .transaction import stored_files
 
-CURRENT = "CURRENT"
 TRANSFERS = 8  # files downloaded or uploaded at a time (object stores answer each request with latency)
 RECORD_SUFFIX = ".remote.json"  # beside the working copy: what it holds of which set
 
@@ -67,7 +66,7 @@ def working_copy(
     with writer_lock(local, timeout=wait, purpose=f"{purpose}, on a copy of {root}"):
         lease = _take_lease(root, purpose) if write else None
         try:
-            current = _current_set(root)
+            current = current_set(root)
             record = _download(root, current, local)
             yield local
             uploaded = _upload(root, local, record, current) if write else None
@@ -77,18 +76,6 @@ def working_copy(
         finally:
             if lease is not None:
                 _delete(lease)
-
-
-def _current_set(root: ObjectPath) -> str | None:
-    try:
-        with file_system(root).open_input_stream((root / CURRENT).key, compression=None) as handle:
-            return json.loads(handle.read())["set"]
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise WebdedupError(f"{root / CURRENT}: {message(err)}") from None
-    except (ValueError, KeyError, TypeError):
-        raise WebdedupError(f"{root / CURRENT}: not a pointer to a stored set (JSON naming its set)") from None
 
 
 def _identity(path: Path) -> list[int]:

@@ -31,7 +31,8 @@ def new_set_id() -> str:
 
 
 def current_set(output: ObjectPath) -> str | None:
-    """The id of the set CURRENT names, None before the first publish."""
+    """The id of the set CURRENT names, None before the first publish (of an output, or of a
+    storage root: storage.remote)."""
     try:
         with file_system(output).open_input_stream((output / CURRENT).key, compression=None) as handle:
             return json.loads(handle.read())["set"]
@@ -40,7 +41,7 @@ def current_set(output: ObjectPath) -> str | None:
     except OSError as err:
         raise WebdedupError(f"{output / CURRENT}: {message(err)}") from None
     except (ValueError, KeyError, TypeError):
-        raise WebdedupError(f"{output / CURRENT}: not a pointer to a published set (JSON naming its set)") from None
+        raise WebdedupError(f"{output / CURRENT}: not a pointer to a set (JSON naming its set)") from None
 
 
 def current_folder(output: ObjectPath) -> ObjectPath:
