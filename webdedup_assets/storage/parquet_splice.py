@@ -209,16 +209,20 @@ class _Prepared:
             return moved
         figures.groups_spliced += 1
         start, uncompressed = out.tell(), 0
+        pending = bytearray()  # encoded pages in a row, written at once (a system call each costs more than the copy)
         for piece in self.plan:
             if isinstance(piece, _Run):
+                write_all(out, pending)
+                pending.clear()
                 copy_range(out, source_fd, piece.start, piece.end - piece.start)
                 uncompressed += piece.uncompressed
                 figures.pages_copied += piece.pages
             else:
-                write_all(out, piece.header)
-                write_all(out, piece.payload)
+                pending += piece.header
+                pending += piece.payload
                 uncompressed += len(piece.header) + piece.raw_size
                 figures.pages_encoded += 1
+        write_all(out, pending)
         meta = [(f, t, v) for f, t, v in self.wide_meta if f in CMD_KEPT]
         meta += [(CMD_NUM_VALUES, I64, self.rows), (CMD_UNCOMPRESSED, I64, uncompressed)]
         meta += [(CMD_COMPRESSED, I64, out.tell() - start), (CMD_DATA_PAGE, I64, start)]
