@@ -57,10 +57,22 @@ class ShingleSets:
 
 
 def shingle_sets_of(doc_ids: pa.Array, bodies: pa.Array, shingle_size: int, unit: str = "word") -> ShingleSets:
-    """The sets of documents whose bodies are at hand (the kernel scoring uses)."""
-    flat, offsets = shingle_sets(bodies, shingle_size, unit)
-    offsets = np.asarray(offsets, np.int64)
-    return ShingleSets(doc_ids.cast(pa.string()), flat, offsets[:-1], offsets[1:])
+    """The sets of documents whose bodies are at hand (the kernel scoring uses), a slice of the
+    documents per core (the kernel releases the GIL)."""
+    threads = thread_count()
+    step = max(SETS_SLICE_ROWS, -(-len(bodies) // threads))
+
+    def one(start: int) -> ShingleSets:
+        flat, offsets = shingle_sets(bodies[start : start + step], shingle_size, unit)
+        offsets = np.asarray(offsets, np.int64)
+        return ShingleSets(doc_ids[start : start + step].cast(pa.string()), flat, offsets[:-1], offsets[1:])
+
+    if len(bodies) <= step:
+        return one(0)
+    return concat_sets(list(ordered_map(one, range(0, len(bodies), step), threads)))
+
+
+SETS_SLICE_ROWS = 4_096  # fewer documents are not worth a thread
 
 
 def concat_sets(parts: list[ShingleSets]) -> ShingleSets:
