@@ -531,3 +531,24 @@ def test_an_upload_that_fails_leaves_current_where_it_was(bucket, tmp_path, caps
     assert main(["run", uri, *common, "--threshold", "0.5"]) == 0  # the copy is brought back to CURRENT first
     assert json.loads(_objects("cut")["CURRENT"])["set"] > before
     assert not [k for k in _objects("cut") if k.startswith("writers/") and not k.endswith("/")]
+
+
+def test_undo_links_a_killed_command_left_in_the_copy_give_way_to_the_storage_in_the_bucket(
+    bucket, tmp_path, monkeypatch
+):
+    """A command killed on this machine leaves its undo links in the copy; the set CURRENT names is
+    what the storage holds, so they are dropped, not restored over it by the next command."""
+    from webdedup_assets.storage.objects import ObjectPath
+    from webdedup_assets.storage.remote import cache_folder
+
+    uri, local = bucket
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+    common = ["--output", str(tmp_path / "out"), "--storage", "s3://corpus/undo", "--quiet", *DOLMA_FLAGS]
+    assert main(["run", "s3://corpus/by-day/early.jsonl.gz", *common]) == 0
+    links = cache_folder(ObjectPath.of("s3://corpus/undo")) / ".rollback"
+    (links / "clusters").mkdir(parents=True)
+    (links / "clusters" / "data.parquet").write_bytes(b"not what the storage holds")
+    (links / "COMPLETE").touch()
+    assert main(["add", "s3://corpus/by-day/late.json.zst", *common]) == 0
+    assert main(["run", str(local), "--output", str(tmp_path / "all"), "--quiet", *DOLMA_FLAGS]) == 0
+    assert _published(tmp_path / "out") == _published(tmp_path / "all")

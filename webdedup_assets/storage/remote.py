@@ -36,7 +36,7 @@ from ..threads import ordered_map
 from .objects import ObjectPath, file_system, message
 from .sets import CURRENT, current_set, new_set_id, put_file, read_json
 from .state import pid_alive, writer_lock
-from .transaction import stored_files
+from .transaction import DISCARDED_DIR, ROLLBACK_DIR, stored_files
 
 TRANSFERS = 8  # files downloaded or uploaded at a time (object stores answer each request with latency)
 RECORD_SUFFIX = ".remote.json"  # beside the working copy: what it holds of which set
@@ -91,6 +91,8 @@ def _download(root: ObjectPath, current: str | None, local: Path) -> dict[str, A
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
     held = record.get("files", {}) if record.get("origin") == str(root) else {}
     wanted = read_json(root / "sets" / f"{current}.json")["files"] if current else {}
+    for leftover in (ROLLBACK_DIR, DISCARDED_DIR):  # a killed command's undo links: the set is what holds
+        shutil.rmtree(local / leftover, ignore_errors=True)
     have: dict[str, Path] = {}  # key -> a local file holding it (hard links share a key)
     missing: list[str] = []
     for relative, entry in sorted(wanted.items()):
