@@ -190,10 +190,8 @@ class Store:
 
 def save_table(con: duckdb.DuckDBPyConnection, table: str, target: Path) -> None:
     """A DuckDB table as a Parquet file, replaced in one step."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    con.execute(f"COPY {table} TO {sql_string(str(temp))} (FORMAT parquet, COMPRESSION zstd)")
-    os.replace(temp, target)
+    with atomic_path(target) as temp:
+        con.execute(f"COPY {table} TO {sql_string(str(temp))} (FORMAT parquet, COMPRESSION zstd)")
 
 
 def file_identity(path: Path) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,17 +82,6 @@ def load_state(store: Store, damaged_as_absent: bool = False) -> dict[str, Any] 
 def file_identity(path: Path) -> list[int]:
     info = os.stat(path)
     return [info.st_dev, info.st_ino]
-
-
-def link_file(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    temp.unlink(missing_ok=True)
-    try:
-        os.link(source, temp)
-    except OSError:
-        shutil.copyfile(source, temp)
-    os.replace(temp, target)
 
 
 def same_file(a: Path, b: Path) -> bool:

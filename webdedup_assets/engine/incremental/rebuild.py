@@ -12,7 +12,7 @@ from ...errors import WebdedupError
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
 from ...storage.serial import from_stored
 from ...storage.state import held_days
-from ...storage.store import Store, connect, quote_ident, save_table, write_text
+from ...storage.store import Store, connect, link_or_copy, quote_ident, save_table, write_text
 from ..stage import DUCKDB, StageResult
 from ..stages.candidates import (
     COLLISION_TOP_FILE,
@@ -31,7 +31,6 @@ from .layout import (
     STATE_NAME,
     file_identity,
     incremental_dir,
-    link_file,
     same_file,
     snapshot_dir,
 )
@@ -104,7 +103,7 @@ def _snapshot(
         top_path = incremental_dir(store) / COLLISION_TOP_FILE
         figures = kept_bucket_summary(store, candidates.hot_bucket_size)
         if figures is not None:  # the full stage's own, kept next to the candidate_pairs it wrote
-            link_file(kept_dir(store) / COLLISION_TOP_FILE, top_path)
+            link_or_copy(kept_dir(store) / COLLISION_TOP_FILE, top_path)
         else:
             bm = store.scan_sql("band_memberships")
             con.execute(f"CREATE TEMP TABLE buckets AS {bucket_sizes_sql(bm, with_hub=False)}")
@@ -189,7 +188,7 @@ def commit(
         names = {f.name for f in files}
         for f in files:
             if not same_file(f, snap / f.name):
-                link_file(f, snap / f.name)
+                link_or_copy(f, snap / f.name)
         if snap.exists():
             for old in snap.glob("*.parquet"):
                 if old.name not in names:
