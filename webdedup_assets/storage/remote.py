@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import WebdedupError
 from ..threads import ordered_map
 from .objects import ObjectPath, file_system, message
-from .sets import CURRENT, current_set, new_set_id, put_file, read_json
+from .sets import CURRENT, current_set, new_set_id, put_file, read_json, write_json
 from .state import pid_alive, writer_lock
 from .transaction import DISCARDED_DIR, ROLLBACK_DIR, stored_files
 
@@ -50,8 +50,20 @@ def cache_folder(root: ObjectPath) -> Path:
 
 def origin_of(local: Path) -> str | None:
     """The storage URI a local storage root is the working copy of (None: a storage of its own)."""
-    record = local.with_name(local.name + RECORD_SUFFIX)
+    record = _record_path(local)
     return json.loads(record.read_text())["origin"] if record.exists() else None
+
+
+def _record_path(local: Path) -> Path:
+    return local.with_name(local.name + RECORD_SUFFIX)
+
+
+def _save_record(root: ObjectPath, local: Path, set_id: str | None, keys: dict[str, str]) -> dict[str, Any]:
+    """What the copy holds: the set, and each file's key with its local identity as it is now."""
+    files = {name: {"key": key, "identity": _identity(local / name)} for name, key in keys.items()}
+    record = {"origin": str(root), "set": set_id, "files": files}
+    _record_path(local).write_text(json.dumps(record))
+    return record
 
 
 @contextmanager
@@ -87,7 +99,7 @@ def _download(root: ObjectPath, current: str | None, local: Path) -> dict[str, A
     """Bring the working copy to the set `current` (empty when None): files whose key differs from
     the copy's record are downloaded (TRANSFERS at a time), files the set does not hold are
     removed. Returns the record."""
-    record_path = local.with_name(local.name + RECORD_SUFFIX)
+    record_path = _record_path(local)
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
     held = record.get("files", {}) if record.get("origin") == str(root) else {}
     wanted = read_json(root / "sets" / f"{current}.json")["files"] if current else {}
@@ -122,10 +134,7 @@ def _download(root: ObjectPath, current: str | None, local: Path) -> dict[str, A
     for relative in list(stored_files(local)) if local.exists() else []:
         if relative.as_posix() not in wanted:
             (local / relative).unlink()
-    files = {r: {"key": e["key"], "identity": _identity(local / r)} for r, e in wanted.items()}
-    record = {"origin": str(root), "set": current, "files": files}
-    record_path.write_text(json.dumps(record))
-    return record
+    return _save_record(root, local, current, {name: entry["key"] for name, entry in wanted.items()})
 
 
 def _upload(root: ObjectPath, local: Path, record: dict[str, Any], previous: str | None) -> tuple[int, int, str] | None:
@@ -159,10 +168,9 @@ def _upload(root: ObjectPath, local: Path, record: dict[str, Any], previous: str
             f"{root}: uploading failed ({message(err)}); {root / CURRENT} still names the corpus as it was before "
             "this command (its outputs were published): run the command again"
         ) from None
-    _put_json(root / "sets" / f"{set_id}.json", {"files": files})
-    _put_json(root / CURRENT, {"set": set_id})
-    record.update(set=set_id, files={n: {"key": e["key"], "identity": _identity(local / n)} for n, e in files.items()})
-    local.with_name(local.name + RECORD_SUFFIX).write_text(json.dumps(record))
+    write_json(root / "sets" / f"{set_id}.json", {"files": files})
+    write_json(root / CURRENT, {"set": set_id})
+    _save_record(root, local, set_id, {name: entry["key"] for name, entry in files.items()})
     _remove_unreferenced(root, set_id, previous, files)
     return len(sending), sum(path.stat().st_size for path, _ in sending), set_id
 
@@ -199,7 +207,7 @@ def _take_lease(root: ObjectPath, purpose: str) -> ObjectPath:
     host = socket.gethostname()
     lease = root / "writers" / f"{new_set_id()}-{host}-{os.getpid()}.json"
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    _put_json(lease, {"host": host, "pid": os.getpid(), "started": started, "purpose": purpose})
+    write_json(lease, {"host": host, "pid": os.getpid(), "started": started, "purpose": purpose})
     fs = file_system(root)
     try:
         found = fs.get_file_info(pafs.FileSelector((root / "writers").key, allow_not_found=True))
@@ -220,14 +228,6 @@ def _take_lease(root: ObjectPath, purpose: str) -> ObjectPath:
         _delete(lease)
         raise
     return lease
-
-
-def _put_json(path: ObjectPath, value: dict[str, Any]) -> None:
-    try:
-        with file_system(path).open_output_stream(path.key, compression=None) as out:
-            out.write((json.dumps(value) + "\n").encode())
-    except OSError as err:
-        raise WebdedupError(f"{path}: {message(err)}") from None
 
 
 def _get_file(source: ObjectPath, target: Path) -> None:

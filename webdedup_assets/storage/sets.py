@@ -88,12 +88,16 @@ def upload_set(staging: Path, output: ObjectPath, set_id: str) -> None:
 
 def point_to(output: ObjectPath, set_id: str) -> None:
     """Write CURRENT: from now on readers see set_id."""
-    text = json.dumps({"set": set_id, "folder": f"{SETS}/{set_id}"}) + "\n"
+    write_json(output / CURRENT, {"set": set_id, "folder": f"{SETS}/{set_id}"})
+
+
+def write_json(path: ObjectPath, value: dict[str, Any]) -> None:
+    """A small JSON object, one line, in one PUT (it replaces the object whole)."""
     try:
-        with file_system(output).open_output_stream((output / CURRENT).key, compression=None) as out:
-            out.write(text.encode())
+        with file_system(path).open_output_stream(path.key, compression=None) as out:
+            out.write((json.dumps(value) + "\n").encode())
     except OSError as err:
-        raise WebdedupError(f"{output / CURRENT}: {message(err)}") from None
+        raise WebdedupError(f"{path}: {message(err)}") from None
 
 
 def remove_older_sets(output: ObjectPath, previous: str | None) -> list[str]:
