@@ -435,6 +435,28 @@ def test_the_budget_guard_gives_duckdbs_error(spark, generated, tmp_path):
     assert "over the budget of 1,000 (max_pair_slots)" in str(spark_error.value)
 
 
+def test_documents_are_numbered_with_the_first_salt_that_sets_every_doc_id_apart(spark, monkeypatch):
+    from pyspark.sql import functions as F
+
+    session = get_session(LOCAL)
+    docs = session.createDataFrame([("a",), ("b",), ("c",)], "doc_id string")
+    numbered = spark_candidates.document_number
+    assert spark_candidates.numbering_salt(docs) == 0
+
+    def clashing(salt, doc_id="doc_id"):  # salts 0 and 1 give "a" and "b" one number
+        clash = F.col("doc_id").isin("a", "b") if isinstance(doc_id, str) else F.lit(False)
+        return F.when(clash & (F.lit(salt) < 2), F.lit(7)).otherwise(numbered(salt, doc_id))
+
+    monkeypatch.setattr(spark_candidates, "document_number", clashing)
+    assert spark_candidates.numbering_salt(docs) == 2
+    monkeypatch.setattr(spark_candidates, "NUMBERING_SALTS", 2)
+    with pytest.raises(WebdedupError, match="no salt of 2 numbers the documents apart"):
+        spark_candidates.numbering_salt(docs)
+    repeated = session.createDataFrame([("a",), ("c",), ("c",)], "doc_id string")
+    with pytest.raises(WebdedupError, match=r"repeated: 'c' x2"):
+        spark_candidates.numbering_salt(repeated)
+
+
 def test_bad_input_gives_duckdbs_errors(spark, tmp_path):
     # (a doc_id repeated within one input is refused by the documents stage, before any engine)
     spread = spread_fixture(tmp_path / "spread.csv")

@@ -53,9 +53,12 @@ def settings_of(run: StageRun):
 
 
 def session_of(run: StageRun):
-    """The run's session, its shuffle partitions sized for this store's documents."""
-    from .session import get_session, size_shuffles
+    """The run's session, its shuffle partitions sized for this store's documents; the stage's
+    jobs are grouped under its name (`webdedup <stage>` in the Spark UI and the event log)."""
+    from .session import connect_mode, get_session, size_shuffles
 
     session = get_session(settings_of(run))
     size_shuffles(session, sum(f.stat().st_size for f in run.store.files("documents")))
+    if not connect_mode(session):
+        session.sparkContext.setJobGroup(f"webdedup-{run.stage.name}", f"webdedup {run.stage.name}")
     return session

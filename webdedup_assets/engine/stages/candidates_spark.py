@@ -14,9 +14,13 @@ from ..spark.io import read_asset, write_asset, write_report
 from ..stage import StageOutput, StageRun
 from .candidates import COLLISION_TOP, budget_advice, pair_slot_budget
 
-# A bucket's members are spread over blocks of about this many (by a hash of doc_id); the join
-# pairs block with block, so no task ever holds more than BLOCK x BLOCK pairs of one bucket.
+# Buckets larger than this are joined block by block (by the document's number): the join pairs
+# block with block, so no task ever holds more than BLOCK x BLOCK pairs of one bucket. Smaller
+# buckets are joined whole, where the bucket sizes' shuffle left them (no shuffle of their own).
 BLOCK = 1024
+# Salts tried for the documents' numbers (xxhash64 of salt and doc_id) before giving up: each
+# try fails only when two doc_ids share a 64-bit hash (about 3 % for 10^9 documents).
+NUMBERING_SALTS = 8
 
 CANDIDATE_SCHEMA = pa.schema(
     [
@@ -39,6 +43,36 @@ def require_unique_doc_ids(docs) -> None:
         raise WebdedupError(f"doc_id must be unique across crawl days; repeated: {listed} (each on several days)")
 
 
+def document_number(salt: int, doc_id="doc_id"):
+    """A document's 64-bit number: its doc_id hashed with a salt (the same on every executor and
+    in every task attempt, so the numbering is deterministic under retries)."""
+    from pyspark.sql import functions as F
+
+    return F.xxhash64(F.lit(salt), F.col(doc_id) if isinstance(doc_id, str) else doc_id)
+
+
+def numbering_salt(docs) -> int:
+    """The first salt that numbers every document apart, checking in the same aggregation that no
+    doc_id is repeated (a repeat is the error of require_unique_doc_ids)."""
+    from pyspark.sql import functions as F
+
+    for salt in range(NUMBERING_SALTS):
+        shared = (
+            docs.groupBy(document_number(salt).alias("node"))
+            .agg(F.count(F.lit(1)).alias("n"), F.min("doc_id").alias("first"), F.max("doc_id").alias("last"))
+            .where("n > 1")
+            .agg(
+                F.count(F.lit(1)).alias("numbers"), F.count(F.when(F.col("first") != F.col("last"), 1)).alias("clashes")
+            )
+            .first()
+        )
+        if shared["numbers"] > shared["clashes"]:  # a number shared by one doc_id only: a repeated doc_id
+            require_unique_doc_ids(docs)
+        if not shared["clashes"]:
+            return salt
+    raise WebdedupError(f"candidate_pairs: no salt of {NUMBERING_SALTS} numbers the documents apart")
+
+
 @SPARK.implements("candidate_pairs")
 def candidate_pairs(run: StageRun) -> StageOutput:
     """Pairs of documents sharing at least one band key, left_doc_id < right_doc_id (see the
@@ -54,7 +88,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     store, params = run.store, run.params
     assert isinstance(params, CandidateParams)
     docs = read_asset(spark, store, "documents", ["doc_id", "domain"])
-    require_unique_doc_ids(docs)
+    salt = numbering_salt(docs)
     bm = read_asset(spark, store, "band_memberships", ["doc_id", "band_index", "band_hash"])
     # band_hash first: the sorts of the window and the joins below compare a prefix of their first
     # key column, which band_hash's random 64 bits decide at once and band_index's 26 values do not.
@@ -66,18 +100,15 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         key = ["band_hash", "band_index", "scope"]
     star = params.bucket_policy == "star"
     hot_limit = params.hot_bucket_size if star else None
-    # The band rows of buckets of two or more, each with its bucket's size and first member (the
-    # star policy's hub), in one shuffle of the band rows: a GROUP BY joined back to the band rows
-    # would shuffle them twice and join them once per side of the self-join below.
+    # The band rows of buckets of two or more, each with its bucket's size, over document numbers
+    # (the star policy's hub, the bucket's first doc_id, is the only string it carries): one
+    # shuffle of the band rows, whose partitioning the join of the buckets' members below reuses.
     bucket = Window.partitionBy(*key)
-    sized = (
-        bm.select(
-            *key, "doc_id", F.count(F.lit(1)).over(bucket).alias("size"), F.min("doc_id").over(bucket).alias("hub")
-        )
-        .where("size > 1")
-        .persist()
-    )
-    buckets = sized.where(F.col("doc_id") == F.col("hub")).select(*key, "size", "hub")  # one row per bucket
+    by_bucket = [F.count(F.lit(1)).over(bucket).alias("size"), F.min("node").over(bucket).alias("first")]
+    if star:
+        by_bucket.append(document_number(salt, F.min("doc_id").over(bucket)).alias("hub"))
+    sized = bm.withColumn("node", document_number(salt)).select(*key, "node", *by_bucket).where("size > 1").persist()
+    buckets = sized.where(F.col("node") == F.col("first")).select(*key, "size")  # one row per bucket
     slots_expr = F.expr("size * (size - 1) div 2")
     totals = buckets.agg(
         F.coalesce(F.sum(slots_expr), F.lit(0)).alias("all_pairs"),
@@ -110,51 +141,73 @@ def candidate_pairs(run: StageRun) -> StageOutput:
             + budget_advice(sizes, budget, params)
         )
 
-    # Each bucket's members are spread over its blocks by a hash of doc_id (deterministic:
-    # retried tasks agree).
     small = sized.where(F.col("size") <= hot_limit) if hot_limit is not None else sized
-    small = small.withColumn("blocks", F.greatest(F.lit(1), F.ceil(F.col("size") / BLOCK)).cast("int"))
-    small = small.withColumn("block", F.pmod(F.xxhash64("doc_id"), F.col("blocks")).cast("int"))
-    # Block p meets block q (p <= q) at key (p, q): the left side goes to every q >= p, the
-    # right side to every p <= q; so every two members of a bucket meet in one task.
-    left = small.select(
+    # A bucket of at most BLOCK members: every two of them meet in the task holding the bucket.
+    whole = small.where(F.col("size") <= BLOCK)
+    links = (
+        whole.select(*key, F.col("node").alias("left_node"))
+        .join(whole.select(*key, F.col("node").alias("right_node")), key)
+        .where(F.col("left_node") < F.col("right_node"))
+        .select("left_node", "right_node")
+    )
+    # A larger bucket's members are spread over its blocks by their number. Block p meets block q
+    # (p <= q) at key (p, q): the left side goes to every q >= p, the right side to every p <= q;
+    # so every two members of a bucket meet in one task.
+    large = small.where(F.col("size") > BLOCK).withColumn("blocks", F.ceil(F.col("size") / BLOCK).cast("int"))
+    large = large.withColumn("block", F.pmod(F.col("node"), F.col("blocks")).cast("int"))
+    left = large.select(
         *key,
-        F.col("doc_id").alias("left_doc_id"),
+        F.col("node").alias("left_node"),
         F.col("block").alias("p"),
         F.explode(F.sequence(F.col("block"), F.col("blocks") - 1)).alias("q"),
     )
-    right = small.select(
+    right = large.select(
         *key,
-        F.col("doc_id").alias("right_doc_id"),
+        F.col("node").alias("right_node"),
         F.explode(F.sequence(F.lit(0), F.col("block"))).alias("p"),
         F.col("block").alias("q"),
     )
     # Across two blocks a pair meets once in either orientation, within a block twice: keep one.
-    links = (
+    blocked = (
         left.join(right, [*key, "p", "q"])
         .where(
-            ((F.col("p") < F.col("q")) & (F.col("left_doc_id") != F.col("right_doc_id")))
-            | (F.col("left_doc_id") < F.col("right_doc_id"))
+            ((F.col("p") < F.col("q")) & (F.col("left_node") != F.col("right_node")))
+            | (F.col("left_node") < F.col("right_node"))
         )
         .select(
-            F.least("left_doc_id", "right_doc_id").alias("left_doc_id"),
-            F.greatest("left_doc_id", "right_doc_id").alias("right_doc_id"),
+            F.least("left_node", "right_node").alias("left_node"),
+            F.greatest("left_node", "right_node").alias("right_node"),
         )
     )
+    links = links.unionByName(blocked)
     if hot_limit is not None:
         hubs = (
             sized.where(F.col("size") > hot_limit)
-            .where(F.col("doc_id") > F.col("hub"))
-            .select(F.col("hub").alias("left_doc_id"), F.col("doc_id").alias("right_doc_id"))
+            .where(F.col("node") != F.col("hub"))
+            .select(F.least("hub", "node").alias("left_node"), F.greatest("hub", "node").alias("right_node"))
         )
         links = links.unionByName(hubs)
-    pairs = links.groupBy("left_doc_id", "right_doc_id").agg(F.count(F.lit(1)).cast("int").alias("shared_bands"))
-    ldocs = docs.select(F.col("doc_id").alias("left_doc_id"), F.col("domain").alias("left_domain"))
-    rdocs = docs.select(F.col("doc_id").alias("right_doc_id"), F.col("domain").alias("right_domain"))
+    pairs = links.groupBy("left_node", "right_node").agg(F.count(F.lit(1)).cast("int").alias("shared_bands"))
+    # The doc_ids and domains joined back once per pair, each pair in doc_id order.
+    numbered = docs.select(document_number(salt).alias("node"), "doc_id", "domain")
+    one = numbered.select(
+        F.col("node").alias("left_node"), F.col("doc_id").alias("a_id"), F.col("domain").alias("a_domain")
+    )
+    other = numbered.select(
+        F.col("node").alias("right_node"), F.col("doc_id").alias("b_id"), F.col("domain").alias("b_domain")
+    )
+    a_first = F.col("a_id") < F.col("b_id")
     result = (
-        pairs.join(ldocs, "left_doc_id")
-        .join(rdocs, "right_doc_id")
-        .withColumn("cross_domain", ~F.col("left_domain").eqNullSafe(F.col("right_domain")))
+        pairs.join(one, "left_node")
+        .join(other, "right_node")
+        .select(
+            F.least("a_id", "b_id").alias("left_doc_id"),
+            F.greatest("a_id", "b_id").alias("right_doc_id"),
+            "shared_bands",
+            F.when(a_first, F.col("a_domain")).otherwise(F.col("b_domain")).alias("left_domain"),
+            F.when(a_first, F.col("b_domain")).otherwise(F.col("a_domain")).alias("right_domain"),
+            (~F.col("a_domain").eqNullSafe(F.col("b_domain"))).alias("cross_domain"),
+        )
     )
     if params.candidate_scope == "domain":
         result = result.where(~F.col("cross_domain"))
@@ -188,7 +241,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     con.close()
     top = buckets.orderBy(F.desc("size"), "band_index", "band_hash").limit(COLLISION_TOP)
     members = (
-        sized.join(top.select(*key), key)
+        bm.join(F.broadcast(top.select(*key)), key)
         .groupBy(*key)
         .agg(F.array_join(F.array_sort(F.collect_list("doc_id")), ";").alias("doc_ids"))
     )
