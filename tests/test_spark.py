@@ -211,6 +211,11 @@ def test_fixture_on_local_2_is_the_duckdb_result_and_every_check_is_green(spark,
     assert [f.name for f in ours.files("clusters")] == ["data.parquet"]
     SPARK.run("deduped_documents", theirs, RepresentativeParams(), spark=LOCAL)
     assert table(theirs, "deduped_documents").num_rows == 12
+    # each stage's jobs in its own group, as the Spark UI and the event log show them
+    tracker = get_session(LOCAL).sparkContext.statusTracker()
+    for stage in ("fingerprinted", "candidate_pairs", "scored_pairs", "deduped_documents"):
+        jobs = tracker.getJobIdsForGroup(f"webdedup-{stage}")
+        assert jobs and all(tracker.getJobInfo(j).status == "SUCCEEDED" for j in jobs), stage
 
 
 # ---- fingerprinted and band_memberships on Spark ------------------------------------------
