@@ -32,10 +32,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.path.insert(0, args.code)
     import numpy as np
     import pyarrow.parquet as pq
-    from webdedup_assets.engine.parallel import prefetch
 
-    from webdedup_assets.engine.incremental.representatives import _parts
+    from webdedup_assets.engine.incremental.representatives import splice_parts
     from webdedup_assets.storage import parquet_splice
+    from webdedup_assets.threads import prefetch
 
     try:  # the stage's options; a checkout from before deduped_layout used the plain layout
         from webdedup_assets.engine.stages.clustering import deduped_layout
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     kept = np.setdiff1d(np.arange(rows), np.random.default_rng(7).choice(rows, args.drop, replace=False))
     new = old.read_row_group(0).slice(0, args.new)  # rows of the same schema, placed after every old row
     target = Path(args.keep) if args.keep else source.with_name(f".splice-bench.{os.getpid()}.parquet")
-    parts = _parts(old, old.schema_arrow, kept, kept, new, np.full(new.num_rows, 1 << 62))
+    parts = splice_parts(old, old.schema_arrow, kept, kept, new, np.full(new.num_rows, 1 << 62))
     cpu, wall = time.process_time(), time.perf_counter()
     try:
         written, figures = parquet_splice.rewrite(

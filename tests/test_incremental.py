@@ -592,11 +592,11 @@ def test_cli_check_changes_nothing(tmp_path, capsys):
     reordered=st.lists(st.tuples(st.integers(0, 29), st.integers(2, 12), st.randoms()), max_size=2),
 )
 def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows, group, keep, new_keys, reordered):
-    """deduped_documents' splice (representatives._parts, then parquet_splice.rewrite): kept rows
+    """deduped_documents' splice (representatives.splice_parts, then parquet_splice.rewrite): kept rows
     of an old file written in row groups of `group` rows, new rows put in at their keys, and the
     keys of some runs of old rows shuffled among themselves (a documents file written again with
     its rows in another order); the rewritten file holds the merge by key, in order."""
-    from webdedup_assets.engine.incremental.representatives import _parts
+    from webdedup_assets.engine.incremental.representatives import splice_parts
     from webdedup_assets.storage import parquet_splice
 
     folder = tmp_path_factory.mktemp("splice")
@@ -614,7 +614,7 @@ def test_splice_keeps_the_stored_order_across_row_groups(tmp_path_factory, rows,
     kept_keys = np.array([keys[i] for i in kept_rows], np.int64)
     new_keys = np.array(sorted(k * 7 + 3 for k in new_keys), np.int64)  # never equal to an old key
     new = pa.table({"key": new_keys, "body": [f"new-{k}" for k in new_keys]}, schema=schema)
-    parts = _parts(pq.ParquetFile(path), schema, kept_rows, kept_keys, new, new_keys)
+    parts = splice_parts(pq.ParquetFile(path), schema, kept_rows, kept_keys, new, new_keys)
     written, _ = parquet_splice.rewrite(path, target, schema, "body", parts, options)
     out = pq.read_table(target)
     # an old row's body names the key it was written with; its place follows its key now

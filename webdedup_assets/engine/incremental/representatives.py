@@ -162,7 +162,7 @@ class RepresentativesStep:
         if moved_bytes(old, moves[2]) > MOVED_BYTES:  # documents files reordered much of their rows
             return self._sorted_rewrite(schema, new_reps, parameters)
         options = deduped_layout(schema)
-        parts = _parts(old, schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys, moves)
+        parts = splice_parts(old, schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys, moves)
         with atomic_path(old_path) as temp:
             # the next part's rows are decoded on a reader thread while this one is written
             rows, figures = parquet_splice.rewrite(
@@ -208,11 +208,11 @@ def _moved_groups(old: pq.ParquetFile, kept_rows: np.ndarray, kept_keys: np.ndar
 
 
 def moved_bytes(old: pq.ParquetFile, groups: set[int]) -> int:
-    """Decoded bytes of the old row groups `groups` (those _parts reorders in memory)."""
+    """Decoded bytes of the old row groups `groups` (those splice_parts reorders in memory)."""
     return sum(old.metadata.row_group(g).total_byte_size for g in groups)
 
 
-def _parts(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa.Table, new_keys, moves=None):
+def splice_parts(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa.Table, new_keys, moves=None):
     """The rewritten file's row groups, in the full stage's stored order: the old file's kept rows
     (row numbers `kept_rows`, ascending; their keys `kept_keys`) with the rows of `new` (keys
     `new_keys`, ascending) spliced in at their keys. An old row group that only loses rows is a
