@@ -48,7 +48,7 @@ def document_number(salt: int, doc_id="doc_id"):
     in every task attempt, so the numbering is deterministic under retries)."""
     from pyspark.sql import functions as F
 
-    return F.xxhash64(F.lit(salt), F.col(doc_id) if isinstance(doc_id, str) else doc_id)
+    return F.xxhash64(F.lit(salt), doc_id)
 
 
 def numbering_salt(docs) -> int:
