@@ -50,21 +50,21 @@ class LinksStep:
             UNION ALL SELECT doc_id, band_index, band_hash, true FROM add_rows""")
         hot = params.hot_bucket_size if params.bucket_policy == "star" else None
         hot_sql = (lambda size: f"({size} > {hot})") if hot is not None else (lambda size: "false")
-        con.execute("""CREATE TEMP TABLE bstats AS
-            WITH o AS (SELECT band_index, band_hash, count(*) AS size, min(doc_id) AS hub,
+        # a bucket's hub (its smallest doc_id) is only read in hot buckets: none without the star policy
+        hub = "min(doc_id)" if hot is not None else "CAST(NULL AS VARCHAR)"
+        con.execute(f"""CREATE TEMP TABLE bstats AS
+            WITH o AS (SELECT band_index, band_hash, count(*) AS size, {hub} AS hub,
                               count(*) FILTER (doc_id IN (SELECT doc_id FROM removed)) AS lost
                          FROM old_m GROUP BY ALL),
-                 n AS (SELECT band_index, band_hash, count(*) AS size, min(doc_id) AS hub FROM new_m GROUP BY ALL)
-            SELECT t.band_index, t.band_hash, COALESCE(o.size, 0) AS old_size, o.hub AS old_hub,
-                   COALESCE(n.size, 0) AS new_size, n.hub AS new_hub, COALESCE(o.lost, 0) AS lost
-              FROM touched t LEFT JOIN o USING (band_index, band_hash) LEFT JOIN n USING (band_index, band_hash)""")
-        con.execute("""ALTER TABLE bstats ADD COLUMN old_hot BOOLEAN""")
-        con.execute(f"UPDATE bstats SET old_hot = {hot_sql('old_size')}")
-        con.execute("ALTER TABLE bstats ADD COLUMN new_hot BOOLEAN")
-        con.execute(f"UPDATE bstats SET new_hot = {hot_sql('new_size')}")
-        con.execute("""ALTER TABLE bstats ADD COLUMN simple BOOLEAN""")
-        con.execute("""UPDATE bstats SET simple = lost = 0 AND ((NOT old_hot AND NOT new_hot)
-                                                         OR (old_hot AND new_hot AND old_hub = new_hub))""")
+                 n AS (SELECT band_index, band_hash, count(*) AS size, {hub} AS hub FROM new_m GROUP BY ALL),
+                 s AS (SELECT t.band_index, t.band_hash, COALESCE(o.size, 0) AS old_size, o.hub AS old_hub,
+                              COALESCE(n.size, 0) AS new_size, n.hub AS new_hub, COALESCE(o.lost, 0) AS lost
+                         FROM touched t LEFT JOIN o USING (band_index, band_hash)
+                              LEFT JOIN n USING (band_index, band_hash)),
+                 h AS (SELECT *, {hot_sql("old_size")} AS old_hot, {hot_sql("new_size")} AS new_hot FROM s)
+            SELECT *, lost = 0 AND ((NOT old_hot AND NOT new_hot)
+                                    OR (old_hot AND new_hot AND old_hub = new_hub)) AS simple
+              FROM h""")
         self._budget()
         key = "a.band_index = b.band_index AND a.band_hash = b.band_hash"
 
