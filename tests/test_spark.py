@@ -446,14 +446,14 @@ def test_documents_are_numbered_with_the_first_salt_that_sets_every_doc_id_apart
     session = get_session(LOCAL)
     docs = session.createDataFrame([("a",), ("b",), ("c",)], "doc_id string")
     numbered = spark_candidates.document_number
-    assert spark_candidates.numbering_salt(docs) == 0
+    assert spark_candidates.numbering_salt(docs) == (0, 3)
 
     def clashing(salt, doc_id="doc_id"):  # salts 0 and 1 give "a" and "b" one number
         clash = F.col("doc_id").isin("a", "b") if isinstance(doc_id, str) else F.lit(False)
         return F.when(clash & (F.lit(salt) < 2), F.lit(7)).otherwise(numbered(salt, doc_id))
 
     monkeypatch.setattr(spark_candidates, "document_number", clashing)
-    assert spark_candidates.numbering_salt(docs) == 2
+    assert spark_candidates.numbering_salt(docs) == (2, 3)
     monkeypatch.setattr(spark_candidates, "NUMBERING_SALTS", 2)
     with pytest.raises(WebdedupError, match="no salt of 2 numbers the documents apart"):
         spark_candidates.numbering_salt(docs)
@@ -535,9 +535,9 @@ def debian(tmp_path_factory):
 
 def test_long_real_pages_are_scored_block_by_block_as_duckdb_scores_them(spark, debian, tmp_path, monkeypatch):
     """Real text at the default parameters: the candidates' documents split into many groups (a
-    small set budget), so pairs are scored block by block, each document's set sent to its
+    small set budget), so pairs are scored block by block, each document's body sent to its
     group's blocks; pairs, scores, clusters and representatives equal DuckDB's."""
-    monkeypatch.setattr(spark_scoring, "GROUP_SET_BYTES", 1 << 20)
+    monkeypatch.setattr(spark_scoring, "GROUP_BYTES", 1 << 20)
     ours, theirs = two_copies(tmp_path, lambda root: Store(shutil.copytree(debian.root, root)))
     params = {
         "candidate_pairs": CandidateParams(),
@@ -557,11 +557,11 @@ def test_long_real_pages_are_scored_block_by_block_as_duckdb_scores_them(spark, 
 
 
 def test_scoring_groups_bound_the_sets_and_the_pairs_of_a_block():
-    from webdedup_assets.engine.stages.scoring_spark import GROUP_SET_BYTES, PAIRS_PER_BLOCK, scoring_groups
+    from webdedup_assets.engine.stages.scoring_spark import GROUP_BYTES, PAIRS_PER_BLOCK, scoring_groups
 
     assert scoring_groups(0, 0) == 1
-    assert scoring_groups(GROUP_SET_BYTES, PAIRS_PER_BLOCK // 2) == 1
-    assert scoring_groups(10 * GROUP_SET_BYTES + 1, 0) == 11  # one group's sets within the budget
+    assert scoring_groups(GROUP_BYTES, PAIRS_PER_BLOCK // 2) == 1
+    assert scoring_groups(10 * GROUP_BYTES + 1, 0) == 11  # one group's sets within the budget
     groups = scoring_groups(1, 100 * PAIRS_PER_BLOCK)
     assert 2 * 100 * PAIRS_PER_BLOCK / groups**2 <= PAIRS_PER_BLOCK  # an off-diagonal block's pairs
     assert scoring_groups(1, 100 * PAIRS_PER_BLOCK) == 15

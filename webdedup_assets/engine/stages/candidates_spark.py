@@ -51,25 +51,27 @@ def document_number(salt: int, doc_id="doc_id"):
     return F.xxhash64(F.lit(salt), doc_id)
 
 
-def numbering_salt(docs) -> int:
-    """The first salt that numbers every document apart, checking in the same aggregation that no
-    doc_id is repeated (a repeat is the error of require_unique_doc_ids)."""
+def numbering_salt(docs) -> tuple[int, int]:
+    """The first salt that numbers every document apart, and the number of documents, checking in
+    the same aggregation that no doc_id is repeated (a repeat is the error of require_unique_doc_ids)."""
     from pyspark.sql import functions as F
 
+    shared_number = F.col("n") > 1
     for salt in range(NUMBERING_SALTS):
         shared = (
             docs.groupBy(document_number(salt).alias("node"))
             .agg(F.count(F.lit(1)).alias("n"), F.min("doc_id").alias("first"), F.max("doc_id").alias("last"))
-            .where("n > 1")
             .agg(
-                F.count(F.lit(1)).alias("numbers"), F.count(F.when(F.col("first") != F.col("last"), 1)).alias("clashes")
+                F.coalesce(F.sum("n"), F.lit(0)).alias("documents"),
+                F.count(F.when(shared_number, 1)).alias("numbers"),
+                F.count(F.when(shared_number & (F.col("first") != F.col("last")), 1)).alias("clashes"),
             )
             .first()
         )
         if shared["numbers"] > shared["clashes"]:  # a number shared by one doc_id only: a repeated doc_id
             require_unique_doc_ids(docs)
         if not shared["clashes"]:
-            return salt
+            return salt, int(shared["documents"])
     raise WebdedupError(f"candidate_pairs: no salt of {NUMBERING_SALTS} numbers the documents apart")
 
 
@@ -88,7 +90,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     store, params = run.store, run.params
     assert isinstance(params, CandidateParams)
     docs = read_asset(spark, store, "documents", ["doc_id", "domain"])
-    salt = numbering_salt(docs)
+    salt, documents = numbering_salt(docs)
     bm = read_asset(spark, store, "band_memberships", ["doc_id", "band_index", "band_hash"])
     # band_hash first: the sorts of the window and the joins below compare a prefix of their first
     # key column, which band_hash's random 64 bits decide at once and band_index's 26 values do not.
@@ -119,7 +121,6 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     ).first()
     all_pairs_slots, max_bucket, n_buckets = int(totals["all_pairs"]), int(totals["max_bucket"]), int(totals["buckets"])
     slots = all_pairs_slots if hot_limit is None else int(totals["star"]) + int(totals["small"])
-    documents = docs.count()
     budget = pair_slot_budget(params.max_pair_slots, params.pair_slots_per_document, documents)
     if slots > budget:
         largest = buckets.orderBy(F.desc("size"), "band_index", "band_hash").limit(1).first()
