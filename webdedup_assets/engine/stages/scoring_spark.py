@@ -2,15 +2,16 @@
 the pages and the number of candidates.
 
 The candidates' documents are split into `groups` by a hash of doc_id, enough groups that one
-group's shingle sets fit GROUP_SET_BYTES and one block of pairs holds about PAIRS_PER_BLOCK; a
-pair belongs to the block of its two groups. Each document's shingle set is computed once (a
-mapInArrow over its body: core.fingerprint.shingle_sets, the compiled kernel) and sent, with its
-signature, to the blocks its pairs are in; a cogrouped applyInArrow then scores one block at a time:
-its pairs against the sets of at most two groups (engine.shingle_sets.ShingleSets: the exact
+group's bodies and shingle sets fit GROUP_BYTES and one block of pairs holds about PAIRS_PER_BLOCK;
+a pair belongs to the block of its two groups. Each document's body is sent, with its signature, to
+the blocks its pairs are in; a cogrouped applyInArrow then scores one block at a time: it computes
+the shingle sets of the bodies of its at most two groups (core.fingerprint.shingle_sets, the
+compiled kernel) and scores its pairs against them (engine.shingle_sets.ShingleSets: the exact
 Jaccard DuckDB computes; the MinHash estimate or SimHash Hamming distance and the reason by
-scoring.compare_signatures and decide, as DuckDB). A set travels to the distinct blocks of its
-pairs, not to every pair (a page with hundreds of candidates is sent at most `groups` times) nor
-to every block of its group (most pages have one or two candidates: one or two copies).
+scoring.compare_signatures and decide, as DuckDB). The bodies travel rather than the sets: text
+compresses in the shuffle and a set of 64-bit hashes does not. A body travels to the distinct blocks
+of its pairs, not to every pair (a page with hundreds of candidates is sent at most `groups` times)
+nor to every block of its group (most pages have one or two candidates: one or two copies).
 """
 
 from __future__ import annotations
@@ -27,40 +28,19 @@ from ..spark.io import read_asset, write_asset
 from ..stage import StageOutput, StageRun
 from .scoring import SCORED_SCHEMA, check_decision, duplicate_schema, scored_schema
 
-# One group's shingle sets (8 bytes a shingle) held by a scoring task; it holds two groups at most.
-GROUP_SET_BYTES = 64 << 20
+# One group's bodies and shingle sets held by a scoring task (counted as 16 bytes a shingle: 8 of
+# its hash, about as much of text); it holds two groups at most.
+GROUP_BYTES = 64 << 20
 # Pairs of one block held by a scoring task (strings of both doc_ids and domains: ~200 bytes each).
 PAIRS_PER_BLOCK = 250_000
 
 
-def scoring_groups(set_bytes: int, pairs: int) -> int:
-    """Groups of candidate documents: one group's sets within GROUP_SET_BYTES, and one block of
-    two groups (about 2 * pairs / groups^2 of the pairs) within PAIRS_PER_BLOCK."""
-    by_sets = math.ceil(set_bytes / GROUP_SET_BYTES)
+def scoring_groups(group_bytes: int, pairs: int) -> int:
+    """Groups of candidate documents: one group's bodies and sets within GROUP_BYTES, and one
+    block of two groups (about 2 * pairs / groups^2 of the pairs) within PAIRS_PER_BLOCK."""
+    by_sets = math.ceil(group_bytes / GROUP_BYTES)
     by_pairs = math.ceil(math.sqrt(2 * pairs / PAIRS_PER_BLOCK))
     return max(1, by_sets, by_pairs)
-
-
-def _shingled(shingle_size: int, unit: str):
-    """Documents (doc_id, blocks, signature, body) -> their shingle sets, body dropped."""
-
-    def compute(batches):
-        from ...core.fingerprint import shingle_sets
-
-        for batch in batches:
-            flat, offsets = shingle_sets(batch.column("body"), shingle_size, unit)
-            sets = pa.LargeListArray.from_arrays(pa.array(np.asarray(offsets, np.int64)), pa.array(flat.view(np.int64)))
-            yield pa.record_batch(
-                [
-                    batch.column("doc_id"),
-                    batch.column("blocks"),
-                    batch.column("signature"),
-                    sets.cast(pa.list_(pa.int64())),  # Spark's array: 32-bit offsets (a batch is bounded)
-                ],
-                names=["doc_id", "blocks", "signature", "shingles"],
-            )
-
-    return compute
 
 
 def _large_list_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -70,17 +50,21 @@ def _large_list_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]
 
 
 def _score_block(scoring: ScoringParams, fingerprint: dict, banding: dict | None):
-    """One block: its pairs (Table) against the sets of its one or two groups (Table), scored in
-    the columns and with the decisions of the DuckDB engine (compare_signatures, decide)."""
+    """One block: its pairs (Table) against the documents of its one or two groups (Table: doc_id,
+    signature, body), whose shingle sets are computed here; scored in the columns and with the
+    decisions of the DuckDB engine (compare_signatures, decide)."""
+    shingle_size, unit = shingling(fingerprint)
 
     def score(pairs: pa.Table, sets: pa.Table) -> pa.Table:
+        from ...core.fingerprint import shingle_sets
         from ..shingle_sets import ShingleSets
         from .scoring import compare_signatures, decide
 
         schema = scored_schema(fingerprint)
         if not pairs.num_rows:
             return schema.empty_table()
-        flat, offsets = _large_list_values(sets.column("shingles"))
+        flat, offsets = shingle_sets(sets.column("body").combine_chunks(), shingle_size, unit)
+        offsets = np.asarray(offsets, np.int64)
         known = ShingleSets(sets.column("doc_id").combine_chunks(), flat.view(np.uint64), offsets[:-1], offsets[1:])
         left, right = known.nodes(pairs.column("left_doc_id")), known.nodes(pairs.column("right_doc_id"))
         exact = known.jaccard(left, right)
@@ -111,7 +95,6 @@ def scored_pairs(run: StageRun) -> StageOutput:
     check_decision(fingerprint, run.params)
     spark = session_of(run)
     store = run.store
-    shingle_size, unit = shingling(fingerprint)
     pairs = read_asset(spark, store, "candidate_pairs", SCORED_SCHEMA.names[:6])
     members = (
         pairs.select(F.col("left_doc_id").alias("doc_id"))
@@ -123,7 +106,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
     sized = member_fingerprints.agg(
         F.count(F.lit(1)).alias("members"), F.coalesce(F.sum("shingle_count"), F.lit(0)).alias("shingles")
     ).first()
-    groups = scoring_groups(8 * int(sized["shingles"]), pairs.count())
+    groups = scoring_groups(16 * int(sized["shingles"]), pairs.count())
 
     def group_of(column: str):
         return F.pmod(F.xxhash64(column), F.lit(groups)).cast("int")
@@ -145,11 +128,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
         member_fingerprints.select("doc_id", "signature")
         .join(needed_in, "doc_id")
         .join(docs, "doc_id")
-        .mapInArrow(
-            _shingled(shingle_size, unit),
-            "doc_id string, blocks array<int>, signature array<bigint>, shingles array<bigint>",
-        )
-        .select(F.explode("blocks").alias("block"), "doc_id", "signature", "shingles")
+        .select(F.explode("blocks").alias("block"), "doc_id", "signature", "body")
     )
     scored = (
         blocked_pairs.groupBy("block")
