@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from ...storage.rows import fetch_rows, listing
 from ...storage.store import Store, file_identity
-from ...threads import ordered_map, thread_count
+from ...threads import thread_count
 from .layout import incremental_dir
 
 LOG = logging.getLogger("webdedup")
@@ -228,35 +228,21 @@ def _read_indexed(con, directory: Path, stems: list[str], ids: str) -> pa.Table 
     offsets, sizes, raws, starts, lengths = (
         rows.column(c).to_pylist() for c in ("block_offset", "block_bytes", "block_raw", "start", "length")
     )
-    paths = {name: _blocks_path(directory, Path(name).name.removesuffix(".index.parquet")) for name in set(names)}
-    # blocks are decompressed on all cores (pread and LZ4 release the GIL), in slices that start
-    # at a block's first body so that no block is decompressed twice
-    rows_per_slice = max(1, -(-len(names) // (4 * thread_count())))
-    cuts = [0]
-    while cuts[-1] < len(names):
-        cut = min(cuts[-1] + rows_per_slice, len(names))
-        while 0 < cut < len(names) and (names[cut], offsets[cut]) == (names[cut - 1], offsets[cut - 1]):
-            cut += 1
-        cuts.append(cut)
-
-    def read_slice(bounds: tuple[int, int]) -> list[bytes]:
-        bodies, handles = [], {}
-        try:
-            block, key = b"", None
-            for i in range(*bounds):
-                name, offset = names[i], offsets[i]
-                if (name, offset) != key:
-                    key = (name, offset)
-                    if name not in handles:
-                        handles[name] = os.open(paths[name], os.O_RDONLY)
-                    block = pa.decompress(os.pread(handles[name], sizes[i], offset), raws[i], codec=CODEC, asbytes=True)
-                bodies.append(block[starts[i] : starts[i] + max(lengths[i], 0)])
-        finally:
-            for handle in handles.values():
-                os.close(handle)
-        return bodies
-
-    bodies = [body for part in ordered_map(read_slice, zip(cuts, cuts[1:]), thread_count()) for body in part]
+    bodies: list[bytes] = []
+    handles: dict[str, int] = {}
+    try:
+        block, key = b"", None
+        for name, offset, size, raw, start, length in zip(names, offsets, sizes, raws, starts, lengths):
+            if (name, offset) != key:
+                key = (name, offset)
+                if name not in handles:
+                    stem = Path(name).name.removesuffix(".index.parquet")
+                    handles[name] = os.open(_blocks_path(directory, stem), os.O_RDONLY)
+                block = pa.decompress(os.pread(handles[name], size, offset), raw, codec=CODEC, asbytes=True)
+            bodies.append(block[start : start + max(length, 0)])
+    finally:
+        for handle in handles.values():
+            os.close(handle)
     # the text was valid UTF-8 when stored: assembled from buffers, not converted item by item
     # (pa.array over many bodies costs much more)
     ends = np.cumsum(np.fromiter(map(len, bodies), np.int64, len(bodies)))
