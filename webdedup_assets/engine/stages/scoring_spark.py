@@ -38,9 +38,9 @@ PAIRS_PER_BLOCK = 250_000
 def scoring_groups(group_bytes: int, pairs: int) -> int:
     """Groups of candidate documents: one group's bodies and sets within GROUP_BYTES, and one
     block of two groups (about 2 * pairs / groups^2 of the pairs) within PAIRS_PER_BLOCK."""
-    by_sets = math.ceil(group_bytes / GROUP_BYTES)
+    by_bytes = math.ceil(group_bytes / GROUP_BYTES)
     by_pairs = math.ceil(math.sqrt(2 * pairs / PAIRS_PER_BLOCK))
-    return max(1, by_sets, by_pairs)
+    return max(1, by_bytes, by_pairs)
 
 
 def _large_list_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -55,7 +55,7 @@ def _score_block(scoring: ScoringParams, fingerprint: dict, banding: dict | None
     decisions of the DuckDB engine (compare_signatures, decide)."""
     shingle_size, unit = shingling(fingerprint)
 
-    def score(pairs: pa.Table, sets: pa.Table) -> pa.Table:
+    def score(pairs: pa.Table, documents: pa.Table) -> pa.Table:
         from ...core.fingerprint import shingle_sets
         from ..shingle_sets import ShingleSets
         from .scoring import compare_signatures, decide
@@ -63,13 +63,14 @@ def _score_block(scoring: ScoringParams, fingerprint: dict, banding: dict | None
         schema = scored_schema(fingerprint)
         if not pairs.num_rows:
             return schema.empty_table()
-        flat, offsets = shingle_sets(sets.column("body").combine_chunks(), shingle_size, unit)
+        flat, offsets = shingle_sets(documents.column("body").combine_chunks(), shingle_size, unit)
         offsets = np.asarray(offsets, np.int64)
-        known = ShingleSets(sets.column("doc_id").combine_chunks(), flat.view(np.uint64), offsets[:-1], offsets[1:])
+        doc_ids = documents.column("doc_id").combine_chunks()
+        known = ShingleSets(doc_ids, flat.view(np.uint64), offsets[:-1], offsets[1:])
         left, right = known.nodes(pairs.column("left_doc_id")), known.nodes(pairs.column("right_doc_id"))
         exact = known.jaccard(left, right)
         width = signature_width(fingerprint)
-        signatures = _large_list_values(sets.column("signature"))[0].astype(np.uint32).reshape(-1, width)
+        signatures = _large_list_values(documents.column("signature"))[0].astype(np.uint32).reshape(-1, width)
         compared = compare_signatures(signatures[left], signatures[right], fingerprint, banding)
         columns = {
             **{name: pairs.column(name) for name in SCORED_SCHEMA.names[:6]},
@@ -124,7 +125,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
         .agg(F.array_distinct(F.collect_list("block")).alias("blocks"))
     )
     docs = read_asset(spark, store, "documents", ["doc_id", "body"])
-    sets = (
+    bodies = (
         member_fingerprints.select("doc_id", "signature")
         .join(needed_in, "doc_id")
         .join(docs, "doc_id")
@@ -132,7 +133,7 @@ def scored_pairs(run: StageRun) -> StageOutput:
     )
     scored = (
         blocked_pairs.groupBy("block")
-        .cogroup(sets.groupBy("block"))
+        .cogroup(bodies.groupBy("block"))
         .applyInArrow(_score_block(run.params, fingerprint, banding), from_arrow_schema(schema))
         .persist()  # scored once: the sort samples its input before it reads it
     )
