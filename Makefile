@@ -23,8 +23,9 @@ install: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/webdedup run fixtures/documents.csv --output output
 
+# Two workers: every test keeps its files in its own tmp_path and its servers on free ports.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
