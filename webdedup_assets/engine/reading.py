@@ -26,6 +26,7 @@ from ..ingest.options import WarcOptions
 from ..params import ColumnParams
 from ..storage.objects import ObjectPath, open_input
 from ..storage.store import Store, connect, quote_ident, scalar, sql_string
+from ..threads import ordered_map, thread_count
 from .columns import MappedInput, is_json, map_columns, stored_name, text_sql
 from .stages.documents_warc import stage_warc
 
@@ -105,6 +106,21 @@ def _json_columns(f: InputFile) -> str:
     return _json_schemas[key]
 
 
+def infer_json_columns(files: list[InputFile]) -> None:
+    """_json_columns of every JSON Lines file among `files`, on all cores: DuckDB infers the fields
+    of one compressed file on one thread. A file whose inference fails is left to its own read,
+    which reports it in the files' order."""
+
+    def infer(f: InputFile) -> None:
+        try:
+            _json_columns(f)
+        except duckdb.Error:
+            pass
+
+    for _ in ordered_map(infer, [f for f in files if f.format == "jsonl"], thread_count()):
+        pass
+
+
 def without_empty_shards(files: list[InputFile]) -> list[InputFile]:
     """A JSON Lines shard without a record holds no document (DuckDB cannot read it as records)."""
     return [f for f in files if f.format != "jsonl" or has_records(f.path)]
@@ -134,6 +150,7 @@ def load_input(
     disk do not grow with the corpus' text.
     """
     mapping = mapping or ColumnParams()
+    infer_json_columns(files)
     relations = [scan_input(con, f) for f in files]
     mapped = [map_columns(f, rel, mapping) for f, rel in zip(files, relations)]
     extra: list[str] = []
@@ -345,6 +362,7 @@ def input_days(
             raise
         return []
     days: set[str] = set()
+    infer_json_columns(files)
     con = connect()
     try:
         for f in files:
