@@ -80,9 +80,11 @@ def _given(args: argparse.Namespace, group: str) -> dict[str, Any]:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from ..core.kernel.warm import load_in_background
     from ..ingest.inputs import hash_in_background
 
     hash_in_background(args.input, args.input_format)  # while the engine is imported
+    load_in_background()
     from ..engine import pipeline
     from ..errors import WebdedupError
 

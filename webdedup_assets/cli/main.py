@@ -209,6 +209,7 @@ def _print_failed_checks(failed: list) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ..core.kernel.warm import load_in_background
     from ..ingest.inputs import hash_in_background
 
     input_path = args.input if is_uri(args.input) else str(Path(args.input).expanduser())
@@ -227,6 +228,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except params.ParamError as err:
         print(f"webdedup: error: {err.render(flag)}", file=sys.stderr)
         return EXIT_ERROR
+    if chosen.engine == "duckdb":  # on Spark the executors run the kernels
+        load_in_background()
     with progress_shown(args.quiet, f"webdedup: {args.input} -> {output_dir}"):
         return _run_and_report(args, input_path, run, chosen, output_dir, storage_root)
 

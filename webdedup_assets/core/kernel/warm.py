@@ -11,6 +11,7 @@ compiled), on a few tiny documents: plain ASCII, text that needs the exact norma
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import numpy as np
@@ -57,8 +58,9 @@ def is_cold() -> bool:
         return False
 
 
-def warm() -> float:
-    """Compile (or load) every kernel through the engine's entry points; returns the seconds taken."""
+def warm(evaluation: bool = True) -> float:
+    """Compile (or load) every kernel through the engine's entry points; returns the seconds taken.
+    `evaluation`: also the kernel only evaluate and tune run (the exact similarity join)."""
     from ..components import component_labels
     from ..exact import similarity_join
     from ..fingerprint import fingerprint_texts, normalize_exact, shingle_sets, shingle_sets_into
@@ -78,8 +80,24 @@ def warm() -> float:
     jaccard_blocks(flat, starts, ends, flat, starts, ends, pairs, pairs[::-1].copy(), np.zeros(3, np.float64))
     minhash_sets(flat, starts, ends, pairs, coeff_a, coeff_b)  # the signatures of an add's verified pairs
     component_labels(4, np.array([0, 1], np.int64), np.array([1, 2], np.int64))
-    similarity_join(flat, np.asarray(offsets, dtype=np.int64), 0.5)
+    if evaluation:
+        similarity_join(flat, np.asarray(offsets, dtype=np.int64), 0.5)
     return time.perf_counter() - started
+
+
+def load_in_background() -> None:
+    """Start loading the kernels a run uses from numba's on-disk cache on a daemon thread, so that
+    the load overlaps reading the input (DuckDB, which releases the GIL) instead of following it.
+    A stage that needs a kernel first waits for it on numba's compiler lock; a failure here is
+    left to that stage, which loads the kernel itself."""
+
+    def work() -> None:
+        try:
+            warm(evaluation=False)
+        except Exception:  # noqa: BLE001 - the stage that runs the kernel reports any error
+            pass
+
+    threading.Thread(target=work, name="webdedup-kernels", daemon=True).start()
 
 
 def main() -> int:
