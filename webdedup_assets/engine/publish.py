@@ -172,7 +172,7 @@ def _build(store: Store, staging: Path) -> None:
     publish_concatenated(store, "scored_pairs", staging / "scored_pairs.parquet")
     publish_concatenated(store, "deduped_documents", staging / "deduped_documents.parquet")
     con = connect(store)
-    con.execute("SET preserve_insertion_order = true")
+    con.execute("SET SESSION preserve_insertion_order = true")
     try:
         _copy_csv(
             con,

@@ -121,6 +121,12 @@ def infer_json_columns(files: list[InputFile]) -> None:
         pass
 
 
+def temp_view(con: duckdb.DuckDBPyConnection, name: str, rel: duckdb.DuckDBPyRelation) -> None:
+    """`rel` as a view of this connection only (a relation's create_view puts it in the database,
+    which the process' other connections share: storage.store.connect)."""
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {quote_ident(name)} AS {rel.sql_query()}")
+
+
 def without_empty_shards(files: list[InputFile]) -> list[InputFile]:
     """A JSON Lines shard without a record holds no document (DuckDB cannot read it as records)."""
     return [f for f in files if f.format != "jsonl" or has_records(f.path)]
@@ -159,7 +165,7 @@ def load_input(
     typed_parts = []
     for index, (f, rel, m) in enumerate(zip(files, relations, mapped)):
         view = f"raw_{index}"
-        rel.create_view(view)
+        temp_view(con, view, rel)
         text = _contract_sql(con, f, view, m)
         cols = [f"{text[c]} AS {quote_ident(c)}" for c in TEXT_COLUMNS]
         cols.append(f"{text['crawled_at']} AS crawled_at_raw")
@@ -387,7 +393,7 @@ def file_days(con: duckdb.DuckDBPyConnection, f: InputFile, mapping: ColumnParam
         return from_footer
     rel = con.sql(f"SELECT * FROM {source_sql(f, strict=False)}")
     view = "file_of_days"  # one file at a time
-    rel.create_view(view, replace=True)
+    temp_view(con, view, rel)
     day = _contract_sql(con, f, view, map_columns(f, rel, mapping))["crawled_day"]
     if mapping.default_date and not f.stored:
         day = f"COALESCE({day}, DATE {sql_string(mapping.default_date)})"

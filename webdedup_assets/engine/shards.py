@@ -141,7 +141,7 @@ def _parquet(source: Path | ObjectPath, out: Path, id_column: str, removed: set[
     codec = metadata.row_group(0).column(0).compression.lower() if metadata.num_row_groups else "snappy"
     con = connect()
     try:
-        con.execute("SET preserve_insertion_order = true")  # the rows in the input's order
+        con.execute("SET SESSION preserve_insertion_order = true")  # the rows in the input's order
         con.register("removed_ids", pa.table({"doc_id": pa.array(sorted(removed), pa.string())}))
         rel = con.sql(f"SELECT * FROM read_parquet({sql_string(str(source))})")
         found = field_sql(rel, id_column)

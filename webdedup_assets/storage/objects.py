@@ -231,10 +231,12 @@ def file_size(path: Path | ObjectPath) -> int:
     return size_and_mtime(path)[0] if isinstance(path, ObjectPath) else path.stat().st_size
 
 
-def register(con: Any) -> None:
-    """Let a DuckDB connection read the objects of every bucket this process has opened."""
+def register(con: Any, registered: set[str]) -> None:
+    """Let a DuckDB connection's database read the objects of every bucket this process has
+    opened; `registered`: the schemes that database already reads (a file system is registered
+    once per database), updated."""
     with _lock:
-        systems = dict(_systems)
+        systems = {scheme: fs for scheme, fs in _systems.items() if scheme not in registered}
     if not systems:
         return
     from fsspec.implementations.arrow import ArrowFSWrapper
@@ -242,3 +244,4 @@ def register(con: Any) -> None:
     for scheme, fs in sorted(systems.items()):
         wrapper = type(f"{scheme.title()}Objects", (ArrowFSWrapper,), {"protocol": (scheme,)})(fs)
         con.register_filesystem(wrapper)
+        registered.add(scheme)

@@ -342,7 +342,7 @@ def copy_query(
     options = f"FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 32768, KV_METADATA {{{key}: {metadata}}}"
     if partition_by:
         options += f", PARTITION_BY ({partition_by}), OVERWRITE_OR_IGNORE"
-    con.execute("SET preserve_insertion_order = true")
+    con.execute("SET SESSION preserve_insertion_order = true")
     with _polled(con, progress):
         con.execute(f"COPY ({query}) TO {sql_string(str(target))} ({options})")
 
@@ -419,19 +419,42 @@ def publish_concatenated(store: Store, asset: str, target: Path, uncompressed: I
     return write_batches(target, schema, row_groups(batches()), params, use_dictionary=False, uncompressed=uncompressed)
 
 
+# This process' in-memory DuckDB databases, one per spill folder and memory limit: opening a
+# database costs tens of milliseconds and a command opens dozens of connections, while a
+# connection to an open database (a cursor) costs nothing. Keyed by the process id too, so that a
+# forked child never uses its parent's database.
+_databases: dict[tuple[int, str, str], tuple[duckdb.DuckDBPyConnection, set[str]]] = {}
+_databases_lock = threading.Lock()
+_DATABASES_KEPT = 8  # the oldest beyond these is let go (freed with its last connection)
+
+
 def connect(store: Store | None = None) -> duckdb.DuckDBPyConnection:
-    """A private in-memory DuckDB connection (never a shared database file)."""
-    con = duckdb.connect(":memory:")
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute("SET preserve_insertion_order = false")
-    # Bounded memory: DuckDB spills joins and sorts beyond this to the temp directory
-    # (its default is 80 % of RAM). WEBDEDUP_DUCKDB_MEMORY overrides, e.g. "8GB".
-    con.execute(f"SET memory_limit = '{os.environ.get('WEBDEDUP_DUCKDB_MEMORY', DUCKDB_MEMORY_LIMIT)}'")
-    if store is not None:
-        spill = store.root / ".duckdb_tmp"
-        spill.mkdir(parents=True, exist_ok=True)
-        con.execute(f"SET temp_directory = '{spill}'")
-    objects.register(con)  # input in object storage is read in place
+    """A private DuckDB connection: its own temporary tables, views and session settings (set
+    with SET SESSION: a plain SET of a global option changes every connection of the storage
+    root), in memory (never a shared database file), in UTC, rows in any order unless it asks,
+    spilling joins and sorts into the storage root's .duckdb_tmp beyond the memory limit
+    (WEBDEDUP_DUCKDB_MEMORY, default DUCKDB_MEMORY_LIMIT)."""
+    limit = os.environ.get("WEBDEDUP_DUCKDB_MEMORY", DUCKDB_MEMORY_LIMIT)
+    spill = store.root / ".duckdb_tmp" if store is not None else None
+    key = (os.getpid(), str(spill or ""), limit)
+    with _databases_lock:
+        if key not in _databases:
+            database = duckdb.connect(":memory:")
+            database.execute("SET GLOBAL TimeZone = 'UTC'")
+            # a stage that needs its rows in order says so for its own connection (SET SESSION)
+            database.execute("SET GLOBAL preserve_insertion_order = false")
+            database.execute(f"SET memory_limit = '{limit}'")
+            if spill is not None:
+                spill.mkdir(parents=True, exist_ok=True)
+                database.execute(f"SET temp_directory = '{spill}'")
+            while len(_databases) >= _DATABASES_KEPT:  # not closed: that would close its connections in use
+                _databases.pop(next(iter(_databases)))
+            _databases[key] = (database, set())
+        database, registered = _databases[key]
+        con = database.cursor()
+        objects.register(con, registered)  # input in object storage is read in place
+    if spill is not None:
+        spill.mkdir(parents=True, exist_ok=True)  # removed with a killed command's leftovers
     return con
 
 

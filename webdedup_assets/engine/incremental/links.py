@@ -143,7 +143,7 @@ class LinksStep:
         run = self._stage_run("candidate_pairs", self.candidates, budget=self.budget)
         self._write("candidate_pairs", "SELECT * FROM new_cand", run.parameters, rows, stats)
         self.upstream["candidate_pairs"] = run.parameters
-        con.execute("SET preserve_insertion_order = true")
+        con.execute("SET SESSION preserve_insertion_order = true")
         write_csv(
             report_path(store, "candidate_summary.csv"),
             con.sql(

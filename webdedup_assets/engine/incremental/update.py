@@ -150,7 +150,7 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         self.candidates, self.scoring, self.representative = candidates, scoring, representative
         self.report = report
         self.con = connect(store)
-        self.con.execute("SET preserve_insertion_order = true")
+        self.con.execute("SET SESSION preserve_insertion_order = true")
         self.figures = dict(state["figures"])
         self.marks: dict[str, float] = {}
         self.clock = time.perf_counter()

@@ -121,7 +121,7 @@ def write_report(frame, target: Path, staging_root: Path) -> None:
         )
         files = sorted(row["file"] for row in written.collect())
         con = connect()
-        con.execute("SET preserve_insertion_order = true")
+        con.execute("SET SESSION preserve_insertion_order = true")
         if files:
             listing = ", ".join(sql_string(f) for f in files)
             relation = con.sql(f"SELECT * FROM read_parquet([{listing}])")

@@ -230,7 +230,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     # Reports published with the run (engine.publish); figures only, no timings, so that the
     # same input gives the same file.
     figures = stats
-    con.execute("SET preserve_insertion_order = true")  # the files keep the queries' ORDER BY
+    con.execute("SET SESSION preserve_insertion_order = true")  # the files keep the queries' ORDER BY
     write_csv(
         report_path(store, "candidate_summary.csv"),
         con.sql(

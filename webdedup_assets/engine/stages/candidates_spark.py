@@ -232,7 +232,7 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     # Reports, formatted as the DuckDB engine formats them (figures only, and the largest buckets).
     summary = {"rows": rows, **figures}
     con = connect()
-    con.execute("SET preserve_insertion_order = true")
+    con.execute("SET SESSION preserve_insertion_order = true")
     write_csv(
         report_path(store, "candidate_summary.csv"),
         con.sql(

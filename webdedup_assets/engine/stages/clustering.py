@@ -159,7 +159,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
                 deduped_layout(schema),
             )
         documents = scalar(con, "SELECT count(*) FROM ranked")
-        con.execute("SET preserve_insertion_order = true")
+        con.execute("SET SESSION preserve_insertion_order = true")
         write_csv(report_path(store, "cluster_inspection.csv"), cluster_inspection(con, store, extra))
         con.close()
     figures = {

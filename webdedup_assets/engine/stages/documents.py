@@ -394,7 +394,7 @@ def _split_by_month(con, query: str, staging: Path, params: dict[str, Any], prog
     (the body with LZ4, the other columns with zstd as every other stored asset). DuckDB's own
     COPY ... PARTITION_BY held every month's rows of a thread in memory and spilled them, which
     made a many-month input much slower than one COPY to a single file."""
-    con.execute("SET preserve_insertion_order = true")
+    con.execute("SET SESSION preserve_insertion_order = true")
     try:
         reader = con.sql(query).to_arrow_reader(batch_size=SPLIT_BATCH_ROWS)
     except duckdb.Error as err:
