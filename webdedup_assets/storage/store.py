@@ -437,6 +437,8 @@ def connect(store: Store | None = None) -> duckdb.DuckDBPyConnection:
     limit = os.environ.get("WEBDEDUP_DUCKDB_MEMORY", DUCKDB_MEMORY_LIMIT)
     spill = store.root / ".duckdb_tmp" if store is not None else None
     key = (os.getpid(), str(spill or ""), limit)
+    if spill is not None:
+        spill.mkdir(parents=True, exist_ok=True)  # again each time: a killed command's leftovers are removed
     with _databases_lock:
         if key not in _databases:
             database = duckdb.connect(":memory:")
@@ -445,7 +447,6 @@ def connect(store: Store | None = None) -> duckdb.DuckDBPyConnection:
             database.execute("SET GLOBAL preserve_insertion_order = false")
             database.execute(f"SET memory_limit = '{limit}'")
             if spill is not None:
-                spill.mkdir(parents=True, exist_ok=True)
                 database.execute(f"SET temp_directory = '{spill}'")
             while len(_databases) >= _DATABASES_KEPT:  # not closed: that would close its connections in use
                 _databases.pop(next(iter(_databases)))
@@ -453,8 +454,6 @@ def connect(store: Store | None = None) -> duckdb.DuckDBPyConnection:
         database, registered = _databases[key]
         con = database.cursor()
         objects.register(con, registered)  # input in object storage is read in place
-    if spill is not None:
-        spill.mkdir(parents=True, exist_ok=True)  # removed with a killed command's leftovers
     return con
 
 
