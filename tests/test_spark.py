@@ -576,6 +576,19 @@ def test_local_defaults_follow_the_machine():
     assert shuffle_partitions(2, 10 << 30) == 320  # 32 MiB of compressed documents a partition
 
 
+def test_pysparks_pandas_warning_stays_off_the_terminal(spark):
+    """pyspark warns at every run that pandas >= 3 is not fully supported; the engine hands it
+    Arrow batches only, so the engine's session silences that one message."""
+    import warnings
+
+    from pyspark.sql.pandas.utils import require_minimum_pandas_version
+
+    with warnings.catch_warnings(record=True) as caught:
+        assert get_session(LOCAL) is spark
+        require_minimum_pandas_version()
+    assert [str(w.message) for w in caught] == []
+
+
 # The issue's failure, as the driver received it (shortened: the JVM's stack runs to hundreds of lines).
 BYTES_TO_BYTES_MAP_FAILURE = """An error occurred while calling o662.collectToPython.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 3 in stage 41.0 failed 1 times, most recent \

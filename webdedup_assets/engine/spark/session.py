@@ -5,7 +5,6 @@ engine never needs it."""
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import re
 import shutil
@@ -123,6 +122,10 @@ def get_session(settings: SparkSettings | None = None):
     numba and webdedup itself. With `remote` (Spark Connect) this process is a thin client: the
     server's executors run the Python side, so the server needs webdedup on its Python path."""
     settings = settings or SparkSettings()
+    # pyspark warns on the terminal of every run, classic or Connect, that pandas >= 3 is not
+    # fully supported; the engine exchanges Arrow batches (mapInArrow), never pandas. Set on
+    # every call: a caller's warnings.catch_warnings may have dropped it since the last one.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
     with _lock:
         session = _sessions.get(settings)
         if session is not None:
@@ -201,12 +204,11 @@ def _connect(SparkSession, settings: SparkSettings):
     (spark.sql.*: UTC, adaptive execution, Arrow) and `conf` apply to this session only; the
     server's own settings (its master, executors, spark.checkpoint.dir) are the server's."""
     try:
-        with _no_pandas_warning():  # (pyspark's Connect modules check their dependencies on import)
-            import grpc
-            from pyspark.sql.connect.client import DefaultChannelBuilder
-            from pyspark.sql.connect.utils import check_dependencies
+        import grpc
+        from pyspark.sql.connect.client import DefaultChannelBuilder
+        from pyspark.sql.connect.utils import check_dependencies
 
-            check_dependencies()
+        check_dependencies()
     except ImportError as err:  # grpcio-status, googleapis-common-protos, zstandard: the spark extra
         raise WebdedupError(
             f"--spark-remote (Spark Connect) needs pyspark's Connect client packages: pip install 'webdedup[spark]' "
@@ -233,20 +235,10 @@ def _connect(SparkSession, settings: SparkSettings):
         builder = builder.config(key, value)
     global _connect_mode_set_here
     _connect_mode_set_here = _connect_mode_set_here or "SPARK_CONNECT_MODE_ENABLED" not in os.environ
-    with _no_pandas_warning():
-        return builder.create()
+    return builder.create()
 
 
 _connect_mode_set_here = False
-
-
-@contextlib.contextmanager
-def _no_pandas_warning():
-    """pyspark's Connect client warns that pandas >= 3 is not fully supported (twice, on the
-    terminal of every run); the engine exchanges Arrow batches (mapInArrow), never pandas."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
-        yield
 
 
 def connect_mode(session) -> bool:
