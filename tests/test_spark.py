@@ -589,6 +589,22 @@ def test_pysparks_pandas_warning_stays_off_the_terminal(spark):
     assert [str(w.message) for w in caught] == []
 
 
+def test_a_driver_jvm_started_here_says_nothing_until_an_error():
+    """Spark's default profile prints which profile and level it chose, and Hadoop warns about its
+    native library, on every run; the driver's JVM starts with the package's log configuration."""
+    script = (
+        "from webdedup_assets.engine.spark.session import SparkSettings, get_session\n"
+        "assert get_session(SparkSettings(master='local[1]')).range(3).count() == 3\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "incubator modules" not in line]  # the JVM's own
+    assert lines == []
+
+
 # The issue's failure, as the driver received it (shortened: the JVM's stack runs to hundreds of lines).
 BYTES_TO_BYTES_MAP_FAILURE = """An error occurred while calling o662.collectToPython.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 3 in stage 41.0 failed 1 times, most recent \

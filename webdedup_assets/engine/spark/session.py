@@ -13,6 +13,7 @@ import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ...errors import WebdedupError
@@ -55,6 +56,8 @@ class SparkSettings:
     def describe(self) -> str:
         return self.remote or self.master or "local[*]"
 
+
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 _lock = threading.Lock()
 _sessions: dict[SparkSettings, Any] = {}
@@ -145,6 +148,9 @@ def get_session(settings: SparkSettings | None = None):
                 if key.startswith("spark.sql."):  # runtime settings; the rest is spark-submit's
                     builder = builder.config(key, value)
         else:
+            # Quiet from the JVM's start (log4j2.properties beside this module); the user's own
+            # SPARK_SUBMIT_OPTS, or a -Dlog4j2.configurationFile of theirs, wins.
+            os.environ.setdefault("SPARK_SUBMIT_OPTS", f'-Dlog4j2.configurationFile="{LOG_CONFIG}"')
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
             if _loopback(settings):
