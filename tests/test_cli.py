@@ -6,6 +6,7 @@ import sys
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
 from webdedup_assets.cli.main import main
 from webdedup_assets.defs.checks import describe_failure
@@ -90,6 +91,16 @@ def test_console_script_help():
         "--representative-policy",
     ):
         assert flag in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "command", ["run", "add", "check", "explain", "inspect", "evaluate", "tune", "verify", "probability"]
+)
+def test_every_command_takes_quiet(command, capsys):
+    with pytest.raises(SystemExit) as ended:
+        main([command, "--help"])
+    assert ended.value.code == 0
+    assert "--quiet" in capsys.readouterr().out
 
 
 def _drop_from_clusters(monkeypatch, doc_ids):

@@ -126,6 +126,8 @@ def test_verify_names_each_damaged_file_and_output(corpus, tmp_path, capsys):
     assert capsys.readouterr() == ("", f"webdedup verify: 0 problem(s) in {out / '_storage'} and {out}\n")
     assert main(["verify", "--storage", str(out / "_storage")]) == 0  # the storage alone
     assert capsys.readouterr().err == f"webdedup verify: 0 problem(s) in {out / '_storage'}\n"
+    assert main(["verify", "--output", str(out), "--quiet"]) == 0
+    assert capsys.readouterr() == ("", "")
     storage = out / "_storage"
     _cut_short(storage / "documents" / "part-2026-04.parquet")
     (storage / "incremental" / "state.json").write_text("[1, 2")

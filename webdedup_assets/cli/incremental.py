@@ -53,7 +53,6 @@ def add_incremental_parsers(sub, add_params) -> None:
             add, params.STAGE_GROUPS[name], **{f: {"default": None} for f in params.STAGE_GROUPS[name].model_fields}
         )
     add.add_argument("--json", action="store_true", help="print the update report as JSON")
-    add.add_argument("--quiet", action="store_true", help="no progress on stderr (per-stage lines, live counts)")
     check = sub.add_parser(
         "check",
         help="is each page of NEW_INPUT a duplicate of the corpus? (the corpus is not changed)",

@@ -108,7 +108,6 @@ def _parser() -> argparse.ArgumentParser:
             },
         )
     _add_params(run, params.EngineParams)
-    run.add_argument("--quiet", action="store_true", help="no progress on stderr (per-stage lines, live counts)")
     run.add_argument(
         "--emit-shards",
         action="store_true",
@@ -124,6 +123,13 @@ def _parser() -> argparse.ArgumentParser:
     add_explain_parsers(sub)
     add_incremental_parsers(sub, _add_params)
     add_verify_parser(sub)
+    for command in sub.choices.values():  # one meaning on every command, so scripts can pass it to any
+        command.add_argument(
+            "--quiet",
+            action="store_true",
+            help="stderr for errors and warnings only: no progress (per-stage lines, live counts, verify's "
+            "tally), no notices of transfers to or from object storage",
+        )
     return parser
 
 
@@ -314,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         remote = remote_storage(args)
         if remote is None:
             return _dispatch(args)
-        notice = None if getattr(args, "quiet", False) else _notice
+        notice = None if args.quiet else _notice
         with working_copy(remote, args.command in ("run", "add"), f"webdedup {args.command}", notice=notice) as local:
             if args.command == "check":
                 if args.report is None and not is_uri(args.against):  # into the output folder, as always

@@ -47,6 +47,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         problems += output_problems(output_dir)
     for problem in problems:
         print(problem)
-    shown = f"{root}" if storage_only else f"{root} and {output_dir}"
-    print(f"webdedup verify: {len(problems)} problem(s) in {shown}", file=sys.stderr)
+    if not args.quiet:
+        shown = f"{root}" if storage_only else f"{root} and {output_dir}"
+        print(f"webdedup verify: {len(problems)} problem(s) in {shown}", file=sys.stderr)
     return EXIT_ERROR if problems else EXIT_OK
