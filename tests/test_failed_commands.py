@@ -361,3 +361,65 @@ def test_an_output_inside_the_input_folder_is_refused_before_anything_is_written
         "files back as input; give an --output folder outside the input\n"
     )
     assert sorted(p.name for p in folder.iterdir()) == ["documents.csv"]
+
+
+def test_an_output_folder_holding_files_of_the_users_under_output_names_is_refused(tmp_path, capsys):
+    """Publishing replaces manifest.json, removed.csv, shards/ ...: in a folder webdedup did not
+    write, those are the user's files, and the run is refused before anything is written."""
+    folder = tmp_path / "mine"
+    (folder / "shards").mkdir(parents=True)
+    (folder / "shards" / "notes.txt").write_text("my notes")
+    (folder / "manifest.json").write_text('{"mine": true}')
+    (folder / "removed.csv").write_text("my,own,csv\n")
+    (folder / "other.txt").write_text("keep")
+    before = held(folder)
+    assert main(["run", str(FIXTURE), "--output", str(folder), "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        f"webdedup: error: --output {folder} holds removed.csv, shards, manifest.json but is not a folder webdedup "
+        "wrote (no manifest.json of webdedup): publishing would replace them; give a new or empty folder, or move "
+        "those files\n"
+    )
+    assert held(folder) == before and sorted(p.name for p in folder.iterdir()) == sorted(
+        ["shards", "manifest.json", "removed.csv", "other.txt"]
+    )
+
+
+def test_an_input_inside_what_the_output_replaces_is_refused(corpus, capsys):
+    """`run OUT/shards --output OUT` would replace its own input when it publishes."""
+    shards = corpus / "shards"
+    shards.mkdir()
+    (shards / "documents.csv").write_bytes(FIXTURE.read_bytes())
+    before = held(corpus)
+    assert main(["run", str(shards), "--output", str(corpus), "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        f"webdedup: error: the input {shards} is inside {shards}, which --output replaces when the command writes; "
+        "move the input out of it\n"
+    )
+    assert held(corpus) == before
+
+
+def test_a_failed_run_into_a_new_folder_leaves_no_folder_behind(tmp_path, capsys):
+    twice = write_day(tmp_path / "twice.csv", "2026-03-01", ["a1", "a1"])
+    new = tmp_path / "new"
+    assert main(["run", str(twice), "--output", str(new / "out"), "--quiet"]) == 2
+    assert "doc_id must be unique" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["twice.csv"]
+
+
+def test_ctrl_c_puts_everything_back_and_ends_in_one_line_with_status_130(corpus, tmp_path):
+    """SIGINT while `add` works (after its first progress line): the storage and the outputs are as
+    they were, stderr says so in lines of webdedup's own, no traceback, exit status 130."""
+    import signal
+    import subprocess
+    import sys
+
+    other = write_day(tmp_path / "next.csv", "2026-04-02", [f"next-{i:02d}" for i in range(40)])
+    before = held(corpus)
+    command = [sys.executable, "-m", "webdedup_assets.cli.main", "add", str(other), "--output", str(corpus)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()  # the command has started: its handlers are in place
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, first + rest
+    assert "Traceback" not in rest and rest.rstrip().splitlines()[-1] == "webdedup: interrupted"
+    assert held(corpus) == before

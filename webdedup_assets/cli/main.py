@@ -352,8 +352,14 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def entry() -> None:
     """The `webdedup` command and `python -m webdedup_assets.cli.main`: main(), then the process ends
-    with its status (exiting.end_process: no module teardown)."""
-    end_process(main())
+    with its status (exiting.end_process: no module teardown). Ctrl-C ends it with status 130 and
+    one line (what the command changed is put back on the way, and said so)."""
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        print("webdedup: interrupted", file=sys.stderr)
+        status = 130
+    end_process(status)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import calendar
 import logging
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -50,7 +51,7 @@ from . import incremental
 from .checks import CHECKS, Check, describe_failure
 from .columns import mapping_for_add, mapping_of
 from .incremental.layout import UpdateReport
-from .publish import publication_prepared, recover
+from .publish import OUTPUT_NAMES, publication_prepared, recover, require_replaceable
 from .reading import input_days
 from .shards import FOLDER as SHARDS
 from .shards import emit_shards as emit
@@ -198,8 +199,31 @@ def _writing(
     object storage has no lock of its own (storage.sets: what two writers there may expect)."""
     local = None if isinstance(output_dir, ObjectPath) else output_dir
     folders = [storage_root] if local is None else [local, storage_root]
+    created = {top for top in map(_first_missing, folders) if top is not None}
     for folder in folders:
         make_folder(folder)
+    transaction = None
+    try:
+        with _locked(folders, storage_root, output_dir, purpose, notice) as transaction:
+            yield transaction
+    except BaseException:
+        if transaction is None or transaction.undone:  # the folders this command created go too
+            for top in created:
+                shutil.rmtree(top, ignore_errors=True)
+        raise
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost of `folder` and its parents that does not exist (None: the folder exists)."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    return missing[-1] if missing else None
+
+
+@contextmanager
+def _locked(
+    folders: list[Path], storage_root: Path, output_dir: Path | ObjectPath, purpose: str, notice: Notice
+) -> Iterator[StorageTransaction]:
+    local = None if isinstance(output_dir, ObjectPath) else output_dir
     with ExitStack() as locks:
         for folder in folders:
             report = locks.enter_context(writer_lock(folder, purpose=purpose))
@@ -225,11 +249,25 @@ def _writing(
 def _check_input(
     input_path: str, input_format: str, storage_root: Path, output_dir: Path | ObjectPath
 ) -> list[InputFile]:
-    """The input's files: it exists, and an input folder does not hold the folders the command
-    writes (the next command would read the outputs back as input)."""
+    """The input's files: it exists, it does not lie where the command writes (publishing or the
+    storage would replace it), and an input folder does not hold the folders the command writes
+    (the next command would read the outputs back as input). The output folder holds no file of
+    the user's under a name webdedup publishes."""
     files = resolve_input(input_path, input_format)
-    source = Path(input_path).expanduser()
-    if is_uri(input_path) or not source.is_dir():
+    require_replaceable(output_dir)
+    if is_uri(input_path):
+        return files
+    source = Path(input_path).expanduser().resolve()
+    written = [(storage_root, "--storage")]
+    if isinstance(output_dir, Path):
+        written += [(output_dir / name, "--output") for name in OUTPUT_NAMES]
+    for place, flag in written:
+        if isinstance(place, Path) and source.is_relative_to(place.resolve()):
+            raise WebdedupError(
+                f"the input {input_path} is inside {place}, which {flag} replaces when the command writes; "
+                "move the input out of it"
+            )
+    if not source.is_dir():
         return files
     for folder, flag in ((output_dir, "--output"), (storage_root, "--storage")):
         if isinstance(folder, ObjectPath):

@@ -70,6 +70,26 @@ STAGE_REPORTS = {
 }
 
 
+def require_replaceable(output_dir: Path | ObjectPath, flag: str = "--output") -> None:
+    """Refuse an output folder that holds files under the names webdedup publishes (OUTPUT_NAMES)
+    but was not written by webdedup: publishing would replace or remove them. A folder webdedup
+    wrote has its manifest.json (or a journal of a publish that did not finish)."""
+    if isinstance(output_dir, ObjectPath) or not output_dir.is_dir() or (output_dir / JOURNAL).exists():
+        return
+    try:
+        manifest = json.loads((output_dir / MANIFEST).read_text(encoding="utf-8"))
+        if isinstance(manifest, dict) and {"storage_root", "outputs"} <= manifest.keys():
+            return
+    except (OSError, ValueError):
+        pass
+    taken = [name for name in OUTPUT_NAMES if os.path.lexists(output_dir / name)]
+    if taken:
+        raise WebdedupError(
+            f"{flag} {output_dir} holds {', '.join(taken)} but is not a folder webdedup wrote (no manifest.json of "
+            f"webdedup): publishing would replace them; give a new or empty folder, or move those files"
+        )
+
+
 def report_path(store: Store, name: str) -> Path:
     """Where a stage keeps a report that is published as `name`."""
     return store.asset_dir(STAGE_REPORTS[name]) / name
@@ -272,6 +292,7 @@ def publish(
     else:
         output_dir.mkdir(parents=True, exist_ok=True)
         recover(output_dir)
+        require_replaceable(output_dir, "output folder")
         staging = output_dir / f".publish-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     staging.mkdir()
     try:

@@ -168,10 +168,6 @@ def writer_lock(folder: Path, exclusive: bool = True, timeout: float = 0.0, purp
         os.close(fd)
 
 
-def holds_lock(folder: Path) -> bool:
-    return Path(folder).expanduser().resolve() in _HELD
-
-
 # ---------------------------------------------------------------- leftovers of dead runs
 
 

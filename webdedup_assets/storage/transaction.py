@@ -52,6 +52,7 @@ class StorageTransaction:
         self.root = root
         self.links = root / ROLLBACK_DIR
         self.committed = False
+        self.undone = False  # rolled back before its commit point: the storage is as it was
 
     def begin(self) -> None:
         self.links.mkdir(parents=True)
@@ -75,6 +76,7 @@ class StorageTransaction:
 
     def roll_back(self) -> None:
         restore(self.root)
+        self.undone = not self.committed
         self.committed = True
 
 
