@@ -519,14 +519,16 @@ def test_an_upload_that_fails_leaves_current_where_it_was(bucket, tmp_path, caps
 
     monkeypatch.setattr(remote, "put_file", put_file)
     capsys.readouterr()
+    published = _published(tmp_path / "out")
     assert main(["run", uri, *common, "--threshold", "0.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
-        "webdedup: error: s3://corpus/cut: uploading failed (AWS Error NETWORK_CONNECTION during PutObject operation: "
-        "connection reset); s3://corpus/cut/CURRENT still names the corpus as it was before this command (its "
-        "outputs were published): run the command again"
+        "webdedup: error in manifest: s3://corpus/cut: uploading failed (AWS Error NETWORK_CONNECTION during "
+        "PutObject operation: connection reset); s3://corpus/cut/CURRENT still names the corpus as it was before this "
+        "command: run the command again"
     ), err
     assert json.loads(_objects("cut")["CURRENT"])["set"] == before
+    assert _published(tmp_path / "out") == published  # the storage is uploaded before the outputs are swapped in
     monkeypatch.setattr(remote, "put_file", real)
     assert main(["run", uri, *common, "--threshold", "0.5"]) == 0  # the copy is brought back to CURRENT first
     assert json.loads(_objects("cut")["CURRENT"])["set"] > before
@@ -552,3 +554,36 @@ def test_undo_links_a_killed_command_left_in_the_copy_give_way_to_the_storage_in
     assert main(["add", "s3://corpus/by-day/late.json.zst", *common]) == 0
     assert main(["run", str(local), "--output", str(tmp_path / "all"), "--quiet", *DOLMA_FLAGS]) == 0
     assert _published(tmp_path / "out") == _published(tmp_path / "all")
+
+
+def test_a_command_stopped_before_the_outputs_current_moved_leaves_the_storage_ahead(bucket, tmp_path, monkeypatch):
+    """Storage and output in the bucket: the storage is uploaded before the output's CURRENT moves,
+    so an add stopped in between (Ctrl-C) loses nothing: the next add publishes every day."""
+    import json
+
+    from webdedup_assets.storage import sets
+
+    def current(prefix: str) -> str:
+        return json.loads(_objects(prefix)["CURRENT"])["set"]
+
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+    common = ["--output", "s3://corpus/both", "--quiet", *DOLMA_FLAGS]
+    assert main(["run", "s3://corpus/by-day/early.jsonl.gz", *common]) == 0
+    output_before, storage_before = current("both"), current("both/_storage")
+    real = sets.point_to
+
+    def stopped(output, set_id):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sets, "point_to", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        main(["add", "s3://corpus/by-day/late.json.zst", *common])
+    monkeypatch.setattr(sets, "point_to", real)
+    assert current("both") == output_before
+    left = [k for k in _objects("both") if k.startswith("sets/") and k != "sets/"]  # (pyarrow keeps a folder marker)
+    assert {k.split("/")[1] for k in left} == {output_before}, left  # no partial set
+    assert current("both/_storage") != storage_before  # the storage is ahead of the output, never behind
+    assert main(["add", "s3://corpus/by-day/late.json.zst", *common]) == 0
+    assert main(["run", str(bucket[1]), "--output", str(tmp_path / "all"), "--quiet", *DOLMA_FLAGS]) == 0
+    published = json.loads(_objects(f"both/sets/{current('both')}")["manifest.json"])
+    assert published["counts"] == json.loads((tmp_path / "all" / "manifest.json").read_text())["counts"]

@@ -238,11 +238,13 @@ def _locked(
         if local is not None and recover(local):  # its command had reached its commit point: its storage stands
             discard(storage_root)
             notice(f"completed the publishing of {output_dir} that an interrupted run had begun")
+        transaction = None
         try:
             with storage_transaction(storage_root) as transaction:
                 yield transaction
         except BaseException:
-            notice(f"nothing was changed: {storage_root} and {output_dir} are as they were before this command")
+            if transaction is None or transaction.undone:  # (after the commit point the outputs stand)
+                notice(f"nothing was changed: {storage_root} and {output_dir} are as they were before this command")
             raise
 
 

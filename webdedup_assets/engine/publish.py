@@ -39,6 +39,7 @@ from ..errors import WebdedupError
 from ..storage import sets
 from ..storage.fileio import atomic_path, write_text
 from ..storage.objects import ObjectPath
+from ..storage.remote import upload_at_commit
 from ..storage.store import Store, connect, file_identity, link_or_copy, publish_concatenated, sql_string
 from ..storage.transaction import JOURNAL
 from .invariants import MEMBER_CACHE, measured_key, read_keyed_table
@@ -307,8 +308,9 @@ def publish(
         write_text(staging / MANIFEST, text)
         write_text(store.asset_dir("manifest") / MANIFEST, text)
         if isinstance(output_dir, ObjectPath):
-            _publish_set(staging, output_dir, on_commit)
+            _publish_set(staging, output_dir, lambda: _commit(store, on_commit))
             return {k: v for k, v in outputs.items() if v is not None}
+        upload_at_commit(store.root)  # a storage in object storage is final before the journal
         names = sorted(n for n in outputs if n != MANIFEST) + [MANIFEST]
         stale = [n for n in OUTPUT_NAMES if n not in outputs and (output_dir / n).exists()]
         write_text(output_dir / JOURNAL, json.dumps({"staging": staging.name, "move": names, "remove": stale}))
@@ -320,15 +322,26 @@ def publish(
     return {k: v for k, v in outputs.items() if v is not None}
 
 
-def _publish_set(staging: Path, output: ObjectPath, on_commit: Callable[[], None] | None) -> None:
-    """The staged files as a new set of an output in object storage, then CURRENT moved to it,
-    then the sets older than the previous one deleted."""
-    previous = sets.current_set(output)
-    set_id = sets.new_set_id()
-    sets.upload_set(staging, output, set_id)
+def _commit(store: Store, on_commit: Callable[[], None] | None) -> None:
+    upload_at_commit(store.root)
     if on_commit is not None:
         on_commit()
-    sets.point_to(output, set_id)
+
+
+def _publish_set(staging: Path, output: ObjectPath, on_commit: Callable[[], None]) -> None:
+    """The staged files as a new set of an output in object storage, then CURRENT moved to it,
+    then the sets older than the previous one deleted. A set that fails (or is interrupted)
+    before CURRENT names it is deleted."""
+    previous = sets.current_set(output)
+    set_id = sets.new_set_id()
+    try:
+        sets.upload_set(staging, output, set_id)
+        on_commit()
+        sets.point_to(output, set_id)
+    except BaseException:
+        if sets.current_set(output) != set_id:
+            sets.remove_set(output, set_id)
+        raise
     sets.remove_older_sets(output, previous)
 
 

@@ -79,15 +79,43 @@ def working_copy(
         lease = _take_lease(root, purpose) if write else None
         try:
             current = current_set(root)
-            record = _download(root, current, local)
-            yield local
-            uploaded = _upload(root, local, record, current) if write else None
-            if uploaded and notice:
-                files, size, set_id = uploaded
-                notice(f"{root}: uploaded {files} changed file(s), {size / 1e6:,.1f} MB; CURRENT names set {set_id}")
+            held = {"record": _download(root, current, local), "set": None}
+
+            def upload() -> None:  # the command's set: made at its commit point, amended at its end
+                uploaded = _upload(root, local, held["record"], current, held["set"])
+                if uploaded:
+                    files, size, held["set"] = uploaded
+                    held["record"] = json.loads(_record_path(local).read_text())
+                    if notice:
+                        notice(
+                            f"{root}: uploaded {files} changed file(s), {size / 1e6:,.1f} MB; CURRENT names set "
+                            f"{held['set']}"
+                        )
+
+            if write:
+                _AT_COMMIT[local] = upload
+            try:
+                yield local
+            finally:
+                _AT_COMMIT.pop(local, None)
+            if write:
+                upload()  # what changed after the commit point (a stage's stats)
         finally:
             if lease is not None:
                 _delete(lease)
+
+
+_AT_COMMIT: dict[Path, Callable[[], None]] = {}  # working copy -> its upload, while a command writes it
+
+
+def upload_at_commit(local: Path) -> None:
+    """Upload the working copy `local` now, when it is the copy of a storage in object storage that
+    a command of this process writes: called by the publish before its commit point, so that the
+    storage is final before any output names the new corpus (a command killed in between leaves
+    the storage ahead of the outputs, which the next command publishes, never behind them)."""
+    upload = _AT_COMMIT.get(Path(local).resolve())
+    if upload is not None:
+        upload()
 
 
 def _identity(path: Path) -> list[int]:
@@ -137,11 +165,14 @@ def _download(root: ObjectPath, current: str | None, local: Path) -> dict[str, A
     return _save_record(root, local, current, {name: entry["key"] for name, entry in wanted.items()})
 
 
-def _upload(root: ObjectPath, local: Path, record: dict[str, Any], previous: str | None) -> tuple[int, int, str] | None:
-    """Upload the files the command changed (TRANSFERS at a time) as a new set and move CURRENT to
-    it; nothing when no file changed. Returns the files and bytes uploaded and the set's id."""
+def _upload(
+    root: ObjectPath, local: Path, record: dict[str, Any], previous: str | None, amended: str | None = None
+) -> tuple[int, int, str] | None:
+    """Upload the files the command changed (TRANSFERS at a time) as a new set (or into the set
+    `amended`, which CURRENT names already) and move CURRENT to it; nothing when no file changed.
+    Returns the files and bytes uploaded and the set's id."""
     held = record["files"]
-    set_id = new_set_id()
+    set_id = amended or new_set_id()
     files: dict[str, dict[str, Any]] = {}
     linked: dict[tuple[int, int], str] = {}  # (device, inode) -> key
     sending: list[tuple[Path, str]] = []
@@ -166,7 +197,7 @@ def _upload(root: ObjectPath, local: Path, record: dict[str, Any], previous: str
     except OSError as err:
         raise WebdedupError(
             f"{root}: uploading failed ({message(err)}); {root / CURRENT} still names the corpus as it was before "
-            "this command (its outputs were published): run the command again"
+            "this command: run the command again"
         ) from None
     write_json(root / "sets" / f"{set_id}.json", {"files": files})
     write_json(root / CURRENT, {"set": set_id})

@@ -70,20 +70,25 @@ def put_file(source: Path, target: ObjectPath) -> None:
 
 
 def upload_set(staging: Path, output: ObjectPath, set_id: str) -> None:
-    """Every file under staging into OUTPUT/sets/<set_id>/ (same relative paths). On a failure the
-    partial set is deleted and a WebdedupError says that CURRENT was not moved."""
+    """Every file under staging into OUTPUT/sets/<set_id>/ (same relative paths); on a failure a
+    WebdedupError says that CURRENT was not moved (the caller deletes the partial set)."""
     folder = output / SETS / set_id
     try:
         for source in sorted(p for p in staging.rglob("*") if p.is_file()):
             put_file(source, folder / source.relative_to(staging).as_posix())
     except OSError as err:
-        try:
-            file_system(folder).delete_dir(folder.key)
-        except OSError:
-            pass  # left to the cleanup of a later publish
         raise WebdedupError(
             f"{output}: publishing failed ({message(err)}); {output / CURRENT} still names the previous set"
         ) from None
+
+
+def remove_set(output: ObjectPath, set_id: str) -> None:
+    """Delete a set that CURRENT never named (what is left is deleted by a later publish)."""
+    folder = output / SETS / set_id
+    try:
+        file_system(folder).delete_dir(folder.key)
+    except OSError:
+        pass
 
 
 def point_to(output: ObjectPath, set_id: str) -> None:
