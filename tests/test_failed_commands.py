@@ -423,3 +423,16 @@ def test_ctrl_c_puts_everything_back_and_ends_in_one_line_with_status_130(corpus
     assert proc.wait(timeout=120) == 130, first + rest
     assert "Traceback" not in rest and rest.rstrip().splitlines()[-1] == "webdedup: interrupted"
     assert held(corpus) == before
+
+
+def test_the_manifest_counts_empty_documents_of_days_an_add_kept(tmp_path):
+    """empty_documents is of the whole corpus: an add fingerprints only its own day."""
+    days = tmp_path / "days"
+    days.mkdir()
+    write_day(days / "2026-03-01.csv", "2026-03-01", ["e1", "e2"], body="")
+    write_day(days / "2026-03-02.csv", "2026-03-02", ["e3"], body="")
+    assert main(["run", str(days / "2026-03-01.csv"), "--output", str(tmp_path / "a"), "--quiet"]) == 0
+    assert main(["add", str(days / "2026-03-02.csv"), "--output", str(tmp_path / "a"), "--quiet"]) == 0
+    assert main(["run", str(days), "--output", str(tmp_path / "b"), "--quiet"]) == 0
+    for out in ("a", "b"):
+        assert json.loads((tmp_path / out / "manifest.json").read_text())["counts"]["empty_documents"] == 3, out

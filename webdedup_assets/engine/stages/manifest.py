@@ -47,6 +47,18 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def _empty_documents(store: Store) -> int:
+    """Documents without a shingle, over the whole corpus (a stage's stats count only the files
+    it computed, not those an `add` kept)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    return sum(
+        pc.sum(pc.equal(pq.read_table(path, columns=["shingle_count"]).column(0), 0)).as_py() or 0
+        for path in store.data_files("fingerprinted")
+    )
+
+
 def build_manifest(store: Store) -> dict[str, Any]:
     params = {stage: store.params(stage) for stage in STAGES}
     stats = {stage: _merged_stats(store, stage) for stage in STAGES}
@@ -95,7 +107,7 @@ def build_manifest(store: Store) -> dict[str, Any]:
         },
         "counts": {
             "documents": documents,
-            "empty_documents": stats["fingerprinted"].get("empty_documents", 0),
+            "empty_documents": _empty_documents(store),
             "possible_pairs": cand["possible_pairs"],
             "candidate_pairs": cand["rows"],
             "candidate_reduction_ratio": cand["candidate_reduction_ratio"],
