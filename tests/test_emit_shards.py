@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -100,6 +101,49 @@ def test_parquet_rows_keep_every_field_in_order_and_the_codec(tmp_path):
     assert written.metadata.row_group(0).column(0).compression == "ZSTD"
     assert written.schema_arrow.names == table.column_names
     assert written.read().to_pylist() == [r for r in table.to_pylist() if r["id"] not in removed]
+
+
+def test_parquet_rows_keep_the_inputs_schema_time_zones_and_nullability(tmp_path):
+    rows = fixture_rows()
+    schema = pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("text", pa.large_string()),
+            pa.field("seen", pa.timestamp("us", tz="America/Sao_Paulo"), nullable=False),
+            pa.field("url", pa.string()),
+        ],
+        metadata={b"origin": b"crawler-7"},
+    )
+    seen = [datetime.fromisoformat(f"{r['crawled_at'][:10]}T10:00:00") for r in rows]
+    table = pa.table(
+        [[r["doc_id"] for r in rows], [r["body"] for r in rows], seen, [f"https://{r['domain']}/" for r in rows]],
+        schema=schema,
+    )
+    source = tmp_path / "in" / "day.parquet"
+    source.parent.mkdir()
+    pq.write_table(table, source, compression="snappy")
+    out = tmp_path / "out"
+    flags = ["--id-column", "id", "--text-column", "text", "--date-column", "seen", "--url-column", "url"]
+    assert main(["run", str(source), "--output", str(out), "--quiet", "--emit-shards", *flags]) == 0
+    written = pq.ParquetFile(out / "shards" / "day.parquet")
+    assert written.schema_arrow.equals(schema, check_metadata=True)
+    assert written.metadata.row_group(0).column(0).compression == "SNAPPY"
+    removed = _removed(out)
+    assert removed and written.read().to_pylist() == [r for r in table.to_pylist() if r["id"] not in removed]
+
+
+def test_shards_keep_their_path_below_the_input_folder(tmp_path):
+    """Even when every shard is in one subfolder of the input folder."""
+    rows = fixture_rows()
+    folder = tmp_path / "in"
+    write_shard(folder / "2026" / "a.jsonl", [dolma_record(r) for r in rows[::2]])
+    write_shard(folder / "2026" / "b.jsonl.gz", [dolma_record(r) for r in rows[1::2]])
+    out = tmp_path / "out"
+    assert main(["run", str(folder), "--output", str(out), "--quiet", "--emit-shards", *DOLMA_FLAGS]) == 0
+    assert sorted(str(p.relative_to(out / "shards")) for p in (out / "shards").rglob("*") if p.is_file()) == [
+        "2026/a.jsonl",
+        "2026/b.jsonl.gz",
+    ]
 
 
 def test_a_reused_output_folder_holds_only_the_latest_runs_shards(tmp_path):

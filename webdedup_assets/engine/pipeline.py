@@ -352,10 +352,15 @@ def run(
                 )
             else:
                 incremental.run_global_stages(global_stage, params.candidates, params.scoring, params.representative)
-            shards = (lambda staging: emit(store, files, mapping, staging / SHARDS)) if emit_shards else None
+
+            def shards(staging: Path) -> dict[str, Any]:
+                return emit(store, files, mapping, staging / SHARDS, input_path)
+
             manifest = steps.run(
                 "manifest",
-                lambda: stage_manifest(store, output_dir, on_commit=transaction.commit, extra_outputs=shards),
+                lambda: stage_manifest(
+                    store, output_dir, on_commit=transaction.commit, extra_outputs=shards if emit_shards else None
+                ),
             )
         return Outcome(manifest, days, steps.checks, report, steps.seconds)
 

@@ -1,10 +1,10 @@
 """`--emit-shards`: the kept documents in the input's own form, so that the result drops into a
 user's pipeline in place of the input.
 
-One output shard per input shard, under `shards/` with the shard's path below the input's common
-folder, the same file name and compression. A kept record is written as it was read: a JSON Lines
-line or a CSV record byte for byte, a Parquet row with every field in its order (the file written
-again with the input's codec). A record is kept unless its document was removed as a duplicate;
+One output shard per input shard, under `shards/` with the shard's path below the input folder,
+the same file name and compression. A kept record is written as it was read: a JSON Lines line or
+a CSV record byte for byte, a Parquet row with every field in its order (the file written again
+with the input's schema and codec). A record is kept unless its document was removed as a duplicate;
 WARC input has no such form (its kept documents are in deduped_documents.parquet)."""
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
 from ..ingest.inputs import InputFile
 from ..params import ColumnParams
-from ..storage.objects import ObjectPath, open_input, open_stream
+from ..storage.objects import ObjectPath, is_uri, open_input, open_stream
 from ..storage.store import Store, connect, sql_string
 from .columns import field_sql
 
@@ -53,14 +54,21 @@ def removed_ids(store: Store) -> set[str]:
     return {doc_id for (doc_id,) in rows}
 
 
-def emit_shards(store: Store, files: list[InputFile], mapping: ColumnParams, target: Path) -> dict[str, Any]:
-    """Every input shard's kept records into `target`; returns the figures (shards, records kept
-    and removed)."""
+def emit_shards(
+    store: Store, files: list[InputFile], mapping: ColumnParams, target: Path, input_path: str
+) -> dict[str, Any]:
+    """Every input shard's kept records into `target`, at its path below the input folder (or
+    bucket prefix) `input_path`, or below the files' common folder when that is not a folder
+    holding them all (a file, a glob); returns the figures (shards, records kept and removed)."""
     removed = removed_ids(store)
-    common = files[0].path.parent.parts  # the input's common folder (or bucket prefix)
-    for f in files[1:]:
-        same = [a == b for a, b in zip(common, f.path.parent.parts)]
-        common = common[: same.index(False) if False in same else len(same)]
+    given = (ObjectPath.of(input_path) if is_uri(input_path) else Path(input_path).expanduser().resolve()).parts
+    if all(len(f.path.parts) > len(given) and f.path.parts[: len(given)] == given for f in files):
+        common = given
+    else:
+        common = files[0].path.parent.parts
+        for f in files[1:]:
+            same = [a == b for a, b in zip(common, f.path.parent.parts)]
+            common = common[: same.index(False) if False in same else len(same)]
     figures = {"shards": 0, "records_kept": 0, "records_removed": 0}
     for f in files:
         out = target.joinpath(*f.path.parts[len(common) :])
@@ -136,25 +144,29 @@ def _csv(source: Path | ObjectPath, out: Path, id_column: str, removed: set[str]
 
 
 def _parquet(source: Path | ObjectPath, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
-    with open_input(source) as handle:
-        metadata = pq.ParquetFile(handle).metadata
-    codec = metadata.row_group(0).column(0).compression.lower() if metadata.num_row_groups else "snappy"
+    """The kept rows with the input's own schema (types, time zones, nullability, metadata) and
+    codec, in the input's order: DuckDB reads the ids (engine.columns finds the field), pyarrow
+    copies the rows batch by batch."""
     con = connect()
     try:
-        con.execute("SET SESSION preserve_insertion_order = true")  # the rows in the input's order
-        con.register("removed_ids", pa.table({"doc_id": pa.array(sorted(removed), pa.string())}))
-        rel = con.sql(f"SELECT * FROM read_parquet({sql_string(str(source))})")
-        found = field_sql(rel, id_column)
+        con.execute("SET SESSION preserve_insertion_order = true")  # the ids in the input's order
+        scan = f"read_parquet({sql_string(str(source))})"
+        found = field_sql(con.sql(f"SELECT * FROM {scan}"), id_column)
         if found is None:  # the documents stage read it: only a file changed since would lack it
             raise WebdedupError(f"{source}: no field {id_column!r} (the id column) to emit the shard by")
-        id_sql = f"CAST({found[0]} AS VARCHAR)"
-        total = metadata.num_rows
-        con.execute(
-            f"COPY (SELECT * FROM read_parquet({sql_string(str(source))}) "
-            f"WHERE {id_sql} NOT IN (SELECT doc_id FROM removed_ids)) "
-            f"TO {sql_string(str(out))} (FORMAT parquet, COMPRESSION {codec})"
-        )
-        kept = pq.ParquetFile(out).metadata.num_rows
+        ids = con.sql(f"SELECT CAST({found[0]} AS VARCHAR) FROM {scan}").to_arrow_table().column(0)
     finally:
         con.close()
-    return kept, total - kept
+    keep = pc.invert(pc.is_in(ids, value_set=pa.array(sorted(removed), pa.string()))).combine_chunks()
+    with open_input(source) as handle:
+        reader = pq.ParquetFile(handle)
+        metadata = reader.metadata
+        codec = metadata.row_group(0).column(0).compression.lower() if metadata.num_row_groups else "snappy"
+        codec = {"uncompressed": "none", "lz4_raw": "lz4"}.get(codec, codec)
+        offset = 0
+        with pq.ParquetWriter(out, reader.schema_arrow, compression=codec) as writer:
+            for batch in reader.iter_batches(batch_size=8192):
+                writer.write_batch(batch.filter(keep.slice(offset, batch.num_rows)))
+                offset += batch.num_rows
+    kept = pc.sum(keep).as_py() or 0
+    return kept, metadata.num_rows - kept
