@@ -107,3 +107,31 @@ def test_inspect_unknown_id_exits_2(fixture_run, capsys):
     code, out, err = _ask(fixture_run, capsys, "inspect", "cluster-nothing")
     assert code == 2 and out == ""
     assert "'cluster-nothing'" in err
+
+
+def test_two_long_pages_differing_in_one_word_are_diffed_around_it():
+    """The common beginning and end are matched first: a page of 200k words with one word changed
+    is diffed in a moment, the change shown where it is."""
+    from webdedup_assets.quality.explain import word_diff
+
+    left = [f"w{i % 5000}" for i in range(200_000)]
+    right = list(left)
+    right[123_456] = "changed"
+    diff = word_diff(" ".join(left), " ".join(right))
+    assert diff["differing_stretches"] == 1 and diff["compared"] is None
+    assert diff["matching_tokens"] == 199_999
+    assert diff["shown"] == [
+        {"op": "replace", "left_position": 123_456, "right_position": 123_456, "left": "w3456", "right": "changed"}
+    ]
+
+
+def test_the_differing_part_of_two_long_pages_is_compared_up_to_a_bound(monkeypatch):
+    from webdedup_assets.quality import explain
+
+    monkeypatch.setattr(explain, "EXACT_DIFF_TOKENS", 1000)
+    left = [f"w{i}" for i in range(3000)]
+    right = [f"x{i}" if i % 100 == 50 else w for i, w in enumerate(left)]
+    diff = explain.word_diff(" ".join(left), " ".join(right))
+    assert diff["compared"] == 50 + 500  # from the first difference, 500 words of each page
+    assert diff["differing_stretches"] == 5  # at 50, 150, 250, 350, 450
+    assert [h["left_position"] for h in diff["shown"]] == [50, 150, 250, 350, 450]

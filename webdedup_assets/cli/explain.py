@@ -103,9 +103,10 @@ def format_explain(a: dict[str, Any]) -> str:
         lines.append(f"normalized words: identical ({diff['left_tokens']} tokens)")
     else:
         first = "" if len(diff["shown"]) == diff["differing_stretches"] else f", first {len(diff['shown'])}"
+        where = "" if diff.get("compared") is None else f" in the first {diff['compared']} words (compared up to there)"
         lines.append(
             f"normalized words: {diff['matching_tokens']} in common, {diff['differing_stretches']} differing "
-            f"stretch(es){first}:"
+            f"stretch(es){where}{first}:"
         )
         for hunk in diff["shown"]:
             lines.append(f"  @{hunk['left_position']}/{hunk['right_position']} {hunk['op']}")

@@ -30,6 +30,7 @@ from ..storage.store import Store, connect, sql_string
 
 MAX_DIFF_HUNKS = 12  # differing stretches shown by explain
 MAX_HUNK_TOKENS = 15  # words shown per side of one stretch
+EXACT_DIFF_TOKENS = 20_000  # compared at most between the common beginning and end of two pages
 MAX_MEMBERS = 500  # members listed (and Jaccard computed) by inspect
 
 
@@ -88,14 +89,31 @@ def _shared_shingles(bodies: list[str | None], shingle_size: int, unit: str) -> 
 
 
 def word_diff(left: str | None, right: str | None) -> dict[str, Any]:
-    """The normalized tokens that differ, side by side (bounded: MAX_DIFF_HUNKS stretches)."""
+    """The normalized tokens that differ, side by side (bounded: MAX_DIFF_HUNKS stretches).
+
+    The common beginning and end are matched first, so two long pages that differ in a few places
+    diff only what lies between. Of a longer part between them (difflib's time grows with the
+    square of its length), the first EXACT_DIFF_TOKENS / 2 words of each page are compared, and
+    `compared` says where the comparison stopped (None: the whole pages)."""
     a, b = text_tokens(left), text_tokens(right)
-    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    middle_a, middle_b = a[start : len(a) - end], b[start : len(b) - end]
+    compared = None
+    if len(middle_a) + len(middle_b) > EXACT_DIFF_TOKENS:
+        middle_a, middle_b = middle_a[: EXACT_DIFF_TOKENS // 2], middle_b[: EXACT_DIFF_TOKENS // 2]
+        compared, end = start + EXACT_DIFF_TOKENS // 2, 0
+    matcher = difflib.SequenceMatcher(a=middle_a, b=middle_b, autojunk=False)
     hunks = []
     changed = 0
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
+        i1, i2, j1, j2 = i1 + start, i2 + start, j1 + start, j2 + start
         changed += 1
         if len(hunks) < MAX_DIFF_HUNKS:
 
@@ -115,8 +133,9 @@ def word_diff(left: str | None, right: str | None) -> dict[str, Any]:
     return {
         "left_tokens": len(a),
         "right_tokens": len(b),
-        "matching_tokens": sum(block.size for block in matcher.get_matching_blocks()),
+        "matching_tokens": start + end + sum(block.size for block in matcher.get_matching_blocks()),
         "differing_stretches": changed,
+        "compared": compared,
         "shown": hunks,
     }
 
