@@ -78,6 +78,11 @@ BAD_FLAGS = [
         "--spark-remote must be a Spark Connect URL (sc://host:15002), not 'http://127.0.0.1:15002'",
     ),
     (
+        ["--engine", "spark", "--spark-master", "nonsense://x"],
+        "--spark-master must be a Spark master URL (local[*], local[4], spark://host:7077, yarn, "
+        "k8s://https://host:443), not 'nonsense://x'",
+    ),
+    (
         ["--engine", "spark", "--spark-master", "local[2]", "--spark-remote", "sc://127.0.0.1:15002"],
         "give --spark-master or --spark-remote, not both",
     ),

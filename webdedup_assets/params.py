@@ -271,6 +271,10 @@ class RepresentativeParams(ParamGroup):
         return value
 
 
+# The master URLs Spark accepts (SparkContext's and spark-submit's forms).
+SPARK_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn|(spark|k8s|mesos)://\S+")
+
+
 class EngineParams(ParamGroup):
     """Which engine computes fingerprinted, band_memberships and the global stages (candidate_pairs ..
     deduped_documents); documents and the manifest run on DuckDB either way."""
@@ -296,6 +300,13 @@ class EngineParams(ParamGroup):
             raise ParamError(
                 ("spark_master", "spark_remote"),
                 "give {p0} or {p1}, not both",
+            )
+        if self.spark_master and not SPARK_MASTER.fullmatch(self.spark_master):
+            raise ParamError(
+                ("spark_master",),
+                "{p0} must be a Spark master URL (local[*], local[4], spark://host:7077, yarn, "
+                "k8s://https://host:443), not {value!r}",
+                value=self.spark_master,
             )
         if self.spark_remote and not self.spark_remote.startswith("sc://"):
             raise ParamError(
