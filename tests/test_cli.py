@@ -284,3 +284,25 @@ def test_the_command_ends_quickly_with_its_outputs_complete_and_its_status(tmp_p
     proc = subprocess.run(strict, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert "check failed: duplicate_pairs:duplicate_pairs_match_expected_counts" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["run", "in.csv", "--threshold", "abc"],
+            "webdedup run: error: argument --threshold: invalid float value: 'abc'",
+        ),
+        (
+            ["frob"],
+            "webdedup: error: argument command: invalid choice: 'frob' (choose from 'run', 'probability', "
+            "'evaluate', 'tune', 'explain', 'inspect', 'add', 'check', 'verify')",
+        ),
+    ],
+)
+def test_a_mistake_on_the_command_line_is_one_line(capsys, argv, line):
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    assert ended.value.code == 2
+    prog = " ".join(["webdedup", *argv[:1]]) if argv[0] == "run" else "webdedup"
+    assert capsys.readouterr().err == f"{line} (see {prog} --help)\n"

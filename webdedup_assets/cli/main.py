@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import BaseModel, ValidationError
 
@@ -71,8 +71,15 @@ def _add_params(parser: argparse.ArgumentParser, model: type[BaseModel], **overr
         parser.add_argument(flag(name), **options)
 
 
+class _Parser(argparse.ArgumentParser):
+    """A mistake on the command line is one line naming it and where the help is, not the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="webdedup",
         description="Near-duplicate detection for web text: MinHash LSH candidates confirmed by exact "
         "shingle Jaccard, connected-component clusters, one representative per cluster.",
