@@ -436,3 +436,17 @@ def test_the_manifest_counts_empty_documents_of_days_an_add_kept(tmp_path):
     assert main(["run", str(days), "--output", str(tmp_path / "b"), "--quiet"]) == 0
     for out in ("a", "b"):
         assert json.loads((tmp_path / out / "manifest.json").read_text())["counts"]["empty_documents"] == 3, out
+
+
+def test_ctrl_c_inside_a_duckdb_query_is_an_interruption_not_an_error(corpus, tmp_path, monkeypatch):
+    """DuckDB answers SIGINT during a query with RuntimeError('Query interrupted')."""
+    from webdedup_assets.engine import pipeline
+
+    def interrupted(*args, **kwargs):
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(pipeline, "stage_documents", interrupted)
+    before = held(corpus)
+    with pytest.raises(KeyboardInterrupt):
+        main(["add", str(write_day(tmp_path / "d.csv", "2026-04-02", ["d1"])), "--output", str(corpus), "--quiet"])
+    assert held(corpus) == before

@@ -153,6 +153,8 @@ class _Steps:
             PROGRESS.info("%-18s failed", name)
             raise StageFailed(name, str(err)) from None
         except Exception as err:  # a damaged file, a bug or the machine (memory, disk): one line
+            if isinstance(err, RuntimeError) and str(err) == "Query interrupted":  # DuckDB's form of Ctrl-C
+                raise KeyboardInterrupt from None
             PROGRESS.info("%-18s failed", name)
             damaged = damage_message(self.store)
             if damaged is not None:
