@@ -450,3 +450,18 @@ def test_ctrl_c_inside_a_duckdb_query_is_an_interruption_not_an_error(corpus, tm
     with pytest.raises(KeyboardInterrupt):
         main(["add", str(write_day(tmp_path / "d.csv", "2026-04-02", ["d1"])), "--output", str(corpus), "--quiet"])
     assert held(corpus) == before
+
+
+def test_check_dates_undated_pages_with_default_date_and_names_the_flag(corpus, tmp_path, capsys):
+    undated = write_day(tmp_path / "undated.csv", "", ["fresh-01"])
+    before = held(corpus)
+    assert main(["check", str(undated), "--against", str(corpus)]) == 2
+    assert capsys.readouterr().err == (
+        f"webdedup: error: {undated}: no crawl day found in the input (is crawled_at a date? pages without one take "
+        "--default-date)\n"
+    )
+    assert main(["check", str(undated), "--against", str(corpus), "--default-date", "2026-13-01"]) == 2
+    assert capsys.readouterr().err == "webdedup: error: --default-date '2026-13-01': not a calendar date\n"
+    assert main(["check", str(undated), "--against", str(corpus), "--default-date", "2026-04-01"]) == 0
+    assert pq.read_table(corpus / "check.parquet").column("doc_id").to_pylist() == ["fresh-01"]
+    assert {k: v for k, v in held(corpus).items() if k != "check.parquet"} == before

@@ -71,6 +71,12 @@ def add_incremental_parsers(sub, add_params) -> None:
         default=None,
         help="where the per-document answer goes (Parquet; default: check.parquet in the corpus' output folder)",
     )
+    check.add_argument(
+        "--default-date",
+        default=None,
+        help="crawl date (YYYY-MM-DD) of a page of NEW_INPUT without one (default: the corpus' own; a check does "
+        "not date the corpus)",
+    )
     check.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -103,7 +109,7 @@ def cmd_add(args: argparse.Namespace) -> int:
                 args.input, args.input_format, storage_root, output_dir, given, args.full_rebuild, notice=notice
             )
     except (params.ParamError, WebdedupError) as err:  # a stage's error too: an add's stages are one update
-        print(f"webdedup: error: {err}", file=sys.stderr)
+        print(f"webdedup: error: {_named(err)}", file=sys.stderr)
         return EXIT_ERROR
     report, manifest, steps = outcome.report, outcome.manifest, outcome.step_seconds
     summary = {"input_days": outcome.days, **report.as_dict(), "step_seconds": steps, "counts": manifest["counts"]}
@@ -121,6 +127,13 @@ def cmd_add(args: argparse.Namespace) -> int:
         for key in ("documents", "duplicate_pairs", "clusters", "representatives"):
             print(f"  {key:<28}{manifest['counts'][key]}")
     return EXIT_OK
+
+
+def _named(err: Exception) -> str:
+    """An error's message; a parameter's named by its flag."""
+    from .main import flag  # (cli.main imports this module)
+
+    return err.render(flag) if isinstance(err, params.ParamError) else str(err)
 
 
 def corpus_folders(against: Path | ObjectPath, report: str | None) -> tuple[Path, Path]:
@@ -147,9 +160,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         storage_root, report = corpus_folders(output_of(args.against), args.report)
         store = Store(storage_root)
         with damage_named(store):
-            summary = check_input(store, args.input, args.input_format, report)
+            summary = check_input(store, args.input, args.input_format, report, args.default_date)
     except (WebdedupError, params.ParamError) as err:
-        print(f"webdedup: error: {err}", file=sys.stderr)
+        print(f"webdedup: error: {_named(err)}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:
         print(json.dumps(summary, indent=2, default=str))

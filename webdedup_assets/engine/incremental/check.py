@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from ...core.fingerprint import shingling, signatures_of
 from ...core.simhash import from_words, hamming
 from ...errors import WebdedupError
-from ...params import BandingParams, CandidateParams, FingerprintParams, ScoringParams
+from ...params import BandingParams, CandidateParams, ColumnParams, FingerprintParams, ScoringParams
 from ...storage.rows import listing
 from ...storage.serial import from_stored, stored_value
 from ...storage.state import months_of
@@ -162,11 +162,15 @@ def held_daily_params(store: Store) -> tuple[FingerprintParams, BandingParams]:
     )
 
 
-def check_input(store: Store, input_path: str, input_format: str, report: Path) -> dict[str, Any]:
+def check_input(
+    store: Store, input_path: str, input_format: str, report: Path, default_date: str | None = None
+) -> dict[str, Any]:
     """`webdedup check`: stage the documents, fingerprints and band memberships of `input_path`
     with the corpus' parameters in a scratch storage (removed afterwards), then `check_against`
     the corpus held in `store`, writing one row per new document to `report` (Parquet).
     Nothing under the storage root changes: a report path inside it is refused.
+
+    `default_date`: the crawl date of a new page without one (else the corpus' mapping's).
 
     Returns check_against's summary plus the input's crawl days, the report path and the first
     duplicates (`preview`: up to PREVIEW_ROWS rows, by doc_id)."""
@@ -184,9 +188,14 @@ def check_input(store: Store, input_path: str, input_format: str, report: Path) 
     try:
         new = Store(scratch)
         mapping = held_mapping(store)  # the new input is read as the corpus was
+        if default_date is not None:
+            mapping = ColumnParams.checked({**mapping.model_dump(), "default_date": default_date})
         days = input_days(input_path, input_format, store=new, mapping=mapping, explain=True)
         if not days:
-            raise WebdedupError(f"{input_path}: no crawl day found in the input (is crawled_at a date?)")
+            raise WebdedupError(
+                f"{input_path}: no crawl day found in the input (is crawled_at a date? pages without one take "
+                "--default-date)"
+            )
         months = months_of(days)
         stage_documents(new, input_path, input_format, months=months, mapping=mapping)
         stage_fingerprinted(new, fingerprint, months)
