@@ -687,3 +687,80 @@ def test_the_state_takes_the_bucket_figures_the_candidates_stage_kept_for_its_ow
     shutil.copyfile(data, tmp_path / "copy.parquet")
     os.replace(tmp_path / "copy.parquet", data)  # the same rows in a new file
     assert kept_bucket_summary(store, 1000) is None
+
+
+# ---- stored order: days added one by one are stored as one run of all of them stores them -----
+
+
+def _published_equal(a: Path, b: Path) -> None:
+    """Every published CSV byte for byte, every Parquet output row for row in its stored order."""
+    names = sorted(p.name for p in a.iterdir() if p.suffix in (".csv", ".parquet"))
+    assert names == sorted(p.name for p in b.iterdir() if p.suffix in (".csv", ".parquet"))
+    for name in names:
+        if name.endswith(".csv"):
+            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+        else:
+            assert pq.read_table(a / name).equals(pq.read_table(b / name)), name
+
+
+def _fixture_by_day(folder: Path, suffix: str = ".csv") -> list[Path]:
+    from .test_documents_adopt import contract_table, fixture_rows
+
+    folder.mkdir(parents=True)
+    days: dict[str, list[dict]] = {}
+    for row in fixture_rows():
+        days.setdefault(row["crawled_at"], []).append(row)
+    paths = []
+    for day, rows in sorted(days.items()):
+        path = folder / f"{day}{suffix}"
+        if suffix == ".csv":
+            with open(path, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+        else:
+            pq.write_table(contract_table(rows), path)
+        paths.append(path)
+    return paths
+
+
+def test_daily_csv_files_added_one_by_one_are_stored_in_the_order_of_one_run(tmp_path):
+    """In order, and with the last day added first."""
+    from webdedup_assets.cli.main import main
+
+    days = _fixture_by_day(tmp_path / "days")
+    assert main(["run", str(tmp_path / "days"), "--output", str(tmp_path / "ran"), "--quiet"]) == 0
+    for name, order in (("in_order", days), ("last_first", [days[-1], *days[:-1]])):
+        for day in order:
+            assert main(["add", str(day), "--output", str(tmp_path / name), "--quiet"]) == 0
+        _published_equal(tmp_path / name, tmp_path / "ran")
+        stored = sorted(p.name for p in (tmp_path / name / "_storage" / "documents").glob("part-*.parquet"))
+        assert stored == [f"part-2026-03.{day.stem}.parquet" for day in days], name
+
+
+def test_a_run_then_an_add_of_an_adopted_daily_export_is_stored_as_one_run_of_both(tmp_path):
+    """The run's month file gets company (an export adopted as it is): both are segments named by
+    their first day, in the run of both as well."""
+    from webdedup_assets.cli.main import main
+
+    from .test_documents_adopt import contract_table, fixture_rows
+
+    rows = fixture_rows()
+    early, late = (
+        [r for r in rows if r["crawled_at"] <= "2026-03-11"],
+        [r for r in rows if r["crawled_at"] > "2026-03-11"],
+    )
+    both = tmp_path / "both"
+    both.mkdir()
+    with open(both / "early.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(early)
+    pq.write_table(contract_table(late), both / "late.parquet")
+    assert main(["run", str(both / "early.csv"), "--output", str(tmp_path / "added"), "--quiet"]) == 0
+    assert main(["add", str(both / "late.parquet"), "--output", str(tmp_path / "added"), "--quiet"]) == 0
+    assert main(["run", str(both), "--output", str(tmp_path / "ran"), "--quiet"]) == 0
+    _published_equal(tmp_path / "added", tmp_path / "ran")
+    for out in ("added", "ran"):
+        stored = sorted(p.name for p in (tmp_path / out / "_storage" / "documents").glob("part-*.parquet"))
+        assert stored == ["part-2026-03.2026-03-01.parquet", "part-2026-03.2026-03-12.parquet"], out

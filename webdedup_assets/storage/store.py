@@ -150,6 +150,14 @@ class Store:
         os.replace(written, target)
         return target
 
+    def rename_to_segment(self, asset: str, partition: str, segment: str) -> Path:
+        """The partition's file becomes one of its segments (with its parameters' sidecar, if any)."""
+        main, target = self.path(asset, partition), self.segment_path(asset, partition, segment)
+        if params_sidecar(main).exists():
+            os.replace(params_sidecar(main), params_sidecar(target))
+        os.replace(main, target)
+        return target
+
     def adopt(
         self,
         asset: str,

@@ -338,17 +338,25 @@ def _write_months(
                 if m == month
             ]
             staying = kept.get(month, [])
-            store.remove_segments("documents", month, keep=[*segments, *staying])
             main = store.path("documents", month)
+            # Files are read in name order: a month of one file has part-<month>.parquet, a month of
+            # several has segments named by their first day (so the days stay in order, as one run of
+            # all the days stores them); a kept month file beside new days becomes such a segment.
+            alone = not staying and not segments
+            if main in staying and (month in copied or segments):
+                oldest = f"SELECT CAST(min(crawled_at) AS VARCHAR) FROM read_parquet({sql_string(str(main))})"
+                first = scalar(con, oldest)
+                staying = [store.rename_to_segment("documents", month, first) if p == main else p for p in staying]
+            store.remove_segments("documents", month, keep=[*segments, *staying])
             if month in copied:
                 written = staging / f"part-{month}.parquet"
                 if not written.exists():
                     raise WebdedupError(f"documents: crawl month {month} has documents but none were written")
-                if staying:  # beside files kept as they are: a segment of its own
-                    store.place_segment("documents", month, first_copied[month], written)
-                else:
+                if alone:
                     store.place("documents", month, written)
-            if main not in staying and not (month in copied and not staying):
+                else:
+                    store.place_segment("documents", month, first_copied[month], written)
+            if main not in staying and not (month in copied and alone):
                 main.unlink(missing_ok=True)
             partition_figures[month] = {
                 "files_kept": len(staying),
