@@ -1,9 +1,9 @@
 """Parquet-per-asset storage with parameters stored beside the data.
 
 Layout under the storage root:  <asset>/data.parquet  (unpartitioned)  or
-<asset>/part-<key>.parquet per partition (a crawl month), plus for documents any number of
-segments <asset>/part-<key>.<segment>.parquet (input files adopted as they are, see
-engine.stages.documents). Readers glob <asset>/*.parquet.
+<asset>/part-<key>.parquet per partition (a crawl month), or for documents several segments
+<asset>/part-<key>.<segment>.parquet (named by their first day, see engine.stages.documents).
+Readers glob <asset>/*.parquet.
 Every file is written to a temporary name and moved into place with os.replace, so a
 crash never leaves a half-written asset. The stage's parameters and statistics travel in
 the Parquet key-value metadata under the key "webdedup".

@@ -1,8 +1,10 @@
 """The documents stage: the validated input (engine.reading) stored per crawl month.
 
-Each month of the run becomes documents/part-<month>.parquet, plus segments for input files
-adopted as they are (storage.adopt); the corpus state records every day, its rows and its input
-files. `webdedup add` keeps the held days of a month its input does not hold.
+A month held in one file is documents/part-<month>.parquet; a month of several files (input
+files adopted as they are, storage.adopt; days an add wrote beside kept ones) holds segments
+part-<month>.<first day>.parquet, read in name order, so the days keep their order. The corpus
+state records every day, its rows and its input files. `webdedup add` keeps the held days of a
+month its input does not hold.
 """
 
 from __future__ import annotations
