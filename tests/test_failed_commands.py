@@ -303,6 +303,9 @@ def test_reading_commands_warn_about_an_interrupted_command(corpus, capsys):
     err = capsys.readouterr().err
     assert f"webdedup: warning: {corpus / '_storage'} is being changed by a webdedup command, or one was" in err
     assert f"webdedup: warning: {corpus} holds a publish that was interrupted" in err
+    assert main(["check", str(FIXTURE), "--against", str(corpus), "--report", str(corpus.parent / "c.pq")]) == 0
+    err = capsys.readouterr().err
+    assert f"webdedup: warning: {corpus / '_storage'} is being changed by a webdedup command, or one was" in err
 
 
 def test_a_run_killed_in_a_stage_is_undone_by_the_next_command(corpus, tmp_path):

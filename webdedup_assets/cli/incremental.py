@@ -155,9 +155,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..engine.verify import damage_named
     from ..errors import WebdedupError
     from ..storage.store import Store
+    from ..storage.transaction import reading_warnings
 
     try:
         storage_root, report = corpus_folders(output_of(args.against), args.report)
+        for warning in reading_warnings(storage_root):  # (check reads the storage only)
+            print(f"webdedup: warning: {warning}", file=sys.stderr)
         store = Store(storage_root)
         with damage_named(store):
             summary = check_input(store, args.input, args.input_format, report, args.default_date)

@@ -138,7 +138,7 @@ def storage_transaction(root: Path) -> Iterator[StorageTransaction]:
 
 
 def reading_warnings(storage_root: Path, output_dir: Path | None = None) -> list[str]:
-    """What a command that only reads (inspect, explain, evaluate, tune) should tell its user
+    """What a command that only reads (check, inspect, explain, evaluate, tune) should tell its user
     about the folders it reads: a writer changing them now, or one that was interrupted there."""
     warnings = []
     if (storage_root / ROLLBACK_DIR).is_dir():
