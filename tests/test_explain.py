@@ -135,3 +135,20 @@ def test_the_differing_part_of_two_long_pages_is_compared_up_to_a_bound(monkeypa
     assert diff["compared"] == 50 + 500  # from the first difference, 500 words of each page
     assert diff["differing_stretches"] == 5  # at 50, 150, 250, 350, 450
     assert [h["left_position"] for h in diff["shown"]] == [50, 150, 250, 350, 450]
+
+
+def test_pages_without_a_shingle_have_no_minhash_estimate(tmp_path, capsys):
+    pages = tmp_path / "pages.csv"
+    pages.write_text(
+        "doc_id,domain,crawled_at,body\n"
+        "e1,a.example,2026-03-01,\n"
+        "e2,b.example,2026-03-01,\n"
+        "w1,c.example,2026-03-01,words enough to make a few shingles of three words each\n"
+    )
+    out = tmp_path / "out"
+    assert main(["run", str(pages), "--output", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    for other in ("e2", "w1"):
+        assert main(["explain", "e1", other, "--output", str(out), "--json"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["exact_jaccard"] == 0.0 and answer["minhash_estimate"] is None, other

@@ -158,7 +158,8 @@ def explain_pair(store: Store, left_id: str, right_id: str) -> dict[str, Any]:
         (left_shingles, right_shingles), shared = _shared_shingles(bodies, shingle_size, unit)
         (jaccard,) = exact_jaccards(bodies, shingle_size, [(0, 1)], unit)
         signatures = [np.asarray(d["signature"] or [], dtype=np.uint32) for d in (left, right)]
-        comparable = signatures[0].size and signatures[0].size == signatures[1].size
+        # a page without a shingle has no signature to compare (its stored one is a placeholder)
+        comparable = left_shingles and right_shingles and signatures[0].size == signatures[1].size > 0
         simhash = fingerprint_method(fingerprint) == "simhash"
         estimate = (
             float(estimate_jaccard(signatures[0][None, :], signatures[1][None, :])[0])
