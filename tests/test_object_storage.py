@@ -587,3 +587,26 @@ def test_a_command_stopped_before_the_outputs_current_moved_leaves_the_storage_a
     assert main(["run", str(bucket[1]), "--output", str(tmp_path / "all"), "--quiet", *DOLMA_FLAGS]) == 0
     published = json.loads(_objects(f"both/sets/{current('both')}")["manifest.json"])
     assert published["counts"] == json.loads((tmp_path / "all" / "manifest.json").read_text())["counts"]
+
+
+def test_files_of_sets_no_longer_kept_go_whole_with_no_folder_markers_left(bucket, tmp_path, monkeypatch):
+    """After each upload only the current and the previous set are kept; a set none of whose files
+    is kept is deleted as one folder, so no empty folder markers pile up in the bucket."""
+    import json
+
+    uri, _ = bucket
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+    common = ["--output", str(tmp_path / "out"), "--storage", "s3://corpus/tidy", "--quiet", *DOLMA_FLAGS]
+    assert main(["run", "s3://corpus/by-day/early.jsonl.gz", *common]) == 0
+    for threshold in ("0.5", "0.6", "0.8"):  # every global stage written again: sets of their own
+        assert main(["run", "s3://corpus/by-day/early.jsonl.gz", *common, "--threshold", threshold]) == 0
+    stored = _objects("tidy")
+    kept = {
+        k.split("/")[1]
+        for s in stored
+        if s.startswith("sets/") and s.endswith(".json")
+        for k in (e["key"] for e in json.loads(stored[s])["files"].values())
+    }
+    in_files = {k.split("/")[1] for k in stored if k.startswith("files/") and k != "files/"}
+    assert in_files == kept
+    assert not [k for k in stored if k.startswith("files/") and k.endswith("/") and k != "files/"]

@@ -222,6 +222,12 @@ def _remove_unreferenced(root: ObjectPath, current: str, previous: str | None, f
             if name not in kept_sets and name < f"{previous or current}.json":
                 fs.delete_file(found.path)
         prefix = root.key + "/"
+        kept_sets = {key.split("/")[1] for key in keep if key.startswith("files/")}
+        # A set none of whose files is kept goes whole (one request, and no folder markers left
+        # behind: pyarrow marks a folder it empties file by file with an empty object).
+        for found in fs.get_file_info(pafs.FileSelector((root / "files").key, allow_not_found=True)):
+            if found.type == pafs.FileType.Directory and Path(found.path).name not in kept_sets:
+                fs.delete_dir(found.path)
         listing = fs.get_file_info(pafs.FileSelector((root / "files").key, recursive=True, allow_not_found=True))
         for found in listing:
             if found.type == pafs.FileType.File and found.path[len(prefix) :] not in keep:
