@@ -276,3 +276,13 @@ def test_cli_binary_body_refused_exits_2(tmp_path, capsys):
     assert main(["run", str(path), "--output", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "input.parquet: column body is binary and not valid UTF-8 for 1 document(s), first doc_id(s): 'b'" in err
+
+
+def test_invalid_utf8_in_the_first_lines_is_one_line_from_the_command(tmp_path, capsys):
+    """Found while the header is read (the first block decoded), not only by the full check."""
+    path = _write(tmp_path, HEADER.encode() + b"a,s,d,2026-01-01,t,caf\xe9 au lait\n")
+    assert main(["run", str(path), "--output", str(tmp_path / "out"), "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"webdedup: error in documents: {path}: invalid UTF-8 at byte offset 65 (line 2): byte 0xe9; convert the "
+        "file to UTF-8 (for example `iconv -f latin1 -t utf-8`)"
+    )

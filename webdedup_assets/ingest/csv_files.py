@@ -66,6 +66,9 @@ def csv_header(path: Path) -> list[str]:
             header = next(reader, [])
         except csv.Error as err:
             raise WebdedupError(f"{path}: line 1: cannot read the header: {csv_problem(err)}") from None
+        except UnicodeDecodeError:  # in the first block read: named with its offset and line
+            check_utf8(path)
+            raise
     if not any(name.strip() for name in header):
         raise WebdedupError(f"{path}: line 1: the header line is empty; the first line must name the columns")
     if len(header) == 1:
