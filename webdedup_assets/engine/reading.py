@@ -257,6 +257,8 @@ def _contract_sql(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, mappe
         out["crawled_day"] = f"CASE WHEN {numeric} THEN {epoch} ELSE {text} END"
     else:
         out["crawled_day"] = text
+    day = out["crawled_day"]  # a day past year 9999 (an offset can carry 9999-12-31 there) is not a date
+    out["crawled_day"] = f"CASE WHEN {day} <= DATE '9999-12-31' THEN {day} END"
     return out
 
 
