@@ -306,3 +306,13 @@ def test_a_mistake_on_the_command_line_is_one_line(capsys, argv, line):
     assert ended.value.code == 2
     prog = " ".join(["webdedup", *argv[:1]]) if argv[0] == "run" else "webdedup"
     assert capsys.readouterr().err == f"{line} (see {prog} --help)\n"
+
+
+def test_a_reader_that_stops_early_ends_the_command_silently(tmp_path):
+    """`webdedup inspect ... | head -0`: no BrokenPipeError traceback, status 141 as a writer killed by SIGPIPE."""
+    out = tmp_path / "out"
+    assert main(["run", str(FIXTURE), "--output", str(out), "--quiet"]) == 0
+    command = [sys.executable, "-m", "webdedup_assets.cli.main", "inspect", "billing-canonical", "--output", str(out)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    assert (proc.wait(timeout=120), proc.stderr.read()) == (141, "")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -360,12 +362,16 @@ def _dispatch(args: argparse.Namespace) -> int:
 def entry() -> None:
     """The `webdedup` command and `python -m webdedup_assets.cli.main`: main(), then the process ends
     with its status (exiting.end_process: no module teardown). Ctrl-C ends it with status 130 and
-    one line (what the command changed is put back on the way, and said so)."""
+    one line (what the command changed is put back on the way, and said so); a reader of its output
+    that stops early (`| head`), silently with status 141."""
     try:
         status = main()
     except KeyboardInterrupt:
         print("webdedup: interrupted", file=sys.stderr)
         status = 130
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): end as `head`'s writers do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 128 + signal.SIGPIPE
     end_process(status)
 
 
