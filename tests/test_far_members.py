@@ -82,3 +82,25 @@ def test_far_members_leave_and_are_clustered_again(chain):
     assert set(sizes.values()) == {"5"}
     # the fixture's own clusters are cohesive: their representatives are unchanged (12 + 3 chain)
     assert manifest["counts"]["representatives"] == 12 + 3
+
+
+def test_removed_csv_and_inspect_follow_the_parts_split_off(chain, capsys):
+    """removed.csv lists each removed member with the representative of its own part (never a kept
+    page), as many rows as the manifest counts; inspect answers for a part's cluster_id."""
+    tmp, _ = chain
+    _, out = _run(tmp, "--verify-against-representative")
+    with open(out / "removed.csv", newline="") as handle:
+        removed = {
+            r["doc_id"]: (r["representative"], r["cluster_id"], r["cluster_size"]) for r in csv.DictReader(handle)
+        }
+    kept = set(pq.read_table(out / "deduped_documents.parquet", columns=["doc_id"]).column("doc_id").to_pylist())
+    assert not kept & set(removed)
+    assert len(removed) == json.loads((out / "manifest.json").read_text())["counts"]["removed"]
+    assert {d: v for d, v in removed.items() if d.startswith("chain")} == {
+        "chain-3": ("chain-4", "cluster-chain-0", "2"),
+        "chain-1": ("chain-2", "cluster-chain-0~chain-0", "2"),
+    }
+    capsys.readouterr()
+    assert main(["inspect", "cluster-chain-0~chain-0", "--output", str(out), "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["representative"] == "chain-2" and [m["doc_id"] for m in answer["members"]] == ["chain-2", "chain-1"]

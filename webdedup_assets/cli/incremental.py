@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import params
 from ..storage.objects import ObjectPath
+from .flags import flag
 from .folders import output_of, storage_to_read, storage_to_write
 from .progress import progress_shown
 
@@ -131,8 +132,6 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def _named(err: Exception) -> str:
     """An error's message; a parameter's named by its flag."""
-    from .main import flag  # (cli.main imports this module)
-
     return err.render(flag) if isinstance(err, params.ParamError) else str(err)
 
 

@@ -21,28 +21,13 @@ from ..storage.remote import working_copy
 from .evaluate import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 from .exiting import end_process
 from .explain import add_explain_parsers, cmd_explain, cmd_inspect
+from .flags import flag
 from .folders import output_of, remote_storage, storage_to_write
 from .incremental import add_incremental_parsers, cmd_add, cmd_check
 from .progress import progress_shown
 from .verify import add_verify_parser, cmd_verify
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
-
-
-# Flags whose name is not the parameter's own (`--shingle-size` for shingle_size).
-FLAG_NAMES = {
-    "input_format": "--format",
-    "warc_max_record_bytes": "--max-record-bytes",
-    "cc_accept_terms_of_use": "--accept-commoncrawl-terms",
-    "cc_timeout_seconds": "--cc-timeout",
-    "cc_max_retries": "--cc-retries",
-    "cc_retry_backoff_seconds": "--cc-backoff",
-}
-
-
-def flag(name: str) -> str:
-    """The command line flag of a parameter of webdedup_assets.params."""
-    return FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
 
 
 def _shown(value: Any) -> str:

@@ -272,6 +272,8 @@ def member_jaccards(
 
 
 MEMBER_CACHE = "member_jaccards.arrow"  # not *.parquet: never read as part of the asset
+# verify_against_representative: the members that left their component (doc_id, their part's cluster_id)
+SPLIT_MEMBERS = "split_members.arrow"
 
 
 def representatives_relation(con, store: Store, representatives: pa.Table | None) -> str:
@@ -289,6 +291,17 @@ def keep_member_jaccards(store: Store, table: pa.Table, max_members: int | None 
     key = measured_key(store, cohesion_cap(max_members), min_size)
     if key is not None:
         write_keyed_table(store.asset_dir("deduped_documents") / MEMBER_CACHE, table, key)
+
+
+def cluster_parts_sql(con, store: Store) -> str:
+    """SQL for (doc_id, cluster_id) of every clustered document as deduped_documents ranked it: its
+    component's cluster_id, or (verify_against_representative) the part it was split off into."""
+    split = read_keyed_table(store.asset_dir("deduped_documents") / SPLIT_MEMBERS)
+    if split is None or split[1] != measured_key(store):
+        return f"(SELECT doc_id, cluster_id FROM {store.scan_sql('clusters')})"
+    con.register("split_members", split[0])
+    return f"""(SELECT c.doc_id, COALESCE(s.cluster_id, c.cluster_id) AS cluster_id
+                  FROM {store.scan_sql("clusters")} c LEFT JOIN split_members s USING (doc_id))"""
 
 
 def read_keyed_table(path: Path) -> tuple[pa.Table, str] | None:

@@ -42,7 +42,7 @@ from ..storage.objects import ObjectPath
 from ..storage.remote import upload_at_commit
 from ..storage.store import Store, connect, file_identity, link_or_copy, publish_concatenated, sql_string
 from ..storage.transaction import JOURNAL
-from .invariants import MEMBER_CACHE, measured_key, read_keyed_table
+from .invariants import MEMBER_CACHE, cluster_parts_sql, measured_key, read_keyed_table
 
 MANIFEST = "manifest.json"
 # Every file name webdedup publishes: only these are ever replaced or removed in the output folder.
@@ -227,9 +227,11 @@ def removed_sql(con, store: Store) -> str:
         jaccards = "measured_members"
     return f"""
         WITH reps AS (SELECT cluster_id, doc_id AS representative FROM {store.scan_sql("deduped_documents")}),
+        parts AS (
+            SELECT *, count(*) OVER (PARTITION BY cluster_id) AS cluster_size FROM {cluster_parts_sql(con, store)}),
         removed AS (
             SELECT c.doc_id, c.cluster_id, c.cluster_size, r.representative
-              FROM {store.scan_sql("clusters")} c JOIN reps r USING (cluster_id)
+              FROM parts c JOIN reps r USING (cluster_id)
              WHERE c.doc_id <> r.representative)
         SELECT m.doc_id, m.representative, m.cluster_id, m.cluster_size,
                COALESCE(p.exact_jaccard, j.jaccard) AS jaccard_to_representative,

@@ -23,6 +23,7 @@ from ..core.normalize import text_tokens
 from ..core.ranking import REPRESENTATIVE_POLICIES, domain_rank, policy_order_by, preferred_domains
 from ..core.sets import jaccard_blocks
 from ..core.simhash import candidate_probability_at_distance, from_words, hamming
+from ..engine.invariants import cluster_parts_sql
 from ..errors import WebdedupError
 from ..params import BandingParams
 from ..storage.serial import stored_value
@@ -302,7 +303,7 @@ def inspect_cluster(store: Store, ident: str) -> dict[str, Any]:
     fingerprint = store.params("fingerprinted")["fingerprint"]
     con = connect(store)
     try:
-        cl = store.scan_sql("clusters")
+        cl = cluster_parts_sql(con, store)  # (a part split off its component is a cluster of its own)
         found = _rows(con, f"SELECT cluster_id FROM {cl} WHERE cluster_id = {sql_string(ident)} LIMIT 1")
         if not found:
             found = _rows(con, f"SELECT cluster_id FROM {cl} WHERE doc_id = {sql_string(ident)}")

@@ -28,6 +28,7 @@ from ...storage.store import (
 )
 from ...threads import ordered_map, prefetch, thread_count
 from ..diagnostics import measured_alongside
+from ..invariants import SPLIT_MEMBERS, measured_key, write_keyed_table
 from ..publish import report_path
 from ..stage import DUCKDB, StageOutput, StageResult, StageRun
 from .documents import stored_extra_columns
@@ -158,6 +159,13 @@ def deduped_documents(run: StageRun) -> StageOutput:
                 (parquet_splice.Encode(table) for table in representatives),
                 deduped_layout(schema),
             )
+        split_members = store.asset_dir("deduped_documents") / SPLIT_MEMBERS
+        if run.params.verify_against_representative:  # removed.csv names each member's part
+            moved = con.sql(f"""SELECT r.doc_id, r.cluster_id FROM ranked r
+                JOIN {store.scan_sql("clusters")} c USING (doc_id) WHERE r.cluster_id <> c.cluster_id""")
+            write_keyed_table(split_members, moved.to_arrow_table(), measured_key(store))
+        else:
+            split_members.unlink(missing_ok=True)
         documents = scalar(con, "SELECT count(*) FROM ranked")
         con.execute("SET SESSION preserve_insertion_order = true")
         write_csv(report_path(store, "cluster_inspection.csv"), cluster_inspection(con, store, extra))
