@@ -145,3 +145,32 @@ def test_a_conversion_left_by_an_interrupted_run_is_removed_not_reused(tmp_path,
     assert "removed 1 temporary file(s) left by interrupted runs" in capsys.readouterr().err
     assert not leftover.exists()
     assert len(pq.read_table(tmp_path / "out" / "deduped_documents.parquet")) == 2
+
+
+def test_an_add_of_a_warc_keeps_the_rejected_records_of_the_files_it_does_not_give_again(tmp_path):
+    """rejected_records.csv after `run day1; add day2` equals one run of both files."""
+
+    def day(name: str, date: str, statuses: list[str]) -> Path:
+        folder = tmp_path / "both"
+        folder.mkdir(exist_ok=True)
+        records = [
+            Rec(
+                "response",
+                f"http://{name}.example/{i}",
+                page(f"{name} {i}", f"{name} page {i} " * 40).encode(),
+                status=status,
+                date=date,
+            )
+            for i, status in enumerate(statuses)
+        ]
+        write_warc(folder / f"{name}.warc.gz", records)
+        return folder / f"{name}.warc.gz"
+
+    first = day("day1", "2024-01-01T00:00:00Z", ["200 OK", "404 Not Found", "503 Busy"])
+    second = day("day2", "2024-01-02T00:00:00Z", ["200 OK", "500 Oops"])
+    assert main(["run", str(first), "--output", str(tmp_path / "added"), "--quiet"]) == 0
+    assert main(["add", str(second), "--output", str(tmp_path / "added"), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "both"), "--output", str(tmp_path / "ran"), "--quiet"]) == 0
+    listed = (tmp_path / "added" / "rejected_records.csv").read_text()
+    assert listed == (tmp_path / "ran" / "rejected_records.csv").read_text()
+    assert [line.split(",")[0] for line in listed.splitlines()[1:]] == ["day1.warc.gz"] * 2 + ["day2.warc.gz"]

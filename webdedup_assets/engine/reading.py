@@ -363,7 +363,7 @@ def input_days(
         if any(f.format in WARC_FORMATS for f in files):
             if store is None:
                 return []
-            files = stage_warc(store, files, warc_options, None)[0]
+            files = stage_warc(store, files, warc_options)[0]
         files = without_empty_shards(files)
     except WebdedupError:
         if explain:

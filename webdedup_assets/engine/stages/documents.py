@@ -43,7 +43,7 @@ from ..reading import (
     without_empty_shards,
 )
 from ..stage import DUCKDB, StageOutput, StageRun
-from .documents_warc import clear_rejections, discard_staging, stage_warc
+from .documents_warc import clear_rejections, discard_staging, record_rejections, stage_warc
 
 
 def input_params(
@@ -140,9 +140,11 @@ def documents_stage(run: StageRun) -> StageOutput:
             ]
     sources, described, warc_summary = files, [f.describe() for f in files], None
     if any(f.format in WARC_FORMATS for f in files):  # WARC -> staged Parquet, validated like any input
-        files, described, warc_summary = stage_warc(store, files, warc_options_of(run.params), None)
-    else:
-        clear_rejections(store, None)
+        warc_files = files
+        files, described, warc_summary = stage_warc(store, files, warc_options_of(run.params))
+        record_rejections(store, warc_files, warc_options_of(run.params), extend)
+    elif not extend:
+        clear_rejections(store)
     files = without_empty_shards(files)
     retained = Retained()
     if extend and months is not None:

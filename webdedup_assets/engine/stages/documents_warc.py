@@ -59,11 +59,9 @@ def rejections_by_kind(store: Store) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def clear_rejections(store: Store, output_dir: Path | None) -> None:
+def clear_rejections(store: Store) -> None:
     """A non-WARC run leaves no stale rejected_records from an earlier WARC run."""
     store.path("rejected_records").unlink(missing_ok=True)
-    if output_dir is not None:
-        (output_dir / "rejected_records.csv").unlink(missing_ok=True)
 
 
 def _staging_dir(store: Store) -> Path:
@@ -86,10 +84,7 @@ def _staging_key(warcs: list[InputFile], targets: list[InputFile], options: Warc
 
 
 def stage_warc(
-    store: Store,
-    files: list[InputFile],
-    options: WarcOptions | None,
-    output_dir: Path | None,
+    store: Store, files: list[InputFile], options: WarcOptions | None
 ) -> tuple[list[InputFile], list[dict[str, Any]], dict[str, Any]]:
     """Convert WARC inputs (or Common Crawl targets) into one staged Parquet; list what was skipped.
 
@@ -139,10 +134,19 @@ def stage_warc(
         described.append({**targets[0].describe(), **result["files"][0]})
     else:
         described += [{**f.describe(), **d} for f, d in zip(warcs, result["files"])]
-    write_rejections(
-        result["rejected_rows"],
-        store.path("rejected_records"),
-        output_dir / "rejected_records.csv" if output_dir is not None else None,
-    )
     staged_file = InputFile(staged, "parquet", file_sha256(staged), staged.stat().st_size, stored=True)
     return others + [staged_file], described, result["summary"]
+
+
+def record_rejections(store: Store, input_files: list[InputFile], options: WarcOptions, extend: bool) -> None:
+    """rejected_records of the staged conversion of `input_files` (stage_warc ran): for `webdedup
+    add` (`extend`), beside the held rows of the WARC files this input does not give again."""
+    warcs = [f for f in input_files if f.format == "warc"]
+    targets = [f for f in input_files if f.format == "commoncrawl"]
+    staged = _staging_dir(store) / f"{_staging_key(warcs, targets, options)}.rejected.parquet"
+    rows = pq.read_table(staged).to_pylist() if staged.is_file() else []
+    held = store.path("rejected_records")
+    if extend and held.is_file():
+        given = {r["warc_filename"] for r in rows} | {f.path.name for f in warcs} | {str(f.path) for f in warcs}
+        rows = [r for r in pq.read_table(held).to_pylist() if r["warc_filename"] not in given] + rows
+    write_rejections(rows, held, None)
