@@ -445,7 +445,7 @@ def cluster_cohesion(
     low_count = int(below.size)
     details = {
         "giant_clusters": [[cluster, size] for cluster, size in giants],
-        "giant_size": giant_size,
+        "giant_cluster_limit": giant_size,
         "members_below_threshold_to_representative": low_count,
         "threshold": threshold,
         "first_members_below (cluster_id, doc_id, jaccard)": low,
