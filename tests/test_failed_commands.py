@@ -85,6 +85,7 @@ def test_a_run_that_fails_in_a_stage_restores_the_corpus_it_had_cleared(corpus, 
     err = capsys.readouterr().err
     assert "webdedup: error in scored_pairs: MemoryError: out of memory while scoring" in err
     assert f"nothing was changed: {corpus / '_storage'} and {corpus} are as they were" in err
+    assert "cleared" not in err  # said only of a command whose result stands
     assert held(corpus) == before
 
 

@@ -317,10 +317,6 @@ def run(
         stale = [day for day in held_days(store) if day not in set(days)]
         if stale:
             clear_days(store, stale)
-            notice(
-                f"cleared {len(stale)} crawl day(s) held in {storage_root} that this input does not hold "
-                f"({stale[0]} .. {stale[-1]}); the results cover exactly {input_path}"
-            )
         if not days:  # empty or unreadable input: one month, so that documents validates it and says why
             days = [time.strftime("%Y-%m-%d", time.gmtime())]
         months = months_of(days)
@@ -364,7 +360,12 @@ def run(
                     store, output_dir, on_commit=transaction.commit, extra_outputs=shards if emit_shards else None
                 ),
             )
-        return Outcome(manifest, days, steps.checks, report, steps.seconds)
+    if stale:  # (said once it stands: a command that fails puts the days back)
+        notice(
+            f"cleared {len(stale)} crawl day(s) held in {storage_root} that this input does not hold "
+            f"({stale[0]} .. {stale[-1]}); the results cover exactly {input_path}"
+        )
+    return Outcome(manifest, days, steps.checks, report, steps.seconds)
 
 
 def held_params(store: Store, given: dict[str, dict[str, Any]]) -> tuple[FingerprintParams, BandingParams]:
