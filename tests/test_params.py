@@ -78,6 +78,10 @@ BAD_FLAGS = [
         "--spark-remote must be a Spark Connect URL (sc://host:15002), not 'http://127.0.0.1:15002'",
     ),
     (
+        ["--engine", "spark", "--verify-against-representative"],
+        "--verify-against-representative is implemented by the DuckDB engine only: run without --engine spark",
+    ),
+    (
         ["--engine", "spark", "--spark-master", "nonsense://x"],
         "--spark-master must be a Spark master URL (local[*], local[4], spark://host:7077, yarn, "
         "k8s://https://host:443), not 'nonsense://x'",

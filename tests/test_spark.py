@@ -941,3 +941,15 @@ def test_webdedup_run_on_a_spark_connect_server(tmp_path, monkeypatch):
         assert clusters["reliable_checkpoints"] and clusters["rounds"] >= 1
         assert list(checkpoints.glob("*/rdd-*"))  # written by the server into its spark.checkpoint.dir
     assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # stop_sessions undid pyspark's Connect mode
+
+
+def test_a_standalone_master_that_does_not_answer_is_one_line_before_the_jvm_starts():
+    """Spark itself retries for a minute, then stops its JVM as if it had run out of memory."""
+    with socket.socket() as probe:  # a port where nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(WebdedupError) as refused:
+        get_session(SparkSettings(master=f"spark://127.0.0.1:{port}"))
+    assert str(refused.value) == (
+        f"no Spark master answers at spark://127.0.0.1:{port} (a standalone master listens at spark://host:7077)"
+    )

@@ -210,6 +210,7 @@ def _print_failed_checks(failed: list) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..core.kernel.warm import load_in_background
+    from ..engine.stages.clustering_spark import require_on_spark
     from ..ingest.inputs import hash_in_background
 
     input_path = args.input if is_uri(args.input) else str(Path(args.input).expanduser())
@@ -225,8 +226,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         chosen = params.EngineParams.checked(
             {k: getattr(args, k) for k in params.EngineParams.model_fields if hasattr(args, k)}
         )
+        if chosen.engine == "spark":
+            require_on_spark(run.representative)
     except params.ParamError as err:
         print(f"webdedup: error: {err.render(flag)}", file=sys.stderr)
+        return EXIT_ERROR
+    except WebdedupError as err:
+        print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
     if chosen.engine == "duckdb":  # on Spark the executors run the kernels
         load_in_background()

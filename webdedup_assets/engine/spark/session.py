@@ -8,6 +8,7 @@ import atexit
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -142,6 +143,7 @@ def get_session(settings: SparkSettings | None = None):
             session = _connect(SparkSession, settings)
             _sessions[settings] = session
             return session
+        _require_master_answers(settings.master)
         builder = SparkSession.builder.appName("webdedup")
         if submitted(settings):
             for key, value in DEFAULT_CONF.items():
@@ -184,6 +186,21 @@ def get_session(settings: SparkSettings | None = None):
         session.sparkContext.setLogLevel("ERROR")
         _sessions[settings] = session
         return session
+
+
+def _require_master_answers(master: str | None) -> None:
+    """A standalone master (spark://host:port[,host:port]) must accept a connection: Spark itself
+    retries for a minute, then stops its JVM as if it had run out of memory."""
+    if not master or not master.startswith("spark://"):
+        return
+    for address in master[len("spark://") :].split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_SECONDS).close()
+            return
+        except (OSError, ValueError):
+            continue
+    raise WebdedupError(f"no Spark master answers at {master} (a standalone master listens at spark://host:7077)")
 
 
 def _one_kind(settings: SparkSettings) -> None:

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from ...core.ranking import REPRESENTATIVE_POLICIES, domain_rank_sql, policy_order_by, preferred_domains
 from ...errors import WebdedupError
+from ...params import RepresentativeParams
 from ..diagnostics import write_cluster_diagnostics
 from ..publish import report_path
 from ..spark.engine import SPARK, session_of
@@ -222,6 +223,14 @@ def _order_columns(policy: str, prefer_domains: str = ""):
     return columns
 
 
+def require_on_spark(params: RepresentativeParams) -> None:
+    """What the Spark engine does not implement is refused, never ignored."""
+    if params.verify_against_representative:
+        raise WebdedupError(
+            "--verify-against-representative is implemented by the DuckDB engine only: run without --engine spark"
+        )
+
+
 @SPARK.implements("deduped_documents")
 def deduped_documents(run: StageRun) -> StageOutput:
     """One representative per cluster: row_number over the cluster in the policy's order
@@ -229,6 +238,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    require_on_spark(run.params)
     spark = session_of(run)
     store = run.store
     try:
