@@ -645,6 +645,16 @@ def test_a_spark_failure_is_one_line_naming_the_stage_the_cause_and_the_setting(
     assert "SPARK_DRIVER_MEMORY (now 512m" in stopped and "NullPointerException" not in stopped
     other = describe_failure("clusters", RuntimeError("An error occurred\nCaused by: java.io.IOException: bad"), LOCAL)
     assert other.startswith("Spark failed in clusters: IOException: bad")
+    refused = describe_failure(
+        "fingerprinted",
+        RuntimeError(
+            "org.apache.spark.SparkIllegalArgumentException: [INVALID_DRIVER_MEMORY.SYSTEM_MEMORY] Insufficient driver "
+            "memory: System memory 67108864 must be at least 471859200."
+        ),
+        SparkSettings(master="local[2]", conf=(("spark.driver.memory", "64m"),)),
+    )
+    assert refused.startswith("Spark refused its memory setting in fingerprinted (")
+    assert refused.endswith("raise its memory with SPARK_DRIVER_MEMORY (now 64m)")
 
 
 def test_a_failed_spark_job_is_reported_as_one_line(spark, debian, tmp_path):

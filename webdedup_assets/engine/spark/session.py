@@ -338,6 +338,8 @@ def describe_failure(stage: str, error: BaseException, settings: SparkSettings) 
             f"Spark stopped during {stage}: its JVM shut down (usually out of memory: look for OutOfMemoryError "
             f"in Spark's log); {_memory_setting(settings)}"
         )
+    if "INVALID_DRIVER_MEMORY" in text or "INVALID_EXECUTOR_MEMORY" in text:  # refused at the start
+        return f"Spark refused its memory setting in {stage} ({_root_cause(text)}); {_memory_setting(settings)}"
     if any(sign in text for sign in _DISK_SIGNS):
         return f"Spark's scratch disk filled up in {stage}; point spark.local.dir (SPARK_LOCAL_DIRS) at a larger disk"
     if "WebdedupError: " in text:  # raised by webdedup code in an executor: its own message
