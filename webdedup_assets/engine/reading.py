@@ -329,7 +329,7 @@ def _validate_rows(
         raise WebdedupError(
             f"crawled_at is not a date or timestamp for {total} document(s), first: {listed} "
             f"in {where(unparsable[0][2])}; use ISO 8601 such as 2026-03-01 or 2026-03-01T12:00:00Z, or epoch seconds "
-            f"(a number), {fallback}"
+            f"(a number field of JSON Lines or Parquet; CSV text holds dates), {fallback}"
         )
 
 
