@@ -129,6 +129,8 @@ def test_probability_validates_too(capsys):
     assert "--threshold 2.0: must be a number > 0 and <= 1" in capsys.readouterr().err
     assert main(["probability"]) == 0
     assert "J=0.70  P(candidate)=0.9916  <- threshold" in capsys.readouterr().out
+    assert main(["probability", "--threshold", "0.701"]) == 0  # next to 0.7, told apart
+    assert "J=0.70  P(candidate)=0.9916\nJ=0.701  P(candidate)=0.9919  <- threshold\n" in capsys.readouterr().out
 
 
 def test_param_error_names_field_value_and_range():

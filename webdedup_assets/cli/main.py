@@ -302,7 +302,8 @@ def cmd_probability(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     for jaccard in sorted({0.3, 0.5, 0.6, 0.7, 0.8, 0.9, args.threshold}):
         mark = "  <- threshold" if jaccard == args.threshold else ""
-        print(f"J={jaccard:.2f}  P(candidate)={candidate_probability(jaccard, args.bands, args.rows):.4f}{mark}")
+        shown = f"{jaccard:.2f}" if round(jaccard, 2) == jaccard else f"{jaccard:g}"  # 0.701 is not 0.70
+        print(f"J={shown}  P(candidate)={candidate_probability(jaccard, args.bands, args.rows):.4f}{mark}")
     return EXIT_OK
 
 
