@@ -140,9 +140,8 @@ def documents_stage(run: StageRun) -> StageOutput:
             ]
     sources, described, warc_summary = files, [f.describe() for f in files], None
     if any(f.format in WARC_FORMATS for f in files):  # WARC -> staged Parquet, validated like any input
-        warc_files = files
-        files, described, warc_summary = stage_warc(store, files, warc_options_of(run.params))
-        record_rejections(store, warc_files, warc_options_of(run.params), extend)
+        files, described, warc_summary, rejected = stage_warc(store, sources, warc_options_of(run.params))
+        record_rejections(store, rejected, sources, extend)
     elif not extend:
         clear_rejections(store)
     files = without_empty_shards(files)

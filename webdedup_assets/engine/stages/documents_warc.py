@@ -85,7 +85,7 @@ def _staging_key(warcs: list[InputFile], targets: list[InputFile], options: Warc
 
 def stage_warc(
     store: Store, files: list[InputFile], options: WarcOptions | None
-) -> tuple[list[InputFile], list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[InputFile], list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
     """Convert WARC inputs (or Common Crawl targets) into one staged Parquet; list what was skipped.
 
     Returns (files for the documents stage: the non-WARC inputs + the staged Parquet,
@@ -135,18 +135,15 @@ def stage_warc(
     else:
         described += [{**f.describe(), **d} for f, d in zip(warcs, result["files"])]
     staged_file = InputFile(staged, "parquet", file_sha256(staged), staged.stat().st_size, stored=True)
-    return others + [staged_file], described, result["summary"]
+    return others + [staged_file], described, result["summary"], result["rejected_rows"]
 
 
-def record_rejections(store: Store, input_files: list[InputFile], options: WarcOptions, extend: bool) -> None:
-    """rejected_records of the staged conversion of `input_files` (stage_warc ran): for `webdedup
-    add` (`extend`), beside the held rows of the WARC files this input does not give again."""
-    warcs = [f for f in input_files if f.format == "warc"]
-    targets = [f for f in input_files if f.format == "commoncrawl"]
-    staged = _staging_dir(store) / f"{_staging_key(warcs, targets, options)}.rejected.parquet"
-    rows = pq.read_table(staged).to_pylist() if staged.is_file() else []
+def record_rejections(store: Store, rows: list[dict[str, Any]], input_files: list[InputFile], extend: bool) -> None:
+    """The conversion's rejected `rows` as rejected_records: for `webdedup add` (`extend`), beside
+    the held rows of the WARC files this input does not give again."""
     held = store.path("rejected_records")
     if extend and held.is_file():
-        given = {r["warc_filename"] for r in rows} | {f.path.name for f in warcs} | {str(f.path) for f in warcs}
+        given = {r["warc_filename"] for r in rows}  # and the input's WARC files without a rejected record:
+        given |= {name for f in input_files if f.format == "warc" for name in (f.path.name, str(f.path))}
         rows = [r for r in pq.read_table(held).to_pylist() if r["warc_filename"] not in given] + rows
     write_rejections(rows, held, None)
