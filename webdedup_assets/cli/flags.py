@@ -1,5 +1,7 @@
 """The command line flag of each parameter (webdedup_assets.params), for the parsers and the errors."""
 
+from .. import params
+
 # Flags whose name is not the parameter's own (`--shingle-size` for shingle_size).
 FLAG_NAMES = {
     "input_format": "--format",
@@ -14,3 +16,8 @@ FLAG_NAMES = {
 def flag(name: str) -> str:
     """The command line flag of a parameter of webdedup_assets.params."""
     return FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
+
+
+def error_text(err: Exception) -> str:
+    """An error's message for the command line: a parameter's named by its flag."""
+    return err.render(flag) if isinstance(err, params.ParamError) else str(err)

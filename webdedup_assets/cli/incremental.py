@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import params
 from ..storage.objects import ObjectPath
-from .flags import flag
+from .flags import error_text
 from .folders import output_of, storage_to_read, storage_to_write
 from .progress import progress_shown
 
@@ -110,7 +110,7 @@ def cmd_add(args: argparse.Namespace) -> int:
                 args.input, args.input_format, storage_root, output_dir, given, args.full_rebuild, notice=notice
             )
     except (params.ParamError, WebdedupError) as err:  # a stage's error too: an add's stages are one update
-        print(f"webdedup: error: {_named(err)}", file=sys.stderr)
+        print(f"webdedup: error: {error_text(err)}", file=sys.stderr)
         return EXIT_ERROR
     report, manifest, steps = outcome.report, outcome.manifest, outcome.step_seconds
     summary = {"input_days": outcome.days, **report.as_dict(), "step_seconds": steps, "counts": manifest["counts"]}
@@ -128,11 +128,6 @@ def cmd_add(args: argparse.Namespace) -> int:
         for key in ("documents", "duplicate_pairs", "clusters", "representatives"):
             print(f"  {key:<28}{manifest['counts'][key]}")
     return EXIT_OK
-
-
-def _named(err: Exception) -> str:
-    """An error's message; a parameter's named by its flag."""
-    return err.render(flag) if isinstance(err, params.ParamError) else str(err)
 
 
 def corpus_folders(against: Path | ObjectPath, report: str | None) -> tuple[Path, Path]:
@@ -164,7 +159,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         with damage_named(store):
             summary = check_input(store, args.input, args.input_format, report, args.default_date)
     except (WebdedupError, params.ParamError) as err:
-        print(f"webdedup: error: {_named(err)}", file=sys.stderr)
+        print(f"webdedup: error: {error_text(err)}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:
         print(json.dumps(summary, indent=2, default=str))

@@ -21,7 +21,7 @@ from ..storage.remote import working_copy
 from .evaluate import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 from .exiting import end_process
 from .explain import add_explain_parsers, cmd_explain, cmd_inspect
-from .flags import flag
+from .flags import error_text, flag
 from .folders import output_of, remote_storage, storage_to_write
 from .incremental import add_incremental_parsers, cmd_add, cmd_check
 from .progress import progress_shown
@@ -228,11 +228,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         if chosen.engine == "spark":
             require_on_spark(run.representative)
-    except params.ParamError as err:
-        print(f"webdedup: error: {err.render(flag)}", file=sys.stderr)
-        return EXIT_ERROR
-    except WebdedupError as err:
-        print(f"webdedup: error: {err}", file=sys.stderr)
+    except (params.ParamError, WebdedupError) as err:
+        print(f"webdedup: error: {error_text(err)}", file=sys.stderr)
         return EXIT_ERROR
     if chosen.engine == "duckdb":  # on Spark the executors run the kernels
         load_in_background()

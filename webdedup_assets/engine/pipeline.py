@@ -266,7 +266,7 @@ def _check_input(
     if isinstance(output_dir, Path):
         written += [(output_dir / name, "--output") for name in OUTPUT_NAMES]
     for place, flag in written:
-        if isinstance(place, Path) and source.is_relative_to(place.resolve()):
+        if source.is_relative_to(place.resolve()):
             raise WebdedupError(
                 f"the input {input_path} is inside {place}, which {flag} replaces when the command writes; "
                 "move the input out of it"
