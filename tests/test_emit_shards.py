@@ -79,6 +79,18 @@ def test_csv_records_spanning_lines_come_back_as_written(tmp_path):
     assert b'"A page of its own,\nwith a second line and a ""quote"""' in (out / "shards" / "pages.csv").read_bytes()
 
 
+def _emitted_parquet(tmp_path, table: pa.Table, name: str, codec: str, date_column: str):
+    """`table` as the Parquet input in/<name> (id, text and url fields), run with --emit-shards:
+    (the emitted shard, the removed doc_ids)."""
+    source = tmp_path / "in" / name
+    source.parent.mkdir()
+    pq.write_table(table, source, compression=codec)
+    out = tmp_path / "out"
+    flags = ["--id-column", "id", "--text-column", "text", "--date-column", date_column, "--url-column", "url"]
+    assert main(["run", str(source), "--output", str(out), "--quiet", "--emit-shards", *flags]) == 0
+    return pq.ParquetFile(out / "shards" / name), _removed(out)
+
+
 def test_parquet_rows_keep_every_field_in_order_and_the_codec(tmp_path):
     rows = fixture_rows()
     table = pa.table(
@@ -90,14 +102,7 @@ def test_parquet_rows_keep_every_field_in_order_and_the_codec(tmp_path):
             "meta": [{"dump": "CC-MAIN-2026-10", "score": float(i)} for i in range(len(rows))],
         }
     )
-    source = tmp_path / "in" / "fineweb.parquet"
-    source.parent.mkdir()
-    pq.write_table(table, source, compression="zstd")
-    out = tmp_path / "out"
-    flags = ["--id-column", "id", "--text-column", "text", "--date-column", "date", "--url-column", "url"]
-    assert main(["run", str(source), "--output", str(out), "--quiet", "--emit-shards", *flags]) == 0
-    removed = _removed(out)
-    written = pq.ParquetFile(out / "shards" / "fineweb.parquet")
+    written, removed = _emitted_parquet(tmp_path, table, "fineweb.parquet", "zstd", "date")
     assert written.metadata.row_group(0).column(0).compression == "ZSTD"
     assert written.schema_arrow.names == table.column_names
     assert written.read().to_pylist() == [r for r in table.to_pylist() if r["id"] not in removed]
@@ -119,16 +124,9 @@ def test_parquet_rows_keep_the_inputs_schema_time_zones_and_nullability(tmp_path
         [[r["doc_id"] for r in rows], [r["body"] for r in rows], seen, [f"https://{r['domain']}/" for r in rows]],
         schema=schema,
     )
-    source = tmp_path / "in" / "day.parquet"
-    source.parent.mkdir()
-    pq.write_table(table, source, compression="snappy")
-    out = tmp_path / "out"
-    flags = ["--id-column", "id", "--text-column", "text", "--date-column", "seen", "--url-column", "url"]
-    assert main(["run", str(source), "--output", str(out), "--quiet", "--emit-shards", *flags]) == 0
-    written = pq.ParquetFile(out / "shards" / "day.parquet")
+    written, removed = _emitted_parquet(tmp_path, table, "day.parquet", "snappy", "seen")
     assert written.schema_arrow.equals(schema, check_metadata=True)
     assert written.metadata.row_group(0).column(0).compression == "SNAPPY"
-    removed = _removed(out)
     assert removed and written.read().to_pylist() == [r for r in table.to_pylist() if r["id"] not in removed]
 
 
