@@ -174,3 +174,25 @@ def test_an_add_of_a_warc_keeps_the_rejected_records_of_the_files_it_does_not_gi
     listed = (tmp_path / "added" / "rejected_records.csv").read_text()
     assert listed == (tmp_path / "ran" / "rejected_records.csv").read_text()
     assert [line.split(",")[0] for line in listed.splitlines()[1:]] == ["day1.warc.gz"] * 2 + ["day2.warc.gz"]
+
+
+def test_input_without_one_warc_record_is_refused_naming_the_file(tmp_path, capsys):
+    """--format warc on a CSV (or a .warc that is not one) stops the command: it published an
+    empty corpus before, and `add` blamed the crawl dates."""
+    table = tmp_path / "pages.csv"
+    table.write_text("doc_id,url,domain,crawled_at,title,body\nd1,http://a.example/,a.example,2024-01-01,T,text\n")
+    out = tmp_path / "out"
+    assert main(["run", str(table), "--format", "warc", "--output", str(out), "--quiet"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said == (
+        f"webdedup: error in documents: {table}: not a WARC file (no WARC record in it); "
+        "CSV, Parquet and JSON Lines input takes --format auto, csv, parquet or jsonl"
+    )
+    assert not out.exists()
+    recs = corpus()
+    write_warc(tmp_path / "a.warc.gz", [recs["original"], recs["other"]])
+    assert main(["run", str(tmp_path / "a.warc.gz"), "--output", str(out), "--quiet"]) == 0
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert main(["add", str(table), "--format", "warc", "--output", str(out), "--quiet"]) == 2
+    assert f"{table}: not a WARC file (no WARC record in it)" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before

@@ -83,6 +83,11 @@ def _staging_key(warcs: list[InputFile], targets: list[InputFile], options: Warc
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def _holds_no_warc_record(described: dict[str, Any]) -> bool:
+    """A converted input file all of whose bytes were rejected as not starting a WARC record."""
+    return described["records"] > 0 and described["rejected"].get("not_warc", 0) == described["records"]
+
+
 def stage_warc(
     store: Store, files: list[InputFile], options: WarcOptions | None
 ) -> tuple[list[InputFile], list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
@@ -129,6 +134,13 @@ def stage_warc(
         )
         write_rejections(result["rejected_rows"], rejected_path, None)
         write_text(summary_path, json.dumps({k: v for k, v in result.items() if k != "rejected_rows"}, default=str))
+    if warcs and all(_holds_no_warc_record(d) for d in result["files"]):
+        # Not one WARC record in any file: a wrong --format or a wrong file, never a crawl to publish as empty.
+        raise WebdedupError(
+            f"{warcs[0].path}: not a WARC file (no WARC record in it"
+            + (f" nor in the {len(warcs) - 1} other WARC input(s)" if len(warcs) > 1 else "")
+            + "); CSV, Parquet and JSON Lines input takes --format auto, csv, parquet or jsonl"
+        )
     described = [f.describe() for f in others]
     if targets:
         described.append({**targets[0].describe(), **result["files"][0]})
