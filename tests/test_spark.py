@@ -330,6 +330,38 @@ def test_fingerprinted_and_band_memberships_on_spark_are_duckdbs_files(spark, tm
     assert_same_daily_files(ours, theirs)
 
 
+def test_a_documents_file_is_fingerprinted_in_chunks_of_row_groups_put_together_in_order(spark, tmp_path, monkeypatch):
+    """A month held as one file of many row groups spreads over several tasks: the file's parts
+    are put together in row order, equal to DuckDB's file row for row."""
+    from webdedup_assets.engine.stages import fingerprint_spark
+    from webdedup_assets.engine.stages.documents import stage_documents as documents_stage
+
+    base = Store(tmp_path / "spark")
+    documents_stage(base, str(FIXTURE), months=["2026-03"])  # the fixture: one month, one file
+    [path] = [p for p in base.files("documents") if p != base.schema_path("documents")]
+    pq.write_table(pq.read_table(path), path, row_group_size=2)  # 12 row groups
+    shutil.copytree(base.root, tmp_path / "duck")
+    ours, theirs = base, Store(tmp_path / "duck")
+    monkeypatch.setattr(fingerprint_spark, "CHUNK_ROWS", 3)
+    chunks, cut = [], fingerprint_spark._chunks
+
+    def recorded(source):
+        chunks.append(cut(source))
+        return chunks[-1]
+
+    monkeypatch.setattr(fingerprint_spark, "_chunks", recorded)
+    for asset, params in (("fingerprinted", FINGERPRINT), ("band_memberships", BANDING)):
+        result = SPARK.run(asset, ours, params, ["2026-03"], spark=LOCAL)
+        DUCKDB.run(asset, theirs, params, ["2026-03"])
+        mine = ours.asset_dir(asset) / path.name
+        assert pq.read_table(mine).equals(pq.read_table(theirs.asset_dir(asset) / path.name))  # order, metadata
+        assert result.figures["files_computed"] == 1
+    assert chunks[0] == [range(g, g + 2) for g in range(0, 12, 2)]  # 4 rows a task
+    assert len(chunks[1]) > 1
+    assert result.rows == len(pq.read_table(mine)) > 0
+    assert not list(ours.asset_dir("fingerprinted").glob(".staging-*"))
+
+
 def DUCKDB_PARTITION_ROWS(store: Store) -> dict:
 
     return {m: json.loads(store.stats_path("fingerprinted", m).read_text())["rows"] for m in SPREAD_MONTHS}

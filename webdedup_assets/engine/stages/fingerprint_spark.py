@@ -10,8 +10,10 @@ file with pyarrow (same schema, writer options and stored parameters) into a sta
 The driver receives only (piece, file, rows, figures) per piece and moves the files into place
 once every task has succeeded: a failed job replaces nothing.
 
-Parallelism is per upstream file (a month's documents may be several files: segments and the
-month's file); one file is one task.
+Parallelism is per range of row groups: each upstream file's row groups are cut into ranges of at
+least CHUNK_ROWS rows, one task each, so that a month held as one large file (a crawl snapshot)
+spreads over every executor; the driver puts a file's parts together by copying their column
+chunks (storage.parquet_concat), in order.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +32,8 @@ from ...core.fingerprint import signature_width
 from ...core.hashing import FINGERPRINT_VERSION
 from ...core.minhash import MinHashParams
 from ...errors import WebdedupError
+from ...storage import parquet_concat
+from ...storage.fileio import atomic_path
 from ...storage.store import params_sidecar, with_params, writer_options
 from ..spark.engine import SPARK, session_of
 from ..stage import StageOutput, StageRun
@@ -46,17 +51,23 @@ from .fingerprint import (
     refuse_other_widths,
 )
 
-MAX_TASKS = 4096  # pieces are spread over at most this many tasks (one task per piece below it)
-RESULT_SCHEMA = "piece long, file string, rows long, first long, second long"
+MAX_TASKS = 4096  # chunks are spread over at most this many tasks (one task per chunk below it)
+CHUNK_ROWS = 65_536  # a task's rows at least (but for a file's last chunk): a task costs ~0.1 s
+RESULT_SCHEMA = "chunk long, file string, rows long, first long, second long"
 
 
-def _fingerprint_file(source: str, writer, schema: pa.Schema, args: dict[str, Any]) -> tuple[int, int, int]:
-    """One documents file through the kernel, batch by batch, as engine.stages.fingerprint does:
-    (rows, tokens, documents without shingles)."""
+def _batches(source: str, groups: range, columns: list[str], batch_size: int):
+    if groups:  # an empty list of row groups would read every one
+        yield from pq.ParquetFile(source).iter_batches(
+            batch_size=batch_size, row_groups=list(groups), columns=columns, use_threads=False
+        )
+
+
+def _fingerprint_file(source: str, groups: range, writer, schema: pa.Schema, args: dict[str, Any]):
+    """Row groups of one documents file through the kernel, batch by batch, as
+    engine.stages.fingerprint does: (rows, tokens, documents without shingles)."""
     rows = tokens_total = empty = 0
-    for batch in pq.ParquetFile(source).iter_batches(
-        batch_size=BATCH_ROWS, columns=["doc_id", "body"], use_threads=False
-    ):
+    for batch in _batches(source, groups, ["doc_id", "body"], BATCH_ROWS):
         if not batch.num_rows:
             continue
         out, tokens, shingles = fingerprint_batch(
@@ -69,16 +80,14 @@ def _fingerprint_file(source: str, writer, schema: pa.Schema, args: dict[str, An
     return rows, tokens_total, empty
 
 
-def _band_file(source: str, writer, schema: pa.Schema, args: dict[str, Any]) -> tuple[int, int, int]:
-    """One fingerprinted file's band keys, batch by batch, as engine.stages.fingerprint does:
-    (rows, documents banded, documents without shingles)."""
+def _band_file(source: str, groups: range, writer, schema: pa.Schema, args: dict[str, Any]):
+    """Row groups of one fingerprinted file's band keys, batch by batch, as
+    engine.stages.fingerprint does: (rows, documents banded, documents without shingles)."""
     fingerprint, banding = args["fingerprint"], args["banding"]
     bands = keys_per_document(fingerprint, banding)
     band_numbers = np.arange(bands, dtype=np.int16)
     rows = banded = without = 0
-    for batch in pq.ParquetFile(source).iter_batches(
-        batch_size=4 * BATCH_ROWS, columns=["doc_id", "shingle_count", "signature"], use_threads=False
-    ):
+    for batch in _batches(source, groups, ["doc_id", "shingle_count", "signature"], 4 * BATCH_ROWS):
         n = batch.num_rows
         if not n:
             continue
@@ -107,9 +116,11 @@ def _band_file(source: str, writer, schema: pa.Schema, args: dict[str, Any]) -> 
 KINDS = {"fingerprinted": _fingerprint_file, "band_memberships": _band_file}
 
 
-def _task(kind: str, jobs: list[tuple[str, int]], schemas: list[bytes], options: dict[str, Any], staging: str, args):
-    """The executor side: every piece of the task's id range read, computed and written as
-    <staging>/<piece>.parquet (temporary name first: a retried attempt writes the same rows)."""
+def _task(
+    kind: str, jobs: list[tuple[str, int, int, int]], schemas: list[bytes], options: dict[str, Any], staging: str, args
+):
+    """The executor side: every chunk of the task's id range read, computed and written as
+    <staging>/<chunk>.parquet (temporary name first: a retried attempt writes the same rows)."""
 
     def run(batches):
         import pyarrow as pa
@@ -117,64 +128,99 @@ def _task(kind: str, jobs: list[tuple[str, int]], schemas: list[bytes], options:
 
         compute = KINDS[kind]
         for batch in batches:
-            for piece in batch.column(0).to_pylist():
-                source, schema_index = jobs[piece]
+            for chunk in batch.column(0).to_pylist():
+                source, first_group, end_group, schema_index = jobs[chunk]
                 schema = pa.ipc.read_schema(pa.py_buffer(schemas[schema_index]))
-                target = os.path.join(staging, f"{piece:07d}.parquet")
+                target = os.path.join(staging, f"{chunk:07d}.parquet")
                 temp = f"{target}.{uuid.uuid4().hex}.tmp"
                 try:
                     with pq.ParquetWriter(temp, schema, **options) as writer:
-                        rows, first, second = compute(source, writer, schema, args)
+                        rows, first, second = compute(source, range(first_group, end_group), writer, schema, args)
                     os.replace(temp, target)
                 finally:
                     if os.path.exists(temp):
                         os.unlink(temp)
                 yield pa.record_batch(
                     [
-                        pa.array([piece], pa.int64()),
+                        pa.array([chunk], pa.int64()),
                         pa.array([target]),
                         pa.array([rows], pa.int64()),
                         pa.array([first], pa.int64()),
                         pa.array([second], pa.int64()),
                     ],
-                    names=["piece", "file", "rows", "first", "second"],
+                    names=["chunk", "file", "rows", "first", "second"],
                 )
 
     return run
 
 
+def _chunks(source: Path) -> list[range]:
+    """The file's row groups in consecutive ranges of at least CHUNK_ROWS rows (the last may
+    hold fewer); one empty range for a file without a row group."""
+    metadata = pq.read_metadata(source)
+    chunks, start, rows = [], 0, 0
+    for group in range(metadata.num_row_groups):
+        rows += metadata.row_group(group).num_rows
+        if rows >= CHUNK_ROWS:
+            chunks.append(range(start, group + 1))
+            start, rows = group + 1, 0
+    if start < metadata.num_row_groups or not chunks:
+        chunks.append(range(start, metadata.num_row_groups))
+    return chunks
+
+
+def _put_together(parts: list[str], target: Path, schema: pa.Schema) -> None:
+    """A piece's parts (in order) as its file: the only part moved, more copied chunk by chunk."""
+    if len(parts) == 1:
+        os.replace(parts[0], target)
+        return
+    concat = parquet_concat.plan([Path(p) for p in parts])
+    if concat is None:  # the parts are one writer's files of one schema: never expected
+        raise WebdedupError(f"{target.name}: the parts Spark wrote cannot be put together")
+    with atomic_path(target) as temp:
+        parquet_concat.write(concat, temp, schema)
+
+
 def _compute(
     run: StageRun, plan: Plan, schema: pa.Schema, options: dict[str, Any], args: dict[str, Any]
 ) -> dict[Piece, tuple[int, int, int]]:
-    """The plan's pieces computed by the executors and moved into place: per piece (rows, first
-    figure, second figure)."""
+    """The plan's pieces computed by the executors, chunk by chunk, and put into place: per piece
+    (rows, first figure, second figure)."""
     pieces = plan.compute
     if not pieces:
         return {}
     store, asset = run.store, run.stage.name
     months = sorted({piece.month for piece in pieces}, key=lambda m: m or "")
-    schemas = [with_params(schema, run.partition_parameters(m)).serialize().to_pybytes() for m in months]
-    jobs = [(str(piece.source), months.index(piece.month)) for piece in pieces]
+    full = [with_params(schema, run.partition_parameters(m)) for m in months]
+    schemas = [s.serialize().to_pybytes() for s in full]
+    owners, jobs = [], []  # per chunk: its piece's index, and (source, row groups, schema)
+    for index, piece in enumerate(pieces):
+        for groups in _chunks(piece.source):
+            owners.append(index)
+            jobs.append((str(piece.source), groups.start, groups.stop, months.index(piece.month)))
     folder = store.asset_dir(asset)
     folder.mkdir(parents=True, exist_ok=True)
     staging = folder / f".staging-spark-{uuid.uuid4().hex}"  # storage.state.remove_leftovers clears a dead run's
     staging.mkdir()
     try:
         spark = session_of(run)
-        tasks = min(len(pieces), MAX_TASKS)
+        tasks = min(len(jobs), MAX_TASKS)
         results = (
-            spark.range(0, len(pieces), 1, tasks)
+            spark.range(0, len(jobs), 1, tasks)
             .mapInArrow(_task(asset, jobs, schemas, options, str(staging), args), RESULT_SCHEMA)
-            .collect()  # one small row per piece
+            .collect()  # one small row per chunk
         )
+        if len(results) != len(jobs):
+            raise WebdedupError(f"{asset}: Spark returned {len(results)} of {len(jobs)} parts")
+        by_piece: dict[int, list] = {}
+        for row in sorted(results, key=lambda r: r["chunk"]):
+            by_piece.setdefault(owners[row["chunk"]], []).append(row)
         done: dict[Piece, tuple[int, int, int]] = {}
-        for row in sorted(results, key=lambda r: r["piece"]):
-            piece = pieces[row["piece"]]
+        for index, rows in by_piece.items():
+            piece = pieces[index]
             params_sidecar(piece.target).unlink(missing_ok=True)
-            os.replace(row["file"], piece.target)
-            done[piece] = (row["rows"], row["first"], row["second"])
-        if len(done) != len(pieces):
-            raise WebdedupError(f"{asset}: Spark returned {len(done)} of {len(pieces)} files")
+            _put_together([r["file"] for r in rows], piece.target, full[months.index(piece.month)])
+            done[piece] = tuple(sum(r[k] for r in rows) for k in ("rows", "first", "second"))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return done
