@@ -101,3 +101,47 @@ def test_each_layout_is_stored_without_re_encoding_what_needs_none(layouts):
     written = pq.ParquetFile(stores["single"].asset_dir("documents") / single[0]).metadata.row_group(0)
     codecs = {written.column(i).path_in_schema: written.column(i).compression for i in range(written.num_columns)}
     assert codecs.pop("body") == "LZ4" and set(codecs.values()) == {"ZSTD"}, codecs  # pyarrow's name of LZ4_RAW
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl", "csv"])
+def test_folders_named_key_value_are_folders_not_fields(tmp_path, form):
+    """Exports often sit in folders such as domain=x/crawled_at=2020-01-01/ and outputs under
+    run=3/: DuckDB's hive partitioning took those for fields, replacing the records' own domain
+    and crawl date and adding columns to every published file."""
+    import json
+
+    import pyarrow as pa
+
+    rows = [
+        {
+            "doc_id": f"d{i}",
+            "domain": f"own{i % 2}.example",
+            "crawled_at": f"2024-05-0{1 + i % 3}",
+            "body": f"page {i} " + "shared words about the same thing " * (3 + i),
+            "lang": "en",
+        }
+        for i in range(6)
+    ]
+    folder = tmp_path / "in" / "domain=folder.example" / "crawled_at=2020-01-01" / "lang=xx"
+    folder.mkdir(parents=True)
+    if form == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), folder / "part.parquet")
+    elif form == "jsonl":
+        (folder / "part.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        with open(folder / "part.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    out = tmp_path / "run=3" / "out"
+    assert main(["run", str(tmp_path / "in"), "--output", str(out), "--quiet"]) == 0
+    kept = pq.read_table(out / "deduped_documents.parquet")
+    assert kept.column_names == [
+        *["doc_id", "source", "domain", "crawled_at", "title", "body", "lang"],
+        *["cluster_id", "cluster_size", "token_count"],
+    ]
+    assert set(kept.column("lang").to_pylist()) == {"en"}
+    assert set(kept.column("domain").to_pylist()) <= {"own0.example", "own1.example"}
+    assert {str(d)[:10] for d in kept.column("crawled_at").to_pylist()} <= {"2024-05-01", "2024-05-02", "2024-05-03"}
+    assert pq.read_schema(out / "fingerprinted.parquet").names[0] == "doc_id"
+    assert "run" not in pq.read_schema(out / "fingerprinted.parquet").names

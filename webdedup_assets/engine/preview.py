@@ -29,7 +29,7 @@ def preview(
     """The first rows of an asset (of one partition's files when given), long cells cut."""
     if partition:
         listing = ", ".join(sql_string(str(f)) for f in store.partition_files(asset, partition))
-        source = f"read_parquet([{listing}], union_by_name = true)"
+        source = f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
     else:
         source = store.scan_sql(asset)
     con = connect()
@@ -59,7 +59,7 @@ def partition_previews(store: Store, asset: str, partitions: list[str], limit: i
     try:
         relation = con.sql(
             f"SELECT * FROM read_parquet([{listing}], union_by_name = true, filename = true, "
-            f"file_row_number = true) WHERE file_row_number < {int(limit)}"
+            f"file_row_number = true, hive_partitioning = false) WHERE file_row_number < {int(limit)}"
         )
         columns = [c for c in relation.columns if c not in ("filename", "file_row_number")]
         rows: dict[str, list[tuple]] = {}

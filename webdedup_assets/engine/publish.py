@@ -208,7 +208,8 @@ def _build(store: Store, staging: Path) -> None:
         if store.path("rejected_records").exists():
             _copy_csv(
                 con,
-                f"SELECT * FROM read_parquet({sql_string(str(store.path('rejected_records')))}) "
+                f"SELECT * FROM read_parquet({sql_string(str(store.path('rejected_records')))}, "
+                "hive_partitioning = false) "
                 "ORDER BY warc_filename, warc_offset NULLS FIRST, warc_record_id",
                 staging / "rejected_records.csv",
             )

@@ -82,11 +82,15 @@ def source_sql(f: InputFile, strict: bool = True) -> str:
         return (
             f"read_csv({sql_string(str(f.path))}, auto_detect = false, header = true, "
             f"delim = {sql_string(delimiter(f.path))}, quote = '\"', escape = '\"', columns = {{{columns}}}, "
-            f"max_line_size = {MAX_LINE_BYTES}, strict_mode = {'true' if strict else 'false'})"
+            f"max_line_size = {MAX_LINE_BYTES}, strict_mode = {'true' if strict else 'false'}, "
+            "hive_partitioning = false)"
         )
     if f.format == "jsonl":
-        return f"read_json({sql_string(str(f.path))}, {JSON_LINES}, columns = {{{_json_columns(f)}}})"
-    return f"read_parquet({sql_string(str(f.path))})"
+        return (
+            f"read_json({sql_string(str(f.path))}, {JSON_LINES}, columns = {{{_json_columns(f)}}}, "
+            "hive_partitioning = false)"
+        )
+    return f"read_parquet({sql_string(str(f.path))}, hive_partitioning = false)"
 
 
 JSON_LINES = "format = 'newline_delimited', records = true"
@@ -99,7 +103,10 @@ def _json_columns(f: InputFile) -> str:
     key = (str(f.path), f.sha256)
     if key not in _json_schemas:
         with connect() as con:
-            rel = con.sql(f"SELECT * FROM read_json({sql_string(str(f.path))}, {JSON_LINES}, sample_size = -1)")
+            rel = con.sql(
+                f"SELECT * FROM read_json({sql_string(str(f.path))}, {JSON_LINES}, sample_size = -1, "
+                "hive_partitioning = false)"
+            )
             _json_schemas[key] = ", ".join(
                 f"{sql_string(c)}: {sql_string(str(t))}" for c, t in zip(rel.columns, rel.types)
             )

@@ -150,7 +150,7 @@ def _parquet(source: Path | ObjectPath, out: Path, id_column: str, removed: set[
     con = connect()
     try:
         con.execute("SET SESSION preserve_insertion_order = true")  # the ids in the input's order
-        scan = f"read_parquet({sql_string(str(source))})"
+        scan = f"read_parquet({sql_string(str(source))}, hive_partitioning = false)"
         found = field_sql(con.sql(f"SELECT * FROM {scan}"), id_column)
         if found is None:  # the documents stage read it: only a file changed since would lack it
             raise WebdedupError(f"{source}: no field {id_column!r} (the id column) to emit the shard by")

@@ -50,7 +50,8 @@ def _read_labels_file(path: Path) -> pa.Table:
     try:
         reader = "read_parquet" if path.suffix.lower() == ".parquet" else "read_csv_auto"
         try:
-            return con.sql(f"SELECT * FROM {reader}('{str(path).replace(chr(39), chr(39) * 2)}')").to_arrow_table()
+            quoted = str(path).replace(chr(39), chr(39) * 2)
+            return con.sql(f"SELECT * FROM {reader}('{quoted}', hive_partitioning = false)").to_arrow_table()
         except Exception as err:  # duckdb raises its own error types for unreadable files
             raise LabelError(f"labels file {path} cannot be read: {str(err).splitlines()[0]}") from err
     finally:

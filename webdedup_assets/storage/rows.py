@@ -34,15 +34,18 @@ def fetch_rows(con, files: list[Path], ids: str, columns: list[str], in_few_file
         holding = {
             name
             for (name,) in con.sql(f"""
-                SELECT DISTINCT filename FROM read_parquet({listing(files)}, union_by_name = true, filename = true)
+                SELECT DISTINCT filename
+                  FROM read_parquet({listing(files)}, union_by_name = true, filename = true, hive_partitioning = false)
                  WHERE doc_id IN (SELECT doc_id FROM {ids})""").fetchall()
         }
         files = [f for f in files if str(f) in holding]
         if not files:
             return None
-    present = con.sql(f"SELECT * FROM read_parquet({listing(files)}, union_by_name = true) LIMIT 0").columns
+    present = con.sql(
+        f"SELECT * FROM read_parquet({listing(files)}, union_by_name = true, hive_partitioning = false) LIMIT 0"
+    ).columns
     select = ", ".join(f"d.{quote_ident(c)}" if c in present else f"NULL AS {quote_ident(c)}" for c in columns)
     found = con.sql(f"""
-        SELECT {select} FROM read_parquet({listing(files)}, union_by_name = true) d
+        SELECT {select} FROM read_parquet({listing(files)}, union_by_name = true, hive_partitioning = false) d
          WHERE d.doc_id IN (SELECT doc_id FROM {ids})""").to_arrow_table()
     return found if found.num_rows else None

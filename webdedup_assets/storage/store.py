@@ -93,7 +93,7 @@ class Store:
         """A DuckDB table expression over every file of an asset."""
         files = self.require(asset)
         listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
-        return f"read_parquet([{listing}], union_by_name = true)"
+        return f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
 
     def params(self, asset: str) -> dict[str, Any]:
         """Stored parameters of an asset: of its schema file (the latest partitioned run) or its

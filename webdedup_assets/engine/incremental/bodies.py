@@ -219,7 +219,7 @@ def _read_indexed(con, directory: Path, stems: list[str], ids: str) -> pa.Table 
     indexes = [_index_path(directory, stem) for stem in stems]
     rows = con.sql(f"""
         SELECT i.doc_id, i.block_offset, i.block_bytes, i.block_raw, i.start, i.length, i.filename
-          FROM read_parquet({listing(indexes)}, filename = true) i
+          FROM read_parquet({listing(indexes)}, filename = true, hive_partitioning = false) i
          WHERE i.doc_id IN (SELECT doc_id FROM {ids})
          ORDER BY i.filename, i.block_offset""").to_arrow_table()
     if not rows.num_rows:

@@ -49,10 +49,12 @@ def changed_documents(con, store: Store, changes: DailyChanges) -> tuple[int, in
         if not files:
             con.execute(f"CREATE TEMP TABLE {name} (doc_id VARCHAR, digest UBIGINT)")
             return
-        columns = con.sql(f"SELECT * FROM read_parquet({listing(files)}, union_by_name = true) LIMIT 0").columns
+        columns = con.sql(
+            f"SELECT * FROM read_parquet({listing(files)}, union_by_name = true, hive_partitioning = false) LIMIT 0"
+        ).columns
         row = ", ".join(f"d.{quote_ident(c)}" for c in columns)
         con.execute(f"""CREATE TEMP TABLE {name} AS SELECT d.doc_id, hash(row({row})) AS digest
-            FROM read_parquet({listing(files)}, union_by_name = true) d""")
+            FROM read_parquet({listing(files)}, union_by_name = true, hive_partitioning = false) d""")
 
     digests(new_files, "new_rows")
     digests(old_files, "old_rows")

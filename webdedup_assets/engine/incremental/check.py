@@ -62,7 +62,9 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
 
     try:
         snap = sorted(snapshot_dir(store, "band_memberships").glob("*.parquet")) if state else []
-        index = f"read_parquet({listing(snap)})" if snap else store.scan_sql("band_memberships")
+        index = (
+            f"read_parquet({listing(snap)}, hive_partitioning = false)" if snap else store.scan_sql("band_memberships")
+        )
         con.execute(
             f"CREATE TEMP TABLE probe AS SELECT doc_id, band_index, band_hash FROM {new.scan_sql('band_memberships')}"
         )
@@ -134,7 +136,11 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
              ORDER BY d.doc_id""")
         reader = relation.arrow(batch_size=65_536)
         rows = write_batches(target, CHECK_SCHEMA, reader, {"stage": "check", "scoring": scoring.model_dump()})
-        duplicates = scalar(con, f"SELECT count(*) FROM read_parquet({sql_string(str(target))}) WHERE is_duplicate")
+        duplicates = scalar(
+            con,
+            f"SELECT count(*) FROM read_parquet({sql_string(str(target))}, hive_partitioning = false) "
+            "WHERE is_duplicate",
+        )
     finally:
         con.close()
     return {
@@ -207,7 +213,7 @@ def check_input(
     try:
         preview = (
             con.sql(f"""SELECT doc_id, matched_doc_id, matched_cluster_id, exact_jaccard
-            FROM read_parquet({sql_string(str(report))}) WHERE is_duplicate ORDER BY doc_id
+            FROM read_parquet({sql_string(str(report))}, hive_partitioning = false) WHERE is_duplicate ORDER BY doc_id
             LIMIT {PREVIEW_ROWS}""")
             .to_arrow_table()
             .to_pylist()

@@ -32,7 +32,8 @@ class LinksStep:
             if not files:
                 return empty
             return (
-                f"SELECT m.doc_id, m.band_index, m.band_hash FROM read_parquet({listing(files)}) m "
+                f"SELECT m.doc_id, m.band_index, m.band_hash "
+                f"FROM read_parquet({listing(files)}, hive_partitioning = false) m "
                 f"SEMI JOIN {ids} i ON i.doc_id = m.doc_id"
             )
 
@@ -42,7 +43,11 @@ class LinksStep:
             SELECT DISTINCT band_index, band_hash FROM (SELECT band_index, band_hash FROM add_rows
                                                        UNION ALL SELECT band_index, band_hash FROM rem_rows)""")
         self.report.touched_buckets = scalar(con, "SELECT count(*) FROM touched")
-        index = bucket_rows(f"read_parquet({listing(snap_bands)})", "touched") if snap_bands else empty
+        index = (
+            bucket_rows(f"read_parquet({listing(snap_bands)}, hive_partitioning = false)", "touched")
+            if snap_bands
+            else empty
+        )
         con.execute(f"CREATE TEMP TABLE old_m AS {index}")
         con.execute("""CREATE TEMP TABLE new_m AS
             SELECT doc_id, band_index, band_hash, false AS is_new FROM old_m o
@@ -201,7 +206,10 @@ class LinksStep:
         kept list updated by the touched buckets; looked up again when a listed bucket shrank."""
         con, store = self.con, self.store
         top_path = incremental_dir(store) / "collision_top.parquet"
-        con.execute(f"CREATE TEMP TABLE old_top AS SELECT * FROM read_parquet({sql_string(str(top_path))})")
+        con.execute(
+            "CREATE TEMP TABLE old_top AS "
+            f"SELECT * FROM read_parquet({sql_string(str(top_path))}, hive_partitioning = false)"
+        )
         listed_shrank = scalar(
             con,
             "SELECT count(*) FROM old_top o JOIN bstats s USING (band_index, band_hash) WHERE s.new_size < s.old_size",

@@ -74,7 +74,7 @@ class RepresentativesStep:
         fresh = cluster_inspection(con, store, stored_extra_columns(store), pairs="new_dup", clusters="regrouped")
         con.execute(f"""CREATE TEMP TABLE inspection AS
             SELECT * FROM (
-              SELECT * FROM read_parquet({sql_string(str(inspection_path))}) i
+              SELECT * FROM read_parquet({sql_string(str(inspection_path))}, hive_partitioning = false) i
                WHERE i.cluster_id NOT IN (SELECT cluster_id FROM touched_old)
               UNION ALL BY NAME SELECT * FROM ({fresh.sql_query()}))
              ORDER BY cluster_id""")
@@ -136,7 +136,7 @@ class RepresentativesStep:
         # the old rows kept (row number in the old file) and every final representative's key
         con.execute(f"""CREATE TEMP TABLE kept AS
             SELECT o.doc_id, o.file_row_number AS old_row FROM
-              read_parquet({sql_string(str(old_path))}, file_row_number = true) o
+              read_parquet({sql_string(str(old_path))}, file_row_number = true, hive_partitioning = false) o
              WHERE o.cluster_id NOT IN (SELECT cluster_id FROM touched_old)""")
         con.execute(f"""CREATE TEMP TABLE rep_keys AS
             SELECT doc_id, (file_idx << {ROW_SHIFT}) | file_row AS key FROM docs

@@ -133,7 +133,7 @@ def _documents_since_last_build(store: Store) -> tuple[int, int]:
         documents = f"(SELECT doc_id FROM {store.scan_sql('documents')})"
         built = store.path("clusters")
         try:
-            before = f"(SELECT doc_id FROM read_parquet({sql_string(str(built))}))"
+            before = f"(SELECT doc_id FROM read_parquet({sql_string(str(built))}, hive_partitioning = false))"
             added, removed = con.execute(f"""
                 SELECT (SELECT count(*) FROM {documents} d ANTI JOIN {before} b USING (doc_id)),
                        (SELECT count(*) FROM {before} b ANTI JOIN {documents} d USING (doc_id))""").fetchall()[0]
@@ -233,7 +233,8 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         )
         con.execute(f"""CREATE TEMP TABLE docs AS
             SELECT {narrow}, f.file_idx, d.file_row_number AS file_row
-              FROM read_parquet({listing(self.files)}, union_by_name = true, filename = true, file_row_number = true) d
+              FROM read_parquet({listing(self.files)}, union_by_name = true, filename = true, file_row_number = true,
+                                hive_partitioning = false) d
               JOIN file_index f USING (filename)""")
         con.unregister("file_index")
 

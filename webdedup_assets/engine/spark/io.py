@@ -124,11 +124,11 @@ def write_report(frame, target: Path, staging_root: Path) -> None:
         con.execute("SET SESSION preserve_insertion_order = true")
         if files:
             listing = ", ".join(sql_string(f) for f in files)
-            relation = con.sql(f"SELECT * FROM read_parquet([{listing}])")
+            relation = con.sql(f"SELECT * FROM read_parquet([{listing}], hive_partitioning = false)")
         else:
             empty = staging / "empty.parquet"
             write_batches(empty, arrow_schema, [], {})
-            relation = con.sql(f"SELECT * FROM read_parquet({sql_string(str(empty))})")
+            relation = con.sql(f"SELECT * FROM read_parquet({sql_string(str(empty))}, hive_partitioning = false)")
         write_csv(target, relation)
         con.close()
     finally:

@@ -118,7 +118,10 @@ def deduped_documents(run: StageRun) -> StageOutput:
     narrow = ", ".join(quote_ident(c) for c in ranking_columns(extra))
     files = store.require("documents")
     listing = ", ".join(sql_string(str(f)) for f in files)
-    located = f"read_parquet([{listing}], union_by_name = true, filename = true, file_row_number = true)"
+    located = (
+        f"read_parquet([{listing}], union_by_name = true, filename = true, file_row_number = true, "
+        "hive_partitioning = false)"
+    )
     con.execute(f"""CREATE TEMP TABLE ranked AS
         SELECT d.*, c.cluster_id, c.cluster_size, f.token_count,
                row_number() OVER (PARTITION BY c.cluster_id ORDER BY {order_by}) AS rank

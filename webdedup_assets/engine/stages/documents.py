@@ -224,7 +224,8 @@ def _retained(store: Store, files: list[InputFile], months: list[str], mapping: 
                 days = {
                     d
                     for (d,) in con.execute(
-                        f"SELECT DISTINCT CAST(crawled_at AS VARCHAR) FROM read_parquet({sql_string(str(path))})"
+                        "SELECT DISTINCT CAST(crawled_at AS VARCHAR) "
+                        f"FROM read_parquet({sql_string(str(path))}, hive_partitioning = false)"
                     ).fetchall()
                 }
                 if days & new_days:
@@ -236,7 +237,7 @@ def _retained(store: Store, files: list[InputFile], months: list[str], mapping: 
             listing = ", ".join(sql_string(str(p)) for p in changing)
             day_list = ", ".join(f"DATE {sql_string(d)}" for d in kept_days)
             con.execute(
-                f"COPY (SELECT * FROM read_parquet([{listing}], union_by_name = true) "
+                f"COPY (SELECT * FROM read_parquet([{listing}], union_by_name = true, hive_partitioning = false) "
                 f"WHERE crawled_at IN ({day_list})) TO {sql_string(str(target))} (FORMAT parquet, COMPRESSION zstd)"
             )
             retained.staged = [InputFile(target, "parquet", file_sha256(target), target.stat().st_size, stored=True)]
@@ -250,7 +251,10 @@ def _refuse_held_doc_ids(con: duckdb.DuckDBPyConnection, kept: list[Path]) -> No
     if not kept:
         return
     listing = ", ".join(sql_string(str(p)) for p in kept)
-    sql = f"SELECT doc_id FROM keys WHERE doc_id IN (SELECT doc_id FROM read_parquet([{listing}])) ORDER BY doc_id"
+    sql = (
+        "SELECT doc_id FROM keys WHERE doc_id IN "
+        f"(SELECT doc_id FROM read_parquet([{listing}], hive_partitioning = false)) ORDER BY doc_id"
+    )
     again = [d for (d,) in con.execute(sql + " LIMIT 5").fetchall()]
     if again:
         raise WebdedupError(
@@ -347,7 +351,10 @@ def _write_months(
             # all the days stores them); a kept month file beside new days becomes such a segment.
             alone = not staying and not segments
             if main in staying and (month in copied or segments):
-                oldest = f"SELECT CAST(min(crawled_at) AS VARCHAR) FROM read_parquet({sql_string(str(main))})"
+                oldest = (
+                    "SELECT CAST(min(crawled_at) AS VARCHAR) "
+                    f"FROM read_parquet({sql_string(str(main))}, hive_partitioning = false)"
+                )
                 first = scalar(con, oldest)
                 staying = [store.rename_to_segment("documents", month, first) if p == main else p for p in staying]
             store.remove_segments("documents", month, keep=[*segments, *staying])
