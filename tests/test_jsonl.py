@@ -329,6 +329,20 @@ def test_invalid_utf8_and_a_cut_compressed_stream_are_named(tmp_path):
     with pytest.raises(WebdedupError) as caught:
         stage_documents(Store(tmp_path / "s2"), str(path), mapping=DOLMA)
     assert str(caught.value) == f"{path}: cannot decompress: Truncated compressed stream"
+    # DuckDB read a .zst cut after a block of whole lines as if the file ended there: records lost
+    path = tmp_path / "cut.jsonl.zst"
+    records = [json.dumps({**dolma_record(r), "id": f"r{n}"}).encode() + b"\n" for n, r in enumerate(fixture_rows())]
+    with open(path, "wb") as raw:
+        streamed = zstandard.ZstdCompressor().stream_writer(raw, closefd=False)
+        streamed.write(b"".join(records[:12]))
+        streamed.flush(zstandard.FLUSH_BLOCK)
+        cut = raw.tell()
+        streamed.write(b"".join(records[12:]))
+        streamed.close()
+    path.write_bytes(path.read_bytes()[:cut])
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s3"), str(path), mapping=DOLMA)
+    assert str(caught.value) == f"{path}: cannot decompress: Truncated compressed stream"
 
 
 def test_a_month_read_with_another_mapping_beside_held_months_is_refused(tmp_path):

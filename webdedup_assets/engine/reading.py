@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from ..errors import WebdedupError
 from ..ingest.csv_files import MAX_LINE_BYTES, check_utf8, csv_header, delimiter, locate_csv_error
 from ..ingest.inputs import WARC_FORMATS, InputFile, resolve_input
-from ..ingest.jsonl import first_problem, has_records
+from ..ingest.jsonl import first_problem, has_records, require_whole_stream
 from ..ingest.options import WarcOptions
 from ..params import ColumnParams
 from ..storage.objects import ObjectPath, open_input
@@ -102,6 +102,8 @@ def _json_columns(f: InputFile) -> str:
     first seen late is neither dropped nor refused); each later read is then one pass over the file."""
     key = (str(f.path), f.sha256)
     if key not in _json_schemas:
+        if str(f.path).lower().endswith(".zst"):  # DuckDB detects a cut .gz itself, not a cut .zst
+            require_whole_stream(f.path)
         with connect() as con:
             rel = con.sql(
                 f"SELECT * FROM read_json({sql_string(str(f.path))}, {JSON_LINES}, sample_size = -1, "

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..errors import WebdedupError
 from ..storage.objects import open_stream
 
 JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
@@ -30,6 +31,18 @@ def has_records(path: Path) -> bool:
         return any(line.strip() for _, line in _lines(path))
     except OSError:
         return True
+
+
+def require_whole_stream(path: Path) -> None:
+    """A .zst file decompressed to its end once: DuckDB reads a zstd stream that is cut short (a
+    truncated download or copy) as if the file ended there, and its records after the cut were lost
+    without a word."""
+    try:
+        with open_stream(path) as stream:
+            while stream.read(1 << 24):
+                pass
+    except OSError as err:
+        raise WebdedupError(f"{path}: cannot decompress: {err}") from None  # as DuckDB names a cut .gz
 
 
 def first_problem(path: Path) -> str | None:
