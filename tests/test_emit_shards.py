@@ -79,6 +79,30 @@ def test_csv_records_spanning_lines_come_back_as_written(tmp_path):
     assert b'"A page of its own,\nwith a second line and a ""quote"""' in (out / "shards" / "pages.csv").read_bytes()
 
 
+def test_tsv_and_a_quoted_header_after_a_byte_order_mark_come_back_as_written(tmp_path):
+    """A .tsv shard, and the "CSV UTF-8" spreadsheets write (a byte order mark, every name
+    quoted): the run read them, then --emit-shards failed with "'doc_id' is not in list"."""
+    rows = fixture_rows()
+    columns = list(rows[0])
+    for name, dialect, mark in (("pages.tsv", "excel-tab", ""), ("sheet.csv", "excel", "\ufeff")):
+        source = tmp_path / name / name
+        source.parent.mkdir()
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, columns, dialect=dialect, quoting=csv.QUOTE_ALL)
+        writer.writeheader()
+        writer.writerows(rows)
+        source.write_text(mark + text.getvalue(), encoding="utf-8", newline="")
+        out = tmp_path / name / "out"
+        assert main(["run", str(source), "--output", str(out), "--quiet", "--emit-shards"]) == 0
+        removed = _removed(out)
+        assert len(removed) == 12
+        expected = io.StringIO(newline="")
+        writer = csv.DictWriter(expected, columns, dialect=dialect, quoting=csv.QUOTE_ALL)
+        writer.writeheader()
+        writer.writerows(r for r in rows if r["doc_id"] not in removed)
+        assert (out / "shards" / name).read_bytes() == (mark + expected.getvalue()).encode()
+
+
 def _emitted_parquet(tmp_path, table: pa.Table, name: str, codec: str, date_column: str):
     """`table` as the Parquet input in/<name> (id, text and url fields), run with --emit-shards:
     (the emitted shard, the removed doc_ids)."""

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
+from ..ingest.csv_files import delimiter
 from ..ingest.inputs import InputFile
 from ..params import ColumnParams
 from ..storage.objects import ObjectPath, is_uri, open_input, open_stream
@@ -117,21 +118,21 @@ def _csv(source: Path | ObjectPath, out: Path, id_column: str, removed: set[str]
     consumed: list[str] = []  # the raw lines of the record the reader is on (a quoted field may span lines)
 
     def lines(handle) -> Iterator[str]:
-        for line in handle:
-            consumed.append(line)
-            yield line
+        for number, line in enumerate(handle):
+            consumed.append(line)  # as read: a byte order mark stays in the shard
+            yield line[1:] if number == 0 and line.startswith("\ufeff") else line
 
     with (
         io.TextIOWrapper(open_input(source), encoding="utf-8", newline="") as handle,
         open(out, "w", encoding="utf-8", newline="") as sink,
     ):
-        reader = csv.reader(lines(handle))
+        reader = csv.reader(lines(handle), delimiter=delimiter(source), quotechar='"', doublequote=True)
         header = next(reader, None)
         if header is None:
             return 0, 0
         sink.write("".join(consumed))
         consumed.clear()
-        column = [name.lstrip("\ufeff") for name in header].index(id_column)
+        column = header.index(id_column)
         for row in reader:
             record = "".join(consumed)
             consumed.clear()
