@@ -58,6 +58,31 @@ def line_id(line: bytes) -> str:
     return json.loads(line)["id"]
 
 
+def test_lines_duckdb_reads_leniently_and_numeric_ids_come_back_as_written(tmp_path):
+    """Which record is kept follows the doc_ids the documents stage read, in the file's order: a
+    line with a trailing comma (DuckDB reads it; Python's json refused it after every stage had
+    run) and numeric ids beside text ids (1.10 is held as 1.1) come back as they were written."""
+    rows = fixture_rows()
+    lines = []
+    for number, row in enumerate(rows):
+        record = json.dumps({**dolma_record(row), "id": row["doc_id"]})
+        if number == 0:
+            record = record[:-1] + ', "extra": 1,}'  # trailing comma
+        if number == 1:
+            record = record.replace(json.dumps(row["doc_id"]), "1.10")  # a number among text ids
+        lines.append(record + "\n")
+    source = tmp_path / "in" / "pages.jsonl"
+    source.parent.mkdir()
+    source.write_text("".join(lines) + "\n")  # and a blank line last
+    out = tmp_path / "out"
+    assert main(["run", str(source), "--output", str(out), "--quiet", "--emit-shards", *DOLMA_FLAGS]) == 0
+    removed = _removed(out)
+    assert len(removed) == len(rows) - 12
+    ids = [rows[0]["doc_id"], "1.1"] + [r["doc_id"] for r in rows[2:]]
+    expected = [line for line, doc_id in zip(lines, ids) if doc_id not in removed]
+    assert (out / "shards" / "pages.jsonl").read_text() == "".join(expected)
+
+
 def test_csv_records_spanning_lines_come_back_as_written(tmp_path):
     rows = fixture_rows()
     rows.append({**rows[0], "doc_id": "spanning", "body": 'A page of its own,\nwith a second line and a "quote"'})

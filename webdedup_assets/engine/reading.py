@@ -199,6 +199,23 @@ def load_input(
     return [stored_name(c) for c in extra], scalar(con, "SELECT count(*) FROM keys WHERE crawled_day IS NULL")
 
 
+def document_ids(f: InputFile, mapping: ColumnParams) -> pa.ChunkedArray:
+    """The doc_id of each record of one input file, in the file's order, derived as load_input
+    derives it (the mapping, the cast of numeric or mixed ids), for writing the file back."""
+    con = connect()
+    try:
+        con.execute("SET SESSION preserve_insertion_order = true")
+        infer_json_columns([f])
+        rel = scan_input(con, f)
+        temp_view(con, "raw", rel)
+        doc_id = _contract_sql(con, f, "raw", map_columns(f, rel, mapping))["doc_id"]
+        return con.sql(f"SELECT {doc_id} FROM raw").to_arrow_table().column(0)
+    except duckdb.Error as err:
+        raise read_error(err, [f]) from None
+    finally:
+        con.close()
+
+
 INTEGER_TYPES = {
     "tinyint",
     "smallint",

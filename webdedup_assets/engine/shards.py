@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,8 @@ from ..ingest.csv_files import delimiter
 from ..ingest.inputs import InputFile
 from ..params import ColumnParams
 from ..storage.objects import ObjectPath, is_uri, open_input, open_stream
-from ..storage.store import Store, connect, sql_string
-from .columns import field_sql
+from ..storage.store import Store, connect
+from .reading import document_ids
 
 FOLDER = "shards"
 EMITTED_FORMATS = ("csv", "parquet", "jsonl")
@@ -75,46 +74,42 @@ def emit_shards(
         out = target.joinpath(*f.path.parts[len(common) :])
         out.parent.mkdir(parents=True, exist_ok=True)
         write = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet}[f.format]
-        kept, dropped = write(f.path, out, mapping.id_column, removed)
+        ids = document_ids(f, mapping)
+        kept, dropped = write(f.path, out, _kept(ids, removed))
         figures["shards"] += 1
         figures["records_kept"] += kept
         figures["records_removed"] += dropped
     return figures
 
 
-def _field(record: dict, path: str) -> Any:
-    """A field of a JSON object, or a dotted path into nested objects (a key holding the dots first)."""
-    if path in record:
-        return record[path]
-    value: Any = record
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+def _kept(ids: pa.ChunkedArray, removed: set[str]) -> list[bool]:
+    """Per record of a file, in its order, whether its document is kept."""
+    return pc.invert(pc.is_in(ids, value_set=pa.array(sorted(removed), pa.string()))).to_pylist()
 
 
-def _id_text(value: Any) -> str:
-    """A JSON id as the documents stage holds it (DuckDB's cast to VARCHAR)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return value if isinstance(value, str) else json.dumps(value)
+def _records_differ(source: Path | ObjectPath, records: int, read: int) -> WebdedupError:
+    return WebdedupError(
+        f"{source}: holds {records} records here but {read} when the documents were read: did it change?"
+    )
 
 
-def _jsonl(source: Path | ObjectPath, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
-    kept = dropped = 0
+def _jsonl(source: Path | ObjectPath, out: Path, kept_flags: list[bool]) -> tuple[int, int]:
+    kept = records = 0
     with open_stream(source) as raw, pa.output_stream(str(out), compression="detect") as sink:
         for line in io.BufferedReader(raw, buffer_size=1 << 20):
-            if not line.strip():
+            if not line.strip():  # DuckDB reads no record from a blank line
                 continue
-            if _id_text(_field(json.loads(line), id_column)) in removed:
-                dropped += 1
-                continue
-            sink.write(line)
-            kept += 1
-    return kept, dropped
+            if records < len(kept_flags) and kept_flags[records]:
+                sink.write(line)
+                kept += 1
+            records += 1
+    if records != len(kept_flags):
+        raise _records_differ(source, records, len(kept_flags))
+    return kept, records - kept
 
 
-def _csv(source: Path | ObjectPath, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
-    kept = dropped = 0
+def _csv(source: Path | ObjectPath, out: Path, kept_flags: list[bool]) -> tuple[int, int]:
+    kept = records = 0
     consumed: list[str] = []  # the raw lines of the record the reader is on (a quoted field may span lines)
 
     def lines(handle) -> Iterator[str]:
@@ -132,36 +127,27 @@ def _csv(source: Path | ObjectPath, out: Path, id_column: str, removed: set[str]
             return 0, 0
         sink.write("".join(consumed))
         consumed.clear()
-        column = header.index(id_column)
-        for row in reader:
+        for _ in reader:
             record = "".join(consumed)
             consumed.clear()
-            if row and row[column] in removed:
-                dropped += 1
-                continue
-            sink.write(record)
-            kept += 1
-    return kept, dropped
+            if records < len(kept_flags) and kept_flags[records]:
+                sink.write(record)
+                kept += 1
+            records += 1
+    if records != len(kept_flags):
+        raise _records_differ(source, records, len(kept_flags))
+    return kept, records - kept
 
 
-def _parquet(source: Path | ObjectPath, out: Path, id_column: str, removed: set[str]) -> tuple[int, int]:
+def _parquet(source: Path | ObjectPath, out: Path, kept_flags: list[bool]) -> tuple[int, int]:
     """The kept rows with the input's own schema (types, time zones, nullability, metadata) and
-    codec, in the input's order: DuckDB reads the ids (engine.columns finds the field), pyarrow
-    copies the rows batch by batch."""
-    con = connect()
-    try:
-        con.execute("SET SESSION preserve_insertion_order = true")  # the ids in the input's order
-        scan = f"read_parquet({sql_string(str(source))}, hive_partitioning = false)"
-        found = field_sql(con.sql(f"SELECT * FROM {scan}"), id_column)
-        if found is None:  # the documents stage read it: only a file changed since would lack it
-            raise WebdedupError(f"{source}: no field {id_column!r} (the id column) to emit the shard by")
-        ids = con.sql(f"SELECT CAST({found[0]} AS VARCHAR) FROM {scan}").to_arrow_table().column(0)
-    finally:
-        con.close()
-    keep = pc.invert(pc.is_in(ids, value_set=pa.array(sorted(removed), pa.string()))).combine_chunks()
+    codec, in the input's order, copied batch by batch by pyarrow."""
+    keep = pa.array(kept_flags, pa.bool_())
     with open_input(source) as handle:
         reader = pq.ParquetFile(handle)
         metadata = reader.metadata
+        if metadata.num_rows != len(keep):
+            raise _records_differ(source, metadata.num_rows, len(keep))
         codec = metadata.row_group(0).column(0).compression.lower() if metadata.num_row_groups else "snappy"
         codec = {"uncompressed": "none", "lz4_raw": "lz4"}.get(codec, codec)
         offset = 0
