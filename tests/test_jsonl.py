@@ -316,6 +316,41 @@ def test_fields_of_mixed_types_are_read_as_text(tmp_path):
     }
 
 
+def test_an_extra_field_of_other_types_in_other_shards_is_kept_as_json(tmp_path):
+    """The shards of one input disagree on an extra field's type (a number in one, an object in
+    another): kept as JSON, as within one file; text beside dates stays text. The run stopped
+    with DuckDB's "Unimplemented type for cast (BIGINT -> STRUCT(a BIGINT))", naming no file."""
+
+    def shard(name: str, values: list) -> None:
+        records = [
+            {
+                "id": f"{name}{n}",
+                "text": f"page {name} {n}",
+                "created": "2026-03-01",
+                "url": "https://a.example/",
+                "extra": value,
+                "when": when,
+            }
+            for n, (value, when) in enumerate(values)
+        ]
+        write_shard(tmp_path / "in" / f"{name}.jsonl", records)
+
+    shard("a", [(5, "2026-01-01"), (6, "2026-01-02")])
+    shard("b", [({"a": 1}, "unknown"), ({"a": 2}, "2026-01-03")])
+    shard("c", [(7.5, None)])
+    mapping = ColumnParams(id_column="id", text_column="text", date_column="created", url_column="url")
+    store = Store(tmp_path / "s")
+    stage_documents(store, str(tmp_path / "in"), months=["2026-03"], mapping=mapping)
+    stored = {r["doc_id"]: (r["extra"], r["when"] and str(r["when"])) for r in stored_documents(store)}
+    assert stored == {
+        "a0": ("5", "2026-01-01"),
+        "a1": ("6", "2026-01-02"),
+        "b0": ('{"a":1}', "unknown"),
+        "b1": ('{"a":2}', "2026-01-03"),
+        "c0": ("7.5", None),
+    }
+
+
 def test_invalid_utf8_and_a_cut_compressed_stream_are_named(tmp_path):
     good = json.dumps(dolma_record(fixture_rows()[0])).encode() + b"\n"
     path = tmp_path / "latin1.jsonl"

@@ -169,8 +169,18 @@ def load_input(
     relations = [scan_input(con, f) for f in files]
     mapped = [map_columns(f, rel, mapping) for f, rel in zip(files, relations)]
     extra: list[str] = []
-    for m in mapped:
+    kinds: dict[str, set[str]] = {}  # an extra field's types across the files
+    for rel, m in zip(relations, mapped):
         extra.extend(c for c in m.extra if c not in extra)
+        types = dict(zip(rel.columns, rel.types))
+        for c in m.extra:
+            kind = "number" if types[c].id in NUMBER_TYPES else "text" if types[c].id in TEXT_TYPES else str(types[c])
+            if types[c].id != "null":  # a field that is null throughout a file goes with any type
+                kinds.setdefault(c, set()).add(kind)
+    # A field of other types in other files (a number here, an object there) is kept as JSON, as
+    # DuckDB keeps one whose types differ within a file; numbers of several widths are widened, and
+    # text beside what DuckDB reads from text (a date, a UUID) is text.
+    as_json = {c for c, found in kinds.items() if len(found) > 1}
     typed_parts = []
     for index, (f, rel, m) in enumerate(zip(files, relations, mapped)):
         view = f"raw_{index}"
@@ -179,7 +189,7 @@ def load_input(
         cols = [f"{text[c]} AS {quote_ident(c)}" for c in TEXT_COLUMNS]
         cols.append(f"{text['crawled_at']} AS crawled_at_raw")
         cols.append(f"{text['crawled_day']} AS crawled_day")
-        cols += [f"{quote_ident(c) if c in m.extra else 'NULL'} AS {quote_ident(stored_name(c))}" for c in extra]
+        cols += [f"{_extra_sql(c, m.extra, as_json)} AS {quote_ident(stored_name(c))}" for c in extra]
         cols.append(f"{sql_string(f.path.name)} AS __source_file, {index} AS __file_index")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
     fallback = f"DATE {sql_string(mapping.default_date)}" if mapping.default_date else "NULL"
@@ -216,6 +226,12 @@ def document_ids(f: InputFile, mapping: ColumnParams) -> pa.ChunkedArray:
         con.close()
 
 
+def _extra_sql(column: str, present: list[str], as_json: set[str]) -> str:
+    if column not in present:
+        return "NULL"
+    return f"to_json({quote_ident(column)})" if column in as_json else quote_ident(column)
+
+
 INTEGER_TYPES = {
     "tinyint",
     "smallint",
@@ -229,6 +245,7 @@ INTEGER_TYPES = {
     "uhugeint",
 }
 NUMBER_TYPES = INTEGER_TYPES | {"float", "double", "decimal"}
+TEXT_TYPES = {"varchar", "date", "time", "timestamp", "timestamp with time zone", "uuid"}
 
 
 def _contract_sql(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, mapped: MappedInput) -> dict[str, str]:
