@@ -125,3 +125,22 @@ def test_an_output_on_another_file_system_is_published_as_before_and_nothing_is_
 
 def test_same_file_system_looks_at_the_nearest_existing_folder(tmp_path):
     assert publish_module._same_file_system(tmp_path, tmp_path / "not" / "made" / "yet")
+
+
+def test_check_and_evaluate_reports_go_when_another_corpus_is_published(tmp_path, capsys):
+    """check.parquet and evaluation/ answer for the corpus published when they were written: a
+    failed command keeps them, the next publication removes them (a reused folder kept another
+    corpus' reports: evaluation/summary.json said 369 documents beside an output of 125)."""
+    out = tmp_path / "out"
+    assert _run(capsys, str(FIXTURE), "--output", str(out)) == 0
+    assert main(["check", str(FIXTURE), "--against", str(out), "--quiet"]) == 0
+    (out / "evaluation").mkdir()
+    (out / "evaluation" / "summary.json").write_text('{"documents": 24}')
+    assert (out / "check.parquet").is_file()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("doc_id,source,domain,crawled_at,title,body\nx,s,d.example,not a date,t,b\n")
+    assert main(["add", str(bad), "--output", str(out), "--quiet"]) == 2
+    assert (out / "check.parquet").is_file() and (out / "evaluation" / "summary.json").is_file()
+    assert _run(capsys, str(FIXTURE), "--output", str(out)) == 0
+    assert not (out / "check.parquet").exists() and not (out / "evaluation").exists()
+    assert (out / "deduped_documents.parquet").is_file()

@@ -60,6 +60,10 @@ OUTPUT_NAMES = (
     "deduped_documents.parquet",
     "rejected_records.csv",
     "shards",
+    # written beside the outputs by `check` and `evaluate` about the corpus published then: removed
+    # when another is published, so that the folder never answers for a corpus it no longer holds
+    "check.parquet",
+    "evaluation",
     MANIFEST,
 )
 # Reports a stage writes beside its stored data, published as they are.
