@@ -294,6 +294,6 @@ def test_a_timestamp_whose_utc_day_is_past_year_9999_is_not_a_date(tmp_path, cap
     line = capsys.readouterr().err.splitlines()[-1]
     assert line.startswith(
         "webdedup: error in documents: crawled_at is not a date or timestamp for 1 document(s), first: 'a' "
-        "('9999-12-31T23:59:59-05:00') in input.csv;"
+        f"('9999-12-31T23:59:59-05:00') in {path};"
     )
     assert "or epoch seconds (a number field of JSON Lines or Parquet; CSV text holds dates)" in line

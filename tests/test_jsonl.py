@@ -148,7 +148,7 @@ def test_epoch_seconds_and_the_default_date(tmp_path):
     with pytest.raises(WebdedupError) as caught:
         stage_documents(Store(tmp_path / "s"), str(path), mapping=mapping)
     assert str(caught.value).startswith(
-        "crawled_at is missing for 2 document(s), first doc_id(s): 'c', 'd' (in epoch.jsonl.zst, field ts); every "
+        f"crawled_at is missing for 2 document(s), first doc_id(s): 'c', 'd' (in {path}, field ts); every "
         "document needs its crawl date"
     )
     assert str(caught.value).endswith("or set a default date for them (default_date; CLI: --default-date)")

@@ -190,7 +190,7 @@ def load_input(
         cols.append(f"{text['crawled_at']} AS crawled_at_raw")
         cols.append(f"{text['crawled_day']} AS crawled_day")
         cols += [f"{_extra_sql(c, m.extra, as_json)} AS {quote_ident(stored_name(c))}" for c in extra]
-        cols.append(f"{sql_string(f.path.name)} AS __source_file, {index} AS __file_index")
+        cols.append(f"{sql_string(str(f.path))} AS __source_file, {index} AS __file_index")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
     fallback = f"DATE {sql_string(mapping.default_date)}" if mapping.default_date else "NULL"
     con.execute(
@@ -204,7 +204,7 @@ def load_input(
         )
     except duckdb.Error as err:  # a malformed CSV or JSON Lines file fails here, on its first bad record
         raise read_error(err, files) from None
-    date_fields = {f.path.name: "crawled_at" if f.stored else mapping.date_column for f in files}
+    date_fields = {str(f.path): "crawled_at" if f.stored else mapping.date_column for f in files}
     _validate_rows(con, dated=not mapping.default_date, date_fields=date_fields)
     return [stored_name(c) for c in extra], scalar(con, "SELECT count(*) FROM keys WHERE crawled_day IS NULL")
 
