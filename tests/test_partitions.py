@@ -429,6 +429,14 @@ def test_pages_outside_the_partitions_are_reported_with_their_doc_ids(tmp_path):
             "title": "t",
             "body": "a page from a covered day",
         },
+        {  # a month between two partitions: it was counted as covered and silently left out
+            "doc_id": "gap-page",
+            "source": "s",
+            "domain": "d.example",
+            "crawled_at": "2026-07-10",
+            "title": "t",
+            "body": "a page from a month between the partitions",
+        },
     ]
     folder.mkdir()
     path = folder / "mixed.csv"  # no date in the name: read for every day and checked
@@ -437,7 +445,7 @@ def test_pages_outside_the_partitions_are_reported_with_their_doc_ids(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     env = Env(tmp_path, folder)
-    env.instance.add_dynamic_partitions(CRAWL_MONTHS, ["2026-03"])  # only one of the three months registered
+    env.instance.add_dynamic_partitions(CRAWL_MONTHS, ["2026-03", "2026-12"])  # two of the five months
     result = env.defs.resolve_job_def(DAILY_JOB).execute_in_process(
         run_config=env.config(ops=["documents"]), instance=env.instance, partition_key="2026-03"
     )
@@ -445,12 +453,13 @@ def test_pages_outside_the_partitions_are_reported_with_their_doc_ids(tmp_path):
         e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "documents"
     )
     metadata = documents.materialization.metadata
-    assert metadata["documents_outside_partitions"].value == 2
-    assert metadata["doc_ids_outside_partitions"].value == ["future-page", "old-page"]
+    assert metadata["documents_outside_partitions"].value == 3
+    assert metadata["doc_ids_outside_partitions"].value == ["future-page", "gap-page", "old-page"]
+    assert metadata["months_outside_partitions"].value == ["1998-05", "2026-07", "2099-01"]
     # `webdedup run` covers them: its partitions are the months present in the input
     assert main(["run", str(path), "--output", str(tmp_path / "out"), "--quiet", "--json"]) == 0
     kept = duckdb.sql(f"SELECT doc_id FROM {Store(tmp_path / 'out' / '_storage').scan_sql('deduped_documents')}")
-    assert {d for (d,) in kept.fetchall()} == {"old-page", "future-page", "today-page"}
+    assert {d for (d,) in kept.fetchall()} == {"old-page", "future-page", "today-page", "gap-page"}
 
 
 def test_cli_run_over_many_days_is_one_daily_run_over_their_months(tmp_path):

@@ -4,7 +4,6 @@ config, run the stage, report metadata (per month: report_months). The global as
 global_assets.py."""
 
 import base64
-import calendar
 import json
 import logging
 import re
@@ -168,16 +167,12 @@ def _months(context: dg.AssetExecutionContext) -> list[str]:
     return months
 
 
-def _coverage(context: dg.AssetExecutionContext) -> tuple[str, str]:
-    """The first and last day of the crawl months known as partitions (documents dated outside
-    them are reported)."""
+def _coverage(context: dg.AssetExecutionContext) -> list[str]:
+    """The crawl months known as partitions (documents dated in any other month are reported)."""
     partitions_def = context.assets_def.partitions_def
     if isinstance(partitions_def, dg.DynamicPartitionsDefinition):
-        known = sorted(context.instance.get_dynamic_partitions(CRAWL_MONTHS))
-    else:  # build_defs(months): the months given
-        known = sorted(partitions_def.get_partition_keys())
-    year, month = (int(part) for part in known[-1].split("-"))
-    return f"{known[0]}-01", f"{known[-1]}-{calendar.monthrange(year, month)[1]:02d}"
+        return sorted(context.instance.get_dynamic_partitions(CRAWL_MONTHS))
+    return sorted(partitions_def.get_partition_keys())  # build_defs(months): the months given
 
 
 def report_months(context: dg.AssetExecutionContext, storage: WebdedupStorage, asset: str, months: list[str]) -> int:
@@ -303,8 +298,9 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
         outside = info.get("documents_outside_partitions", 0)
         if outside or info.get("files_outside_partitions"):
             context.log.warning(
-                f"{outside} document(s) read are dated outside the crawl-month partitions {coverage[0]} .. "
-                f"{coverage[1]}, first: {info['doc_ids_outside_partitions']}; files dated outside: "
+                f"{outside} document(s) read are dated in months that are not crawl-month partitions "
+                f"({', '.join(info['months_outside_partitions'])}), first: {info['doc_ids_outside_partitions']}; "
+                f"files dated outside: "
                 f"{info['files_outside_partitions']}. The discover_crawl_months sensor adds the input's months as "
                 "partitions (or use `webdedup run`, which partitions by the input's months)."
             )
@@ -314,6 +310,7 @@ def build_daily_assets(partitions_def: dg.PartitionsDefinition) -> list[dg.Asset
                 **run_metadata(info.get("seconds"), input_parameters(config.model_dump()), months, rows),
                 "documents_outside_partitions": dg.MetadataValue.int(outside),
                 "doc_ids_outside_partitions": dg.MetadataValue.json(info.get("doc_ids_outside_partitions", [])),
+                "months_outside_partitions": dg.MetadataValue.json(info.get("months_outside_partitions", [])),
                 **warc,
             }
         )

@@ -16,7 +16,6 @@ The Dagster definitions (defs/) call the same stage functions; nothing here impo
 
 from __future__ import annotations
 
-import calendar
 import logging
 import shutil
 import time
@@ -284,11 +283,6 @@ def _check_input(
     return files
 
 
-def _month_coverage(months: list[str]) -> tuple[str, str]:
-    year, month = (int(part) for part in months[-1].split("-"))
-    return f"{months[0]}-01", f"{months[-1]}-{calendar.monthrange(year, month)[1]:02d}"
-
-
 def run(
     input_path: str,
     storage_root: Path,
@@ -329,7 +323,7 @@ def run(
                 input_path,
                 input_format,
                 months=months,
-                coverage=_month_coverage(months),
+                coverage=months,
                 warc_options=warc_options,
                 mapping=mapping,
             ),

@@ -85,7 +85,7 @@ def stage_documents(
     input_path: str,
     input_format: str = "auto",
     months: list[str] | None = None,
-    coverage: tuple[str, str] | None = None,
+    coverage: list[str] | None = None,
     warc_options: WarcOptions | None = None,
     extend: bool = False,
     mapping: ColumnParams | None = None,
@@ -113,8 +113,8 @@ def documents_stage(run: StageRun) -> StageOutput:
     With months (crawl-month partitions, YYYY-MM): only files that can hold those months are
     read (a file whose name carries a date outside them is skipped), and each month's documents
     go to documents/part-<month>.parquet and its segments (see _write_months); a month without
-    documents keeps no file. Any document read whose day lies outside `coverage` (the first and
-    last day of the partitions that exist) is reported, with its doc_id, never silently left out.
+    documents keeps no file. Any document read whose month is not in `coverage` (the partitions
+    that exist) is reported, with its doc_id, never silently left out.
     """
     store = run.store
     months = None if run.partitions == [None] else list(run.partitions)
@@ -136,7 +136,7 @@ def documents_stage(run: StageRun) -> StageOutput:
             uncovered_files = [
                 str(f.path)
                 for f in all_files
-                if (d := day_of_file(f.path)) is not None and not coverage[0] <= d <= coverage[1]
+                if (d := day_of_file(f.path)) is not None and crawl_month(d) not in coverage
             ]
     sources, described, warc_summary = files, [f.describe() for f in files], None
     if any(f.format in WARC_FORMATS for f in files):  # WARC -> staged Parquet, validated like any input
@@ -458,14 +458,23 @@ def _day_entries(day_rows: dict[str, int], sources: list[InputFile]) -> dict[str
     }
 
 
-def _uncovered(con, coverage: tuple[str, str], uncovered_files: list[str]) -> dict[str, Any]:
-    """Documents read whose day has no partition: counted and named, never silently dropped."""
-    where = f"crawled_at < DATE {sql_string(coverage[0])} OR crawled_at > DATE {sql_string(coverage[1])}"
+def _uncovered(con, coverage: list[str], uncovered_files: list[str]) -> dict[str, Any]:
+    """Documents read whose month has no partition (before, after or between those that exist):
+    counted and named, never silently dropped."""
+    listed = ", ".join(sql_string(m) for m in coverage)
+    where = f"strftime(crawled_at, '%Y-%m') NOT IN ({listed})" if coverage else "true"
     count = scalar(con, f"SELECT count(*) FROM keys WHERE {where}")
     sample = [d for (d,) in con.execute(f"SELECT doc_id FROM keys WHERE {where} ORDER BY doc_id LIMIT 10").fetchall()]
+    months = [
+        m
+        for (m,) in con.execute(
+            f"SELECT DISTINCT strftime(crawled_at, '%Y-%m') m FROM keys WHERE {where} ORDER BY m"
+        ).fetchall()
+    ]
     return {
         "documents_outside_partitions": count,
         "doc_ids_outside_partitions": sample,
+        "months_outside_partitions": months,
         "files_outside_partitions": uncovered_files,
     }
 
