@@ -166,10 +166,12 @@ def _daily_run(tmp_path, config):
     )
 
 
-def _init_failure(result) -> str:
-    failures = [e for e in result.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE"]
+def _step_failure(result) -> str:
+    """The description of the run's first failed step: the one line a user reads in the UI (a
+    failure of the storage resource showed Dagster's own words, the message a cause in its stack)."""
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert failures, [e.event_type_value for e in result.all_events]
-    return failures[0].event_specific_data.error.message
+    return failures[0].event_specific_data.user_failure_data.description
 
 
 @pytest.mark.parametrize(
@@ -186,8 +188,8 @@ def test_dagster_run_with_invalid_config_fails_before_any_step(tmp_path, asset, 
     config["ops"][asset]["config"].update(values)
     result = _daily_run(tmp_path, config)
     assert not result.success
-    assert message in _init_failure(result)
-    assert not any(e.event_type_value == "STEP_START" for e in result.all_events)  # no stage ran
+    assert _step_failure(result).endswith(message)
+    assert not result.get_asset_materialization_events()  # no stage ran
     assert not (tmp_path / "s").exists()
 
 
@@ -200,7 +202,8 @@ def test_dagster_run_config_with_two_thresholds_is_refused(tmp_path):
         run_config={**config, "ops": global_ops}, raise_on_error=False, instance=dg.DagsterInstance.ephemeral()
     )
     assert not result.success
-    assert "threshold 0.8 differs from scored_pairs' threshold 0.9; there is one threshold" in _init_failure(result)
+    assert "threshold 0.8 differs from scored_pairs' threshold 0.9; there is one threshold" in _step_failure(result)
+    assert not result.get_asset_materialization_events()
 
 
 def test_documented_parameter_table_matches_the_model():
@@ -226,3 +229,23 @@ def test_warc_options_defaults_match_the_model():
     from webdedup_assets.ingest.options import WarcOptions
 
     assert DocumentsConfig().warc_options() == WarcOptions()
+
+
+def test_the_one_threshold_rule_compares_with_the_threshold_in_force(monkeypatch):
+    """duplicate_pairs' threshold is compared with the one scored_pairs will use: its config
+    default, which is the threshold in force (it was compared with the code's 0.7), also when
+    scored_pairs is not configured (a job run: the rule was skipped and 0.8 silently ignored)."""
+    from webdedup_assets.defs import config as config_module
+
+    def only_duplicates(threshold: float) -> dict:
+        return {"ops": {"duplicate_pairs": {"config": {"threshold": threshold}}}}
+
+    config_module.validate_run_config(only_duplicates(0.7))
+    with pytest.raises(InvalidConfig, match="threshold 0.8 differs from scored_pairs' threshold 0.7"):
+        config_module.validate_run_config(only_duplicates(0.8))
+    held = config_module._config_class("ScoreConfig", params.ScoringParams, "held", in_force={"threshold": 0.9})
+    held.asset_name = "scored_pairs"
+    monkeypatch.setitem(config_module.CONFIG_OF_ASSET, "scored_pairs", held)
+    config_module.validate_run_config(only_duplicates(0.9))
+    with pytest.raises(InvalidConfig, match="threshold 0.7 differs from scored_pairs' threshold 0.9"):
+        config_module.validate_run_config(only_duplicates(0.7))

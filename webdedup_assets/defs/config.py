@@ -238,36 +238,45 @@ def _op_config(run_config: Mapping[str, Any], asset: str) -> dict[str, Any] | No
     return dict(op.get("config") or {}) if isinstance(op, Mapping) else {}
 
 
+def _params_of(asset: str, values: dict[str, Any]) -> ParamGroup:
+    """The asset's parameters for a run with these config values: its config class (ranges, and
+    the parameters in force as defaults), then its model's own rules."""
+    config = CONFIG_OF_ASSET[asset](**values)
+    fields = config.params_model.model_fields
+    try:
+        return config.params_model.checked({k: v for k, v in config.model_dump().items() if k in fields})
+    except ParamError as err:
+        raise InvalidConfig(asset, err) from None
+
+
 def validate_run_config(run_config: Mapping[str, Any], selected: set[str] | None = None) -> None:
     """Check every asset's config in a run config before any stage runs; raise InvalidConfig.
 
-    Each value is checked against its range; then the cross-field rules over the assets of the
-    run (`selected`, default: those configured; an asset of the run without config has the
-    defaults): bands x rows = num_perm when fingerprinted and band_memberships run together,
-    and duplicate_pairs' threshold, when set, equals scored_pairs'. An asset whose upstream is
-    not part of the run is checked by its stage against the stored upstream parameters.
+    Each value is checked against its range; then the cross-field rules, with the values the
+    run's assets will use (an asset without config, in the run or not, has its defaults: the
+    parameters in force, as its config class has them): bands x rows = num_perm when
+    fingerprinted or band_memberships is configured, and duplicate_pairs' threshold, when set,
+    equals scored_pairs'. `selected` is kept for the callers' sake: the rules no longer depend on
+    which assets a run selects (a job run selects none).
     """
     configured = {a: c for a in CONFIG_OF_ASSET if (c := _op_config(run_config, a)) is not None}
-    present = set(configured) | (set(selected or ()) & set(CONFIG_OF_ASSET))
     groups: dict[str, ParamGroup] = {}
-    for asset in sorted(present, key=list(CONFIG_OF_ASSET).index):
-        values = configured.get(asset, {})
+    for asset in configured:  # every configured value against its range
+        values = configured[asset]
         if asset == "duplicate_pairs":
-            threshold = values.get("threshold")
-            if threshold is not None:
-                groups["duplicate_threshold"] = ScoringParams.checked({"threshold": threshold})
+            if values.get("threshold") is not None:
+                groups["duplicate_threshold"] = DuplicateConfig(**values)  # type: ignore[assignment]
             continue
-        values = {k: v for k, v in values.items() if k not in ("input_path", "full_rebuild")}
-        try:
-            groups[STAGE_OF_ASSET[asset]] = STAGE_GROUPS[STAGE_OF_ASSET[asset]].checked(values)
-        except ParamError as err:
-            raise InvalidConfig(asset, err) from None
-    if "fingerprint" in groups and "banding" in groups:
+        groups[STAGE_OF_ASSET[asset]] = _params_of(asset, values)
+    if {"fingerprint", "banding"} & groups.keys():
+        groups.setdefault("fingerprint", _params_of("fingerprinted", {}))
+        groups.setdefault("banding", _params_of("band_memberships", {}))
         try:
             RunParams(fingerprint=groups["fingerprint"], banding=groups["banding"])
         except ValidationError as err:
             raise InvalidConfig("band_memberships", param_error(RunParams, err)) from None
-    if "scoring" in groups and "duplicate_threshold" in groups:
+    if "duplicate_threshold" in groups:
+        groups.setdefault("scoring", _params_of("scored_pairs", {}))
         scored, dup = groups["scoring"].threshold, groups["duplicate_threshold"].threshold  # type: ignore[attr-defined]
         if scored != dup:
             raise InvalidConfig(

@@ -15,7 +15,7 @@ from ..storage.fileio import make_folder
 from ..storage.objects import ObjectPath, is_uri
 from ..storage.remote import working_copy
 from ..storage.store import Store
-from .config import DEFAULT_STORAGE_ROOT, validate_run_config
+from .config import DEFAULT_STORAGE_ROOT, InvalidConfig, validate_run_config
 
 DEFAULT_OUTPUT_DIR = os.environ.get("WEBDEDUP_OUTPUT_DIR", ".webdedup/output")
 # How long a step waits for another step of this machine to finish with a storage in object storage.
@@ -38,15 +38,24 @@ class WebdedupStorage(dg.ConfigurableResource):
     # data. Off for runs on a throwaway instance (tests), where no one could look at them.
     ui_previews: bool = True
     _working_copy: Path | None = PrivateAttr(default=None)
+    _invalid: InvalidConfig | None = PrivateAttr(default=None)
 
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[WebdedupStorage]:
         """Every asset of a run needs storage: the whole run config is checked (ranges and
-        cross-field rules) before the first step of the run computes anything."""
+        cross-field rules) before the first step of the run computes anything. A config found
+        invalid fails the step that asks for the storage, with the one-line message as the step's
+        failure (raised here, Dagster would report a failed resource, the message a cause deep in
+        its stack), and the storage is never touched."""
         run = context.run
         if run is not None and run.run_config:
             selected = {key.to_user_string() for key in run.asset_selection or ()}
-            validate_run_config(run.run_config, selected)
+            try:
+                validate_run_config(run.run_config, selected)
+            except InvalidConfig as invalid:
+                self._invalid = invalid
+                yield self
+                return
         if not is_uri(self.storage_root):
             yield self
             return
@@ -56,9 +65,13 @@ class WebdedupStorage(dg.ConfigurableResource):
             yield self
 
     def store(self) -> Store:
+        if self._invalid is not None:
+            raise self._invalid
         return Store(self._working_copy or Path(self.storage_root))
 
     def outputs(self) -> Path:
+        if self._invalid is not None:
+            raise self._invalid
         return make_folder(Path(self.output_dir).expanduser().resolve())
 
 
