@@ -321,7 +321,7 @@ def test_a_doc_id_with_a_nul_byte_is_refused_naming_the_file_and_the_id(tmp_path
         capsys.readouterr()
         assert main(["add", str(path), "--output", str(tmp_path / "out"), "--quiet"]) == 2
         assert capsys.readouterr().err.splitlines()[-1] == (  # after the notices (a new corpus, nothing changed)
-            f"webdedup: error: {path.name}: 1 doc_id(s) contain a NUL byte, first: 'a\\x00b'; remove the NUL bytes "
+            f"webdedup: error: {path}: 1 doc_id(s) contain a NUL byte, first: 'a\\x00b'; remove the NUL bytes "
             "from the doc_ids"
         )
     assert not (tmp_path / "out" / "clusters.csv").exists()

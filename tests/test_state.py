@@ -277,6 +277,43 @@ def test_a_crash_during_the_swap_is_completed_by_the_next_publish(tmp_path, caps
     assert not (out / publish_module.JOURNAL).exists() and not list(out.glob(".publish-*"))
 
 
+def test_a_swap_interrupted_in_a_command_is_completed_even_by_a_command_that_fails(tmp_path, capsys, monkeypatch):
+    """A file that cannot be replaced (or Ctrl-C) between two renames of the swap, in a real
+    `add`: the staged files stay with the journal, and the next command, even one refused for its
+    input, completes the publication (the staging was deleted with the interruption, the next
+    command said it had completed it, and the folder mixed two corpora)."""
+    rows = _rows(FIXTURE)
+    out = tmp_path / "out"
+    assert _run(capsys, str(_write(tmp_path / "ten.csv", rows[:10])), "--output", str(out))[0] == 0
+    real_replace = publish_module.os.replace
+    moved = []
+
+    def replace_then_stop(source, target):
+        if Path(target).parent == out and Path(source).parent.name.startswith(".publish-"):
+            if len(moved) == 3:
+                raise PermissionError(1, "Operation not permitted", str(target))  # e.g. chattr +i
+            moved.append(target)
+        real_replace(source, target)
+
+    monkeypatch.setattr(publish_module.os, "replace", replace_then_stop)
+    assert main(["add", str(_write(tmp_path / "rest.csv", rows[10:])), "--output", str(out), "--quiet"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .startswith(f"webdedup: error: {out}: publishing stopped half way ([Errno 1] Operation not permitted: ")
+    )
+    monkeypatch.setattr(publish_module.os, "replace", real_replace)
+    assert (out / publish_module.JOURNAL).exists() and len([p for p in out.glob(".publish-*") if p.is_dir()]) == 1
+    assert json.loads((out / "manifest.json").read_text())["counts"]["documents"] == 10  # not moved yet
+    bad = _write(tmp_path / "bad.csv", [{**rows[0], "doc_id": "x", "crawled_at": "not a date"}])
+    assert main(["add", str(bad), "--output", str(out), "--quiet"]) == 2
+    stderr = capsys.readouterr().err
+    assert f"completed the publishing of {out} that an interrupted run had begun" in stderr
+    assert json.loads((out / "manifest.json").read_text())["counts"]["documents"] == 24
+    assert _is_one_set(out) and len(_rows(out / "clusters.csv")) == 24
+    assert not (out / publish_module.JOURNAL).exists() and not list(out.glob(".publish-*"))
+
+
 def test_recover_completes_a_swap(tmp_path, monkeypatch):
     out = tmp_path / "out"
     staging = out / ".publish-1-x"
@@ -290,10 +327,10 @@ def test_recover_completes_a_swap(tmp_path, monkeypatch):
             {"staging": staging.name, "move": ["clusters.csv", "manifest.json"], "remove": ["rejected_records.csv"]}
         )
     )
-    assert publish_module.recover(out)
+    assert publish_module.recover(out) == "completed"
     assert (out / "clusters.csv").read_text() == "new" and (out / "manifest.json").exists()
     assert not (out / "rejected_records.csv").exists() and not staging.exists()
-    assert not publish_module.recover(out)
+    assert publish_module.recover(out) is None
 
 
 def test_kill_9_during_a_run_then_rerun(tmp_path):

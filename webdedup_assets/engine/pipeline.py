@@ -233,12 +233,19 @@ def _locked(
                     f"took over the writer lock of {report.path} left by pid {stale.get('pid')} "
                     f"(started {stale.get('started')}), which is no longer running"
                 )
+        recovered = recover(local) if local is not None else None  # before the leftovers go: it names a staging
+        if recovered:  # its command had reached its commit point: its storage stands
+            discard(storage_root)
+        if recovered == "completed":
+            notice(f"completed the publishing of {output_dir} that an interrupted run had begun")
+        elif recovered == "lost":
+            notice(
+                f"an interrupted publishing of {output_dir} could not be completed (its staged files are gone): "
+                "its outputs may mix two publications until this command publishes"
+            )
         removed = [path for folder in reversed(folders) for path in remove_leftovers(folder)]
         if removed:
             notice(f"removed {len(removed)} temporary file(s) left by interrupted runs (first: {removed[0]})")
-        if local is not None and recover(local):  # its command had reached its commit point: its storage stands
-            discard(storage_root)
-            notice(f"completed the publishing of {output_dir} that an interrupted run had begun")
         transaction = None
         try:
             with storage_transaction(storage_root) as transaction:

@@ -323,10 +323,24 @@ def publish(
         write_text(output_dir / JOURNAL, json.dumps({"staging": staging.name, "move": names, "remove": stale}))
         if on_commit is not None:
             on_commit()
-        _swap(output_dir, staging, names, stale)
+        try:
+            _swap(output_dir, staging, names, stale)
+        except OSError as err:  # past the commit point: the journal and the staged files stay for recover
+            raise WebdedupError(
+                f"{output_dir}: publishing stopped half way ({err}); the next webdedup command on this folder "
+                "completes it"
+            ) from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if not _journal_names(output_dir, staging):  # else the next command's recover moves the rest
+            shutil.rmtree(staging, ignore_errors=True)
     return {k: v for k, v in outputs.items() if v is not None}
+
+
+def _journal_names(output_dir: Path | ObjectPath, staging: Path) -> bool:
+    """Whether a publish journal of `output_dir` names `staging`: its commit point has passed."""
+    if isinstance(output_dir, ObjectPath) or not (output_dir / JOURNAL).exists():
+        return False
+    return json.loads((output_dir / JOURNAL).read_text()).get("staging") == staging.name
 
 
 def _commit(store: Store, on_commit: Callable[[], None] | None) -> None:
@@ -375,13 +389,18 @@ def _swap(output_dir: Path, staging: Path, names: list[str], stale: list[str]) -
     (output_dir / JOURNAL).unlink(missing_ok=True)
 
 
-def recover(output_dir: Path) -> bool:
-    """Complete a swap that a killed run left half done; True if there was one."""
+def recover(output_dir: Path) -> str | None:
+    """Complete a swap that an interrupted publish left half done: "completed", or "lost" when its
+    staged files are gone (the folder may then mix two publications until the next publish);
+    None when there was none. Call before anything removes the `.publish-*` leftovers."""
     journal = output_dir / JOURNAL
     if not journal.exists():
-        return False
+        return None
     plan = json.loads(journal.read_text())
     staging = output_dir / plan["staging"]
+    if not staging.is_dir():
+        journal.unlink()
+        return "lost"
     _swap(output_dir, staging, plan["move"], plan["remove"])
     shutil.rmtree(staging, ignore_errors=True)
-    return True
+    return "completed"
