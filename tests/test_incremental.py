@@ -764,3 +764,26 @@ def test_a_run_then_an_add_of_an_adopted_daily_export_is_stored_as_one_run_of_bo
     for out in ("added", "ran"):
         stored = sorted(p.name for p in (tmp_path / out / "_storage" / "documents").glob("part-*.parquet"))
         assert stored == ["part-2026-03.2026-03-01.parquet", "part-2026-03.2026-03-12.parquet"], out
+
+
+def test_an_add_without_storage_extends_the_corpus_its_output_was_published_from(tmp_path, capsys):
+    """The output's manifest names its storage root: an add that forgets --storage extends that
+    corpus (it started a new one-day corpus in OUTPUT/_storage and republished it over the
+    output: 992 published documents became 340), and the reading commands find it too."""
+    from tests.conftest import FIXTURE
+    from webdedup_assets.cli.main import main
+
+    early, late = _split_fixture(tmp_path)
+    out, storage = tmp_path / "out", tmp_path / "elsewhere"
+    assert main(["run", str(early), "--output", str(out), "--storage", str(storage), "--quiet"]) == 0
+    assert main(["add", str(late), "--output", str(out), "--quiet"]) == 0
+    assert not (out / "_storage").exists()
+    assert json.loads((out / "manifest.json").read_text())["counts"]["documents"] == 24
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "one"), "--quiet"]) == 0
+    _published_equal(out, tmp_path / "one")
+    capsys.readouterr()
+    assert main(["verify", "--output", str(out), "--quiet"]) == 0
+    assert main(["inspect", "billing-mirror", "--output", str(out)]) == 0
+    assert "billing-mirror" in capsys.readouterr().out
+    assert main(["check", str(late), "--against", str(out), "--quiet"]) == 0
+    assert pq.read_metadata(out / "check.parquet").num_rows == len(late.read_text().splitlines()) - 1

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from .folders import storage_to_read
+
 EXIT_OK, EXIT_ERROR = 0, 2
 
 
@@ -43,7 +45,9 @@ def add_evaluate_parser(sub) -> argparse.ArgumentParser:
         "success, 2 on bad labels or parameters.",
     )
     evaluate.add_argument("--output", default="output", help="output folder of the run (default: output)")
-    evaluate.add_argument("--storage", default=None, help="storage root of the run (default: OUTPUT/_storage)")
+    evaluate.add_argument(
+        "--storage", default=None, help="storage root of the run (default: the one the output was published from)"
+    )
     evaluate.add_argument(
         "--evaluation-dir", default=None, help="where tables and plots go (default: OUTPUT/evaluation)"
     )
@@ -153,7 +157,7 @@ def _folders(args: argparse.Namespace) -> tuple[Path | None, Path]:
     """The run's storage root (None, with the error printed, when there is no stored run) and
     where tables and plots go."""
     output_dir = Path(args.output).expanduser().resolve()
-    storage_root = Path(args.storage).expanduser().resolve() if args.storage else output_dir / "_storage"
+    storage_root = storage_to_read(output_dir, args.storage)
     evaluation_dir = output_dir / "evaluation"
     if args.evaluation_dir:
         evaluation_dir = Path(args.evaluation_dir).expanduser().resolve()
@@ -234,7 +238,9 @@ def add_tune_parser(sub) -> argparse.ArgumentParser:
         "2 on bad parameters.",
     )
     tune.add_argument("--output", default="output", help="output folder of the run (default: output)")
-    tune.add_argument("--storage", default=None, help="storage root of the run (default: OUTPUT/_storage)")
+    tune.add_argument(
+        "--storage", default=None, help="storage root of the run (default: the one the output was published from)"
+    )
     tune.add_argument("--evaluation-dir", default=None, help="where tune.csv goes (default: OUTPUT/evaluation)")
     tune.add_argument("--threshold", type=_fraction, default=None, help="Jaccard threshold (default: the run's)")
     tune.add_argument("--target-recall", type=_fraction, default=0.99, help="recall to reach (default 0.99)")

@@ -14,7 +14,9 @@ EXIT_OK, EXIT_ERROR = 0, 2
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default="output", help="output folder of the run (default: output)")
-    parser.add_argument("--storage", default=None, help="storage root of the run (default: OUTPUT/_storage)")
+    parser.add_argument(
+        "--storage", default=None, help="storage root of the run (default: the one the output was published from)"
+    )
     parser.add_argument("--json", action="store_true", help="print the answer as JSON")
 
 

@@ -43,7 +43,11 @@ def add_incremental_parsers(sub, add_params) -> None:
         "input", help="CSV, Parquet, JSON Lines, .warc or .warc.gz file, a folder of them, or a glob (quote it)"
     )
     add.add_argument("--output", default="output", help="folder of the corpus' published outputs (default: output)")
-    add.add_argument("--storage", default=None, help="storage root (default: OUTPUT/_storage)")
+    add.add_argument(
+        "--storage",
+        default=None,
+        help="storage root (default: the one the output was published from, else OUTPUT/_storage)",
+    )
     add.add_argument("--format", dest="input_format", default="auto", help="input format (default: auto)")
     add.add_argument("--full-rebuild", action="store_true", help="rebuild every global asset from scratch")
     held = " Default: the mapping the held corpus was read with (another one is refused)."
@@ -136,8 +140,8 @@ def corpus_folders(against: Path | ObjectPath, report: str | None) -> tuple[Path
     output in object storage: the storage root its current set was published from."""
     if isinstance(against, ObjectPath):
         storage_root, output_dir = storage_to_read(against, None), Path.cwd()
-    elif (against / "_storage").is_dir():
-        storage_root, output_dir = against / "_storage", against
+    elif (against / "_storage").is_dir() or (against / "manifest.json").is_file():
+        storage_root, output_dir = storage_to_read(against, None), against
     else:
         storage_root = against
         output_dir = against.parent if against.name == "_storage" else Path.cwd()

@@ -88,7 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--output", default="output", help="folder for the published outputs (default: output)")
     run.add_argument(
-        "--storage", default=None, help="storage root for the per-asset Parquet (default: OUTPUT/_storage)"
+        "--storage",
+        default=None,
+        help="storage root for the per-asset Parquet (default: the one the output was published from, else "
+        "OUTPUT/_storage)",
     )
     default_rows = params.BandingParams.model_fields["rows"].default
     for model in params.STAGE_GROUPS.values():

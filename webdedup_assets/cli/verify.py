@@ -23,7 +23,11 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
     verify.add_argument(
         "--output", default=None, help="output folder of the corpus (default: output, unless --storage is given)"
     )
-    verify.add_argument("--storage", default=None, help="storage root (default: OUTPUT/_storage)")
+    verify.add_argument(
+        "--storage",
+        default=None,
+        help="storage root (default: the one the output was published from, else OUTPUT/_storage)",
+    )
     verify.add_argument("--storage-only", action="store_true", help="check the storage only, not the outputs")
     return verify
 
