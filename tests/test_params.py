@@ -204,6 +204,12 @@ def test_dagster_run_config_with_two_thresholds_is_refused(tmp_path):
     assert not result.success
     assert "threshold 0.8 differs from scored_pairs' threshold 0.9; there is one threshold" in _step_failure(result)
     assert not result.get_asset_materialization_events()
+    # scored_pairs unconfigured in the job: it runs with its default (0.7), which duplicate_pairs' 0.8 contradicts
+    only = {**config, "ops": {"duplicate_pairs": {"config": {"threshold": 0.8}}}}
+    result = defs.resolve_job_def("webdedup_global").execute_in_process(
+        run_config=only, raise_on_error=False, instance=dg.DagsterInstance.ephemeral()
+    )
+    assert "threshold 0.8 differs from scored_pairs' threshold 0.7; there is one threshold" in _step_failure(result)
 
 
 def test_documented_parameter_table_matches_the_model():
@@ -232,20 +238,21 @@ def test_warc_options_defaults_match_the_model():
 
 
 def test_the_one_threshold_rule_compares_with_the_threshold_in_force(monkeypatch):
-    """duplicate_pairs' threshold is compared with the one scored_pairs will use: its config
-    default, which is the threshold in force (it was compared with the code's 0.7), also when
-    scored_pairs is not configured (a job run: the rule was skipped and 0.8 silently ignored)."""
+    """duplicate_pairs' threshold is compared with the one scored_pairs will run with: its config
+    default, the threshold in force (it was compared with the code's 0.7), when scored_pairs runs
+    without config, selected or as part of a job (a job run selects no asset: 0.8 was ignored)."""
     from webdedup_assets.defs import config as config_module
 
     def only_duplicates(threshold: float) -> dict:
         return {"ops": {"duplicate_pairs": {"config": {"threshold": threshold}}}}
 
-    config_module.validate_run_config(only_duplicates(0.7))
+    in_the_job = config_module.JOB_ASSETS[config_module.GLOBAL_JOB]
+    config_module.validate_run_config(only_duplicates(0.7), in_the_job)
     with pytest.raises(InvalidConfig, match="threshold 0.8 differs from scored_pairs' threshold 0.7"):
-        config_module.validate_run_config(only_duplicates(0.8))
+        config_module.validate_run_config(only_duplicates(0.8), in_the_job)
     held = config_module._config_class("ScoreConfig", params.ScoringParams, "held", in_force={"threshold": 0.9})
     held.asset_name = "scored_pairs"
     monkeypatch.setitem(config_module.CONFIG_OF_ASSET, "scored_pairs", held)
-    config_module.validate_run_config(only_duplicates(0.9))
+    config_module.validate_run_config(only_duplicates(0.9), {"scored_pairs", "duplicate_pairs"})
     with pytest.raises(InvalidConfig, match="threshold 0.7 differs from scored_pairs' threshold 0.9"):
-        config_module.validate_run_config(only_duplicates(0.7))
+        config_module.validate_run_config(only_duplicates(0.7), {"scored_pairs", "duplicate_pairs"})

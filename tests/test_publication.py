@@ -144,3 +144,29 @@ def test_check_and_evaluate_reports_go_when_another_corpus_is_published(tmp_path
     assert _run(capsys, str(FIXTURE), "--output", str(out)) == 0
     assert not (out / "check.parquet").exists() and not (out / "evaluation").exists()
     assert (out / "deduped_documents.parquet").is_file()
+
+
+def test_a_manifest_over_global_assets_of_other_parameters_is_refused(tmp_path, capsys):
+    """scored_pairs rebuilt alone at 0.8 under duplicate_pairs, clusters and representatives at
+    0.7 (a Dagster user materializing one asset from the catalog): the manifest refused nothing and
+    published scored_pairs.parquet at 0.8 beside duplicate_pairs.csv at 0.7."""
+    from webdedup_assets.engine.stage import DUCKDB
+    from webdedup_assets.engine.stages.manifest import stage_manifest
+    from webdedup_assets.errors import WebdedupError
+    from webdedup_assets.params import ScoringParams
+
+    out = tmp_path / "out"
+    assert _run(capsys, str(FIXTURE), "--output", str(out)) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    store = Store(out / "_storage")
+    DUCKDB.run("scored_pairs", store, ScoringParams(threshold=0.8))
+    with pytest.raises(WebdedupError) as refused:
+        stage_manifest(store, out)
+    assert str(refused.value) == (
+        "the global assets were built with other parameters, so their files would contradict each other "
+        "(threshold: scored_pairs 0.8, duplicate_pairs 0.7, clusters 0.7): materialize the assets after the one "
+        "rebuilt (or the whole global chain) before the manifest"
+    )
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    DUCKDB.run("scored_pairs", store, ScoringParams(threshold=0.7))
+    assert stage_manifest(store, out)["counts"]["documents"] == 24

@@ -23,7 +23,7 @@ from ..storage.state import crawl_month
 from .assets import build_daily_assets
 from .check import check_job, checked_documents
 from .checks import ASSET_CHECKS
-from .config import DocumentsConfig
+from .config import DAILY_JOB, GLOBAL_JOB, DocumentsConfig
 from .evaluation import evaluate_job, evaluation
 from .global_assets import GLOBAL_ASSETS
 from .partitions import CRAWL_MONTHS, crawl_months, new_months, register_months
@@ -33,8 +33,6 @@ from .resources import WebdedupEngine, WebdedupStorage
 # the run in the UI; `webdedup run` shows it on stderr instead (or not at all with --quiet).
 set_default(log_sink(dg.get_dagster_logger("webdedup.progress")))
 
-DAILY_JOB = "webdedup_daily"
-GLOBAL_JOB = "webdedup_global"
 DAILY_ASSETS = ["documents", "fingerprinted", "band_memberships"]
 BAND_MEMBERSHIPS = dg.AssetKey("band_memberships")
 DAILY_KEYS = {dg.AssetKey(name) for name in DAILY_ASSETS}

@@ -249,34 +249,42 @@ def _params_of(asset: str, values: dict[str, Any]) -> ParamGroup:
         raise InvalidConfig(asset, err) from None
 
 
+DAILY_JOB = "webdedup_daily"
+GLOBAL_JOB = "webdedup_global"
+# The configurable assets of each job: a job run selects no asset, it runs them all.
+JOB_ASSETS = {
+    DAILY_JOB: {"documents", "fingerprinted", "band_memberships"},
+    GLOBAL_JOB: {"candidate_pairs", "scored_pairs", "duplicate_pairs", "deduped_documents"},
+}
+
+
 def validate_run_config(run_config: Mapping[str, Any], selected: set[str] | None = None) -> None:
     """Check every asset's config in a run config before any stage runs; raise InvalidConfig.
 
-    Each value is checked against its range; then the cross-field rules, with the values the
-    run's assets will use (an asset without config, in the run or not, has its defaults: the
-    parameters in force, as its config class has them): bands x rows = num_perm when
-    fingerprinted or band_memberships is configured, and duplicate_pairs' threshold, when set,
-    equals scored_pairs'. `selected` is kept for the callers' sake: the rules no longer depend on
-    which assets a run selects (a job run selects none).
+    Each value is checked against its range; then the cross-field rules over the assets of the
+    run (those configured, and `selected`: the run's asset selection, or its job's assets), with
+    the values they will use (an asset of the run without config has its config class' defaults:
+    the parameters in force): bands x rows = num_perm when fingerprinted and band_memberships run
+    together, and duplicate_pairs' threshold, when set, equals scored_pairs' when both run. An
+    asset whose upstream is not part of the run is checked by its stage against the stored
+    upstream parameters.
     """
     configured = {a: c for a in CONFIG_OF_ASSET if (c := _op_config(run_config, a)) is not None}
+    present = set(configured) | (set(selected or ()) & set(CONFIG_OF_ASSET))
     groups: dict[str, ParamGroup] = {}
-    for asset in configured:  # every configured value against its range
-        values = configured[asset]
+    for asset in sorted(present, key=list(CONFIG_OF_ASSET).index):
+        values = configured.get(asset, {})
         if asset == "duplicate_pairs":
             if values.get("threshold") is not None:
                 groups["duplicate_threshold"] = DuplicateConfig(**values)  # type: ignore[assignment]
             continue
         groups[STAGE_OF_ASSET[asset]] = _params_of(asset, values)
-    if {"fingerprint", "banding"} & groups.keys():
-        groups.setdefault("fingerprint", _params_of("fingerprinted", {}))
-        groups.setdefault("banding", _params_of("band_memberships", {}))
+    if "fingerprint" in groups and "banding" in groups:
         try:
             RunParams(fingerprint=groups["fingerprint"], banding=groups["banding"])
         except ValidationError as err:
             raise InvalidConfig("band_memberships", param_error(RunParams, err)) from None
-    if "duplicate_threshold" in groups:
-        groups.setdefault("scoring", _params_of("scored_pairs", {}))
+    if "scoring" in groups and "duplicate_threshold" in groups:
         scored, dup = groups["scoring"].threshold, groups["duplicate_threshold"].threshold  # type: ignore[attr-defined]
         if scored != dup:
             raise InvalidConfig(

@@ -15,7 +15,7 @@ from ..storage.fileio import make_folder
 from ..storage.objects import ObjectPath, is_uri
 from ..storage.remote import working_copy
 from ..storage.store import Store
-from .config import DEFAULT_STORAGE_ROOT, InvalidConfig, validate_run_config
+from .config import DEFAULT_STORAGE_ROOT, JOB_ASSETS, InvalidConfig, validate_run_config
 
 DEFAULT_OUTPUT_DIR = os.environ.get("WEBDEDUP_OUTPUT_DIR", ".webdedup/output")
 # How long a step waits for another step of this machine to finish with a storage in object storage.
@@ -49,7 +49,9 @@ class WebdedupStorage(dg.ConfigurableResource):
         its stack), and the storage is never touched."""
         run = context.run
         if run is not None and run.run_config:
-            selected = {key.to_user_string() for key in run.asset_selection or ()}
+            selected = {key.to_user_string() for key in run.asset_selection or ()} or JOB_ASSETS.get(
+                run.job_name, set()
+            )
             try:
                 validate_run_config(run.run_config, selected)
             except InvalidConfig as invalid:
