@@ -469,3 +469,32 @@ def test_check_dates_undated_pages_with_default_date_and_names_the_flag(corpus, 
     assert main(["check", str(undated), "--against", str(corpus), "--default-date", "2026-04-01"]) == 0
     assert pq.read_table(corpus / "check.parquet").column("doc_id").to_pylist() == ["fresh-01"]
     assert {k: v for k, v in held(corpus).items() if k != "check.parquet"} == before
+
+
+def test_a_read_only_folder_is_read_without_a_lock_and_refused_in_one_line_for_writing(tmp_path, capsys, monkeypatch):
+    """A corpus on a read-only share (a lock file cannot be made there): the reading commands
+    answer, a writing command is refused in one line (each ended in an OSError traceback)."""
+    import errno
+
+    from webdedup_assets.storage import state
+
+    out = tmp_path / "out"
+    assert main(["run", str(FIXTURE), "--output", str(out), "--quiet"]) == 0
+    for lock in out.rglob(LOCK_FILE):
+        lock.unlink()
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if Path(path).name == LOCK_FILE and Path(path).is_relative_to(out):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(state.os, "open", read_only)
+    capsys.readouterr()
+    assert main(["inspect", "billing-mirror", "--output", str(out)]) == 0
+    assert "billing-canonical" in capsys.readouterr().out
+    assert main(["explain", "billing-mirror", "billing-canonical", "--output", str(out)]) == 0
+    assert main(["add", str(FIXTURE), "--output", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"webdedup: error: {out}: cannot write in it (Read-only file system); give a folder webdedup may write in"
+    )

@@ -19,6 +19,7 @@ publishing take it exclusively.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -120,8 +121,18 @@ def writer_lock(folder: Path, exclusive: bool = True, timeout: float = 0.0, purp
         finally:
             held.depth -= 1
         return
-    make_folder(folder)
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        make_folder(folder)
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        if not exclusive and err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            # a reader of a folder it may not write in (a read-only share): no lock to take, and
+            # whoever may write there is told apart by the reading commands' own warnings
+            yield LockReport(folder)
+            return
+        raise WebdedupError(
+            f"{folder}: cannot write in it ({err.strerror}); give a folder webdedup may write in"
+        ) from None
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     deadline = time.monotonic() + max(0.0, timeout)
     while True:
