@@ -498,3 +498,35 @@ def test_a_read_only_folder_is_read_without_a_lock_and_refused_in_one_line_for_w
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"webdedup: error: {out}: cannot write in it (Read-only file system); give a folder webdedup may write in"
     )
+
+
+def test_verify_names_an_interrupted_command_and_outputs_of_another_corpus(tmp_path, capsys):
+    """verify said 0 problem(s) of a storage holding a killed command's uncommitted changes, and of
+    an output left by an interrupted publish with another corpus' files (1594 against 3254 pages)."""
+    out, other = tmp_path / "out", tmp_path / "other"
+    rows = list(csv.DictReader(open(FIXTURE, newline="", encoding="utf-8")))
+    ten = tmp_path / "ten.csv"
+    with open(ten, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows[:10])
+    assert main(["run", str(FIXTURE), "--output", str(out), "--quiet"]) == 0
+    assert main(["run", str(ten), "--output", str(other), "--quiet"]) == 0
+    assert main(["verify", "--output", str(out), "--quiet"]) == 0
+    published = json.loads((other / "manifest.json").read_text())  # the other corpus' set, as from out's storage
+    for name in published["outputs"]:
+        if (other / name).is_file():
+            (out / name).unlink(missing_ok=True)  # a Parquet output is a hard link to a stored file
+            (out / name).write_bytes((other / name).read_bytes())
+    (out / "manifest.json").write_text(json.dumps({**published, "storage_root": str(out / "_storage")}))
+    (out / "_storage" / ROLLBACK_DIR).mkdir()
+    capsys.readouterr()
+    assert main(["verify", "--output", str(out), "--quiet"]) == 2
+    said = capsys.readouterr().out.splitlines()
+    assert said == [
+        f"{out / '_storage'}: a webdedup command is changing it, or one was interrupted there ({ROLLBACK_DIR}): "
+        "the next `webdedup run` or `add` undoes that command",
+        f"{out / 'manifest.json'}: the outputs are of another corpus than {out / '_storage'} holds (documents 10 "
+        "against 24, candidate_pairs 9 against 18, candidate_reduction_ratio 0.8 against 0.9348); publish again (`webdedup run`, or "
+        "`webdedup add`)",
+    ]

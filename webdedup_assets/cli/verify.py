@@ -33,7 +33,7 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..engine.verify import output_problems, storage_problems
+    from ..engine.verify import output_problems, publication_problems, storage_problems
     from ..storage.store import Store
 
     output_dir = output_of(args.output or "output")
@@ -48,7 +48,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     problems = storage_problems(Store(root))
     if not storage_only:
-        problems += output_problems(output_dir)
+        problems += output_problems(output_dir) or publication_problems(Store(root), output_dir)
     for problem in problems:
         print(problem)
     if not args.quiet:

@@ -20,6 +20,7 @@ from ..errors import WebdedupError
 from ..storage import sets
 from ..storage.objects import ObjectPath, list_objects, open_input, open_text
 from ..storage.store import Store
+from ..storage.transaction import ROLLBACK_DIR
 from .incremental import bodies
 from .incremental.layout import GLOBAL, INCREMENTAL_DIR
 
@@ -110,7 +111,34 @@ def storage_problems(store: Store) -> list[str]:
             if problem:
                 problems[blocks] = problem
     problems.update(_row_count_problems(store, problems))
-    return [f"{path}: {problem}; {_remedy(store, path)}" for path, problem in sorted(problems.items())]
+    found = [f"{path}: {problem}; {_remedy(store, path)}" for path, problem in sorted(problems.items())]
+    if (store.root / ROLLBACK_DIR).is_dir():
+        found.append(
+            f"{store.root}: a webdedup command is changing it, or one was interrupted there ({ROLLBACK_DIR}): "
+            "the next `webdedup run` or `add` undoes that command"
+        )
+    return found
+
+
+def publication_problems(store: Store, output_dir: Path | ObjectPath) -> list[str]:
+    """The published set describes the corpus the storage holds: the counts of its manifest.json
+    are the storage's (an interrupted publish left an output of another corpus that way)."""
+    held = store.asset_dir("manifest") / "manifest.json"
+    if isinstance(output_dir, ObjectPath) or not held.is_file() or not (output_dir / "manifest.json").is_file():
+        return []
+    try:
+        published = json.loads((output_dir / "manifest.json").read_text()).get("counts") or {}
+        stored = json.loads(held.read_text()).get("counts") or {}
+    except (OSError, ValueError, AttributeError):
+        return []  # (a damaged manifest is named by the other checks)
+    names = sorted(stored, key=lambda k: (k != "documents", k))  # the documents first
+    differ = [f"{k} {published.get(k)} against {stored[k]}" for k in names if published.get(k) != stored[k]]
+    if not differ:
+        return []
+    return [
+        f"{output_dir / 'manifest.json'}: the outputs are of another corpus than {store.root} holds "
+        f"({', '.join(differ[:3])}); publish again (`webdedup run`, or `webdedup add`)"
+    ]
 
 
 def _row_count_problems(store: Store, damaged: dict[Path, str]) -> dict[Path, str]:
