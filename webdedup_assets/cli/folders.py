@@ -45,14 +45,17 @@ def remote_storage(args: argparse.Namespace) -> ObjectPath | None:
 
 
 def storage_to_write(output: Path | ObjectPath, storage: str | None) -> Path:
-    """The storage root of run and add: --storage, else the local one the output's manifest.json
-    names (the corpus published there: an `add` without --storage extends it, never a new corpus
-    in OUTPUT/_storage that would replace it), else OUTPUT/_storage (main gives an output in object
-    storage the working copy of its _storage as --storage)."""
+    """The storage root of run and add: --storage, else OUTPUT/_storage when it exists, else the
+    local one the output's manifest.json names (the corpus published there: an `add` without
+    --storage extends it, never a new corpus in OUTPUT/_storage that would replace it), else
+    OUTPUT/_storage (main gives an output in object storage the working copy of its _storage as
+    --storage)."""
     if storage:
         return Path(storage).expanduser().resolve()
     if isinstance(output, ObjectPath):
         raise WebdedupError(f"--output {output}: no storage root given; give --storage")
+    if (output / "_storage").is_dir():  # its own (a copied output folder reads its copy, not the original)
+        return output / "_storage"
     named = _published_from(output)
     if named is not None and is_uri(named):
         raise WebdedupError(f"--output {output} was published from the storage {named}; give --storage {named}")

@@ -33,7 +33,7 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..engine.verify import output_problems, publication_problems, storage_problems
+    from ..engine.verify import interrupted_problems, output_problems, publication_problems, storage_problems
     from ..storage.store import Store
 
     output_dir = output_of(args.output or "output")
@@ -46,7 +46,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not root.is_dir():
         print(f"webdedup: error: no storage under {root}", file=sys.stderr)
         return EXIT_ERROR
-    problems = storage_problems(Store(root))
+    problems = storage_problems(Store(root)) + interrupted_problems(Store(root))
     if not storage_only:
         problems += output_problems(output_dir) or publication_problems(Store(root), output_dir)
     for problem in problems:

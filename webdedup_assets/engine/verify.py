@@ -111,13 +111,18 @@ def storage_problems(store: Store) -> list[str]:
             if problem:
                 problems[blocks] = problem
     problems.update(_row_count_problems(store, problems))
-    found = [f"{path}: {problem}; {_remedy(store, path)}" for path, problem in sorted(problems.items())]
-    if (store.root / ROLLBACK_DIR).is_dir():
-        found.append(
-            f"{store.root}: a webdedup command is changing it, or one was interrupted there ({ROLLBACK_DIR}): "
-            "the next `webdedup run` or `add` undoes that command"
-        )
-    return found
+    return [f"{path}: {problem}; {_remedy(store, path)}" for path, problem in sorted(problems.items())]
+
+
+def interrupted_problems(store: Store) -> list[str]:
+    """A command's changes not committed yet: one is running, or one was killed (verify's own
+    question; a failed command's damage report must not name its own changes)."""
+    if not (store.root / ROLLBACK_DIR).is_dir():
+        return []
+    return [
+        f"{store.root}: a webdedup command is changing it, or one was interrupted there ({ROLLBACK_DIR}): "
+        "the next `webdedup run` or `add` undoes that command"
+    ]
 
 
 def publication_problems(store: Store, output_dir: Path | ObjectPath) -> list[str]:
