@@ -527,6 +527,29 @@ def test_verify_names_an_interrupted_command_and_outputs_of_another_corpus(tmp_p
         f"{out / '_storage'}: a webdedup command is changing it, or one was interrupted there ({ROLLBACK_DIR}): "
         "the next `webdedup run` or `add` undoes that command",
         f"{out / 'manifest.json'}: the outputs are of another corpus than {out / '_storage'} holds (documents 10 "
-        "against 24, candidate_pairs 9 against 18, candidate_reduction_ratio 0.8 against 0.9348); publish again (`webdedup run`, or "
-        "`webdedup add`)",
+        "against 24, candidate_pairs 9 against 18, candidate_reduction_ratio 0.8 against 0.9348); publish again "
+        "(`webdedup run`, or `webdedup add`)",
     ]
+
+
+def test_an_input_replaced_while_it_is_read_is_refused_and_nothing_changes(tmp_path, capsys, monkeypatch):
+    """cp over an input while run read it: the rows of the new file were stored under the old
+    file's sha256, exit 0, no word of it."""
+    from webdedup_assets.engine.stages import documents
+
+    source = tmp_path / "pages.csv"
+    source.write_bytes(FIXTURE.read_bytes())
+    out = tmp_path / "out"
+    real = documents._write_months
+
+    def written_then_replaced(*args, **kwargs):
+        result = real(*args, **kwargs)
+        source.write_bytes(FIXTURE.read_bytes().replace(b"Billing", b"Invoicing"))
+        return result
+
+    monkeypatch.setattr(documents, "_write_months", written_then_replaced)
+    assert main(["run", str(source), "--output", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"webdedup: error in documents: {source}: changed while it was read; run the command again once it is written"
+    )
+    assert not out.exists()

@@ -173,11 +173,13 @@ def documents_stage(run: StageRun) -> StageOutput:
                     copy_query(con, f"SELECT {select} FROM parsed", temp, params)
                 except duckdb.Error as err:
                     raise read_error(err, files) from None
+            _require_unchanged(sources)
             rows = scalar(con, "SELECT count(*) FROM keys")
             return StageOutput(rows, dated, {None: rows}, {None: {}}, schema)
         kept = [p for paths in retained.files.values() for p in paths]
         _refuse_held_doc_ids(con, kept)
         written = _write_months(con, store, select, months, params, files, retained.files, mapping == ColumnParams())
+        _require_unchanged(sources)
         for f in retained.staged:  # (a run killed before this leaves a .tmp file: removed with the leftovers)
             f.path.unlink(missing_ok=True)
         entries = {**_day_entries(written.pop("day_rows"), sources), **retained.entries}
@@ -189,6 +191,15 @@ def documents_stage(run: StageRun) -> StageOutput:
     finally:
         con.close()
         discard_staging(store)
+
+
+def _require_unchanged(files: list[InputFile]) -> None:
+    """Each local input file is still the one whose checksum the corpus records (a file replaced
+    while the stage read it was stored with the new rows under the old file's sha256). A stat per
+    file: the checksum is remembered while the file's size and modification time stay the same."""
+    for f in files:
+        if isinstance(f.path, Path) and file_sha256(f.path) != f.sha256:
+            raise WebdedupError(f"{f.path}: changed while it was read; run the command again once it is written")
 
 
 @dataclass
