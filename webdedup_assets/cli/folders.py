@@ -85,3 +85,20 @@ def storage_to_read(output: Path | ObjectPath, storage: str | None) -> Path:
 def current_manifest(output: ObjectPath) -> dict:
     """manifest.json of the set CURRENT names."""
     return sets.read_json(sets.current_folder(output) / "manifest.json")
+
+
+def warn_of_unread_files(input_path: str) -> None:
+    """A folder's files that no format reads are named once, before the run (they were left out
+    without a word: 20 of 51 files read)."""
+    import sys
+
+    from ..ingest.inputs import unread_files
+
+    unread = unread_files(input_path)
+    if unread:
+        shown = ", ".join(p.name for p in unread[:5]) + (", ..." if len(unread) > 5 else "")
+        print(
+            f"webdedup: warning: {input_path}: {len(unread)} file(s) not read, of suffixes no input format has "
+            f"({shown}); webdedup reads .csv, .tsv, .parquet, .jsonl (.gz, .zst), .json.gz, .json.zst, .warc, .warc.gz",
+            file=sys.stderr,
+        )

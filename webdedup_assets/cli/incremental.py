@@ -23,7 +23,7 @@ from typing import Any
 from .. import params
 from ..storage.objects import ObjectPath
 from .flags import error_text
-from .folders import output_of, storage_to_read, storage_to_write
+from .folders import output_of, storage_to_read, storage_to_write, warn_of_unread_files
 from .progress import progress_shown
 
 EXIT_OK, EXIT_ERROR = 0, 2
@@ -95,6 +95,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
     hash_in_background(args.input, args.input_format)  # while the engine is imported
     load_in_background()
+    warn_of_unread_files(args.input)
     from ..engine import pipeline
     from ..errors import WebdedupError
 

@@ -22,7 +22,7 @@ from .evaluate import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tu
 from .exiting import end_process
 from .explain import add_explain_parsers, cmd_explain, cmd_inspect
 from .flags import error_text, flag
-from .folders import output_of, remote_storage, storage_to_write
+from .folders import output_of, remote_storage, storage_to_write, warn_of_unread_files
 from .incremental import add_incremental_parsers, cmd_add, cmd_check
 from .progress import progress_shown
 from .verify import add_verify_parser, cmd_verify
@@ -218,6 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     input_path = args.input if is_uri(args.input) else str(Path(args.input).expanduser())
     hash_in_background(input_path, args.input_format)  # while the engine is imported
+    warn_of_unread_files(input_path)
     output_dir = output_of(args.output)
     try:
         storage_root = storage_to_write(output_dir, args.storage)

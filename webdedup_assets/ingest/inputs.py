@@ -102,8 +102,14 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
             for p in path.rglob("*")
             if p.is_file() and format_suffix(p) in SUFFIX_FORMATS and not p.name.startswith(".")
         ]
+        readable = len(candidates)
         if input_format != "auto":
             candidates = [p for p in candidates if SUFFIX_FORMATS[format_suffix(p)] == input_format]
+        if not candidates and readable:
+            raise WebdedupError(
+                f"input folder {input_path!r} holds no file of --format {input_format} ({readable} file(s) of "
+                "other formats: --format auto reads each by its suffix)"
+            )
         if not candidates:
             raise WebdedupError(
                 f"input folder {input_path!r} holds no .csv, .parquet, .jsonl (.gz, .zst), .json.gz, .json.zst, "
@@ -119,6 +125,23 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
         InputFile(candidate.resolve(), fmt, sha256, candidate.stat().st_size)
         for candidate, fmt, sha256 in zip(candidates, formats, file_sha256s(candidates))
     ]
+
+
+def unread_files(input_path: str) -> list[Path]:
+    """The files of a local input folder that no format reads (by their suffix: .json, .ndjson,
+    .csv.gz, ...): a run reads the others and says which it left. Hidden files, markers such as
+    Spark's _SUCCESS and the pinned counts beside an input (*.expected.json) are not input."""
+    path = Path(input_path).expanduser()
+    if is_uri(input_path) or not path.is_dir():
+        return []
+    return sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and not p.name.startswith((".", "_"))
+        and not p.name.endswith(".expected.json")
+        and format_suffix(p) not in SUFFIX_FORMATS
+    )
 
 
 def _format_of(candidate: Path | ObjectPath, input_format: str) -> str:
