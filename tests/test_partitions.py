@@ -283,6 +283,15 @@ def test_the_schedule_adds_and_requests_the_month_of_the_previous_crawl_day():
         assert requests[0].run_key == "2026-03-22"  # one run a day: the month with its new day
         assert schedule.job_name == DAILY_JOB
         assert instance.get_dynamic_partitions(CRAWL_MONTHS) == ["2026-03"]
+        # a tick (or the UI's test of one) for a day the input holds no page of registers nothing
+        context = dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=datetime(2025, 6, 2, 1, 0, tzinfo=UTC),
+            repository_def=defs.get_repository_def(),
+        )
+        skipped = schedule.evaluate_tick(context)
+        assert not skipped.run_requests and skipped.skip_message.endswith("holds no page of 2025-06-01")
+        assert instance.get_dynamic_partitions(CRAWL_MONTHS) == ["2026-03"]
 
 
 def test_the_schedule_keeps_the_fingerprint_parameters_of_the_latest_run(split, stack):
@@ -302,7 +311,7 @@ def test_the_schedule_keeps_the_fingerprint_parameters_of_the_latest_run(split, 
     schedule = env.defs.resolve_schedule_def("webdedup_daily_schedule")
     context = dg.build_schedule_context(
         instance=env.instance,
-        scheduled_execution_time=datetime(2026, 3, 24, 1, 0, tzinfo=UTC),
+        scheduled_execution_time=datetime(2026, 3, 2, 1, 0, tzinfo=UTC),  # 2026-03-01: pages in the input
         repository_def=env.defs.get_repository_def(),
     )
     [request] = schedule.evaluate_tick(context).run_requests

@@ -219,11 +219,21 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.STOPPED,
         description="Every day at 01:00 UTC: (re)materializes the crawl month of the previous day (adding it as a "
-        "crawl_months partition when new) with the fingerprint and banding parameters of the latest run; "
-        "global_after_daily follows.",
+        "crawl_months partition when new) with the fingerprint and banding parameters of the latest run, when the "
+        "input holds pages of that day; global_after_daily follows.",
     )
     def webdedup_daily_schedule(context: dg.ScheduleEvaluationContext):
         day = (context.scheduled_execution_time.astimezone(UTC).date() - timedelta(days=1)).isoformat()
+        config = DocumentsConfig()
+        try:
+            files = resolve_input(config.input_path, config.input_format)
+            # A month is registered only for pages the input holds: a tick (or the UI's test of one)
+            # for a day without pages added an empty month to every later backfill.
+            if config.input_format != "commoncrawl" and not any(f.format in WARC_FORMATS for f in files):
+                if day not in input_days(config.input_path, config.input_format, mapping=config.mapping()):
+                    return dg.SkipReason(f"the input {config.input_path} holds no page of {day}")
+        except WebdedupError as err:
+            return dg.SkipReason(f"input {config.input_path}: {err}")
         register_months(context.instance, [day])
         carried = [by_name["fingerprinted"], by_name["band_memberships"]]
         return dg.RunRequest(
