@@ -375,6 +375,13 @@ def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_th
     candidates = request.run_config["ops"]["candidate_pairs"]["config"]
     assert candidates["max_pair_slots"] == CandidateParams().max_pair_slots  # the defaults it last ran with
     assert candidates["pair_slots_per_document"] == CandidateParams().pair_slots_per_document
+    # "Materialize all" (a backfill: the daily assets, then the global ones in a run of their own):
+    # the global assets already follow band_memberships, no third run
+    env.daily("2026-02")
+    config["ops"] = {}
+    assert defs.resolve_job_def(GLOBAL_JOB).execute_in_process(run_config=config, instance=env.instance).success
+    skipped = sensor_tick(defs, env.instance, first.cursor)
+    assert not skipped.run_requests and "materialized the global assets after band_memberships" in skipped.skip_message
 
 
 def test_cli_range_backfill_then_global_job(tmp_path):
