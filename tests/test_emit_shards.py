@@ -193,6 +193,24 @@ def test_shards_keep_their_path_below_the_input_folder(tmp_path):
     ]
 
 
+def test_shards_that_are_symbolic_links_keep_the_links_names_and_folders(tmp_path):
+    """A linked shard was emitted under its target's name and outside its folder."""
+    rows = fixture_rows()
+    store = tmp_path / "store"
+    write_shard(store / "part-0001.jsonl", [dolma_record(r) for r in rows[::2]])
+    write_shard(store / "part-0002.jsonl.gz", [dolma_record(r) for r in rows[1::2]])
+    folder = tmp_path / "in"
+    (folder / "2026").mkdir(parents=True)
+    (folder / "2026" / "march-a.jsonl").symlink_to(store / "part-0001.jsonl")
+    (folder / "2026" / "march-b.jsonl.gz").symlink_to(store / "part-0002.jsonl.gz")
+    out = tmp_path / "out"
+    assert main(["run", str(folder), "--output", str(out), "--quiet", "--emit-shards", *DOLMA_FLAGS]) == 0
+    assert sorted(str(p.relative_to(out / "shards")) for p in (out / "shards").rglob("*") if p.is_file()) == [
+        "2026/march-a.jsonl",
+        "2026/march-b.jsonl.gz",
+    ]
+
+
 def test_a_reused_output_folder_holds_only_the_latest_runs_shards(tmp_path):
     rows = fixture_rows()
     folder = tmp_path / "in"

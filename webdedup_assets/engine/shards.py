@@ -10,7 +10,9 @@ WARC input has no such form (its kept documents are in deduped_documents.parquet
 from __future__ import annotations
 
 import csv
+import glob as globlib
 import io
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,17 +63,20 @@ def emit_shards(
     bucket prefix) `input_path`, or below the files' common folder when that is not a folder
     holding them all (a file, a glob); returns the figures (shards, records kept and removed)."""
     removed = removed_ids(store)
-    given = (ObjectPath.of(input_path) if is_uri(input_path) else Path(input_path).expanduser().resolve()).parts
-    if all(len(f.path.parts) > len(given) and f.path.parts[: len(given)] == given for f in files):
+    given = (
+        ObjectPath.of(input_path) if is_uri(input_path) else Path(os.path.abspath(Path(input_path).expanduser()))
+    ).parts
+    named = _as_given(input_path, files)
+    if all(len(p.parts) > len(given) and p.parts[: len(given)] == given for p in named):
         common = given
     else:
-        common = files[0].path.parent.parts
-        for f in files[1:]:
-            same = [a == b for a, b in zip(common, f.path.parent.parts)]
+        common = named[0].parent.parts
+        for p in named[1:]:
+            same = [a == b for a, b in zip(common, p.parent.parts)]
             common = common[: same.index(False) if False in same else len(same)]
     figures = {"shards": 0, "records_kept": 0, "records_removed": 0}
-    for f in files:
-        out = target.joinpath(*f.path.parts[len(common) :])
+    for f, path in zip(files, named):
+        out = target.joinpath(*path.parts[len(common) :])
         out.parent.mkdir(parents=True, exist_ok=True)
         write = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet}[f.format]
         ids = document_ids(f, mapping)
@@ -80,6 +85,21 @@ def emit_shards(
         figures["records_kept"] += kept
         figures["records_removed"] += dropped
     return figures
+
+
+def _as_given(input_path: str, files: list[InputFile]) -> list[Path | ObjectPath]:
+    """Each input file's path as the input names it: a shard that is a symbolic link keeps the
+    link's name and folder (the files' own paths are resolved, so a linked shard was emitted under
+    its target's name, outside its folder)."""
+    if is_uri(input_path):
+        return [f.path for f in files]
+    given = Path(input_path).expanduser()
+    listed = globlib.glob(str(given), recursive=True) if any(c in input_path for c in "*?[") else [given]
+    links = {}
+    for entry in map(Path, listed):
+        for path in entry.rglob("*") if entry.is_dir() else [entry]:
+            links.setdefault(path.resolve(), Path(os.path.abspath(path)))
+    return [links.get(f.path, f.path) for f in files]
 
 
 def _kept(ids: pa.ChunkedArray, removed: set[str]) -> list[bool]:
