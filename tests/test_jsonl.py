@@ -112,6 +112,27 @@ def test_a_malformed_line_names_the_file_and_the_line(tmp_path):
         assert str(caught.value) == f"{path}: line 3: malformed JSON: Expecting value at column 26"
 
 
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        ('{"id": "x", "text": "a \\ud800 b"}', "a lone UTF-16 surrogate ('\\ud800') in a string: not valid Unicode"),
+        ('{"id": "x", "text": "tab\there"}', "malformed JSON: Invalid control character at column 25"),
+        (
+            '{"id": "x", "text": "a", "text": "b", "created": "2026-03-01"}',
+            "the key 'text' appears twice in one object",
+        ),
+    ],
+)
+def test_a_line_duckdb_refuses_and_python_reads_is_named_with_its_own_line(tmp_path, bad, said):
+    """DuckDB refuses these lines; Python's json read the first two, so the message carried
+    DuckDB's own line number (30002 for line 30001, 29972 with blank lines) and its raw text."""
+    good = [json.dumps(dolma_record(r)) for r in fixture_rows()[:3]]
+    path = write_shard(tmp_path / "shard.jsonl.gz", "\n\n".join([*good, bad]) + "\n")  # blank lines between
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s"), str(path), mapping=DOLMA)
+    assert str(caught.value) == f"{path}: line 7: {said}"
+
+
 def test_a_line_that_is_not_an_object_is_named(tmp_path):
     path = write_shard(tmp_path / "array.jsonl", json.dumps(dolma_record(fixture_rows()[0])) + "\n[1, 2]\n")
     with pytest.raises(WebdedupError) as caught:

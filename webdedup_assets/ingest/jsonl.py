@@ -45,6 +45,22 @@ def require_whole_stream(path: Path) -> None:
         raise WebdedupError(f"{path}: cannot decompress: {err}") from None  # as DuckDB names a cut .gz
 
 
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """An object's members, refusing a key given twice (DuckDB does; Python keeps the last)."""
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKey(key)
+        seen[key] = value
+    return seen
+
+
 def first_problem(path: Path) -> str | None:
     """The first line that is not one JSON object, as `line N: why`; None when every line is one.
 
@@ -54,11 +70,19 @@ def first_problem(path: Path) -> str | None:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = json.loads(line, object_pairs_hook=_unique_keys)
             except UnicodeDecodeError as err:
                 return f"line {number}: invalid UTF-8 at byte {err.start} of the line"
             except json.JSONDecodeError as err:
-                return f"line {number}: malformed JSON: {err.msg} at column {err.colno}"
+                return f"line {number}: malformed JSON: {err.msg.removesuffix(' at')} at column {err.colno}"
+            except _RepeatedKey as err:
+                return f"line {number}: the key {err.key!r} appears twice in one object"
+            try:  # Python reads a lone UTF-16 surrogate (\ud800) in a string; DuckDB refuses it
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as err:
+                return (
+                    f"line {number}: a lone UTF-16 surrogate ({err.object[err.start]!r}) in a string: not valid Unicode"
+                )
             if not isinstance(value, dict):
                 kind = JSON_KINDS.get(type(value), "value")
                 return f"line {number}: a JSON {kind}, not an object; each line must be one object"
