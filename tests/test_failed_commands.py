@@ -553,3 +553,26 @@ def test_an_input_replaced_while_it_is_read_is_refused_and_nothing_changes(tmp_p
         f"webdedup: error in documents: {source}: changed while it was read; run the command again once it is written"
     )
     assert not out.exists()
+
+
+def test_a_ctrl_c_a_duckdb_query_swallowed_stops_the_command_before_its_next_stage(corpus, tmp_path, monkeypatch):
+    """The KeyboardInterrupt of Ctrl-C can be lost inside a DuckDB query that ends anyway: the add
+    went on and published (exit 0). The handler's flag stops the command before its next stage."""
+    from webdedup_assets.engine.stages import documents
+    from webdedup_assets.errors import INTERRUPTED
+
+    other = write_day(tmp_path / "next.csv", "2026-04-02", ["next-01", "next-02"])
+    before = held(corpus)
+    real = documents._write_months
+
+    def swallowed(*args, **kwargs):
+        INTERRUPTED.set()  # as the handler does; its KeyboardInterrupt lost
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(documents, "_write_months", swallowed)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            main(["add", str(other), "--output", str(corpus), "--quiet"])
+    finally:
+        INTERRUPTED.clear()
+    assert held(corpus) == before

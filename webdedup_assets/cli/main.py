@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from .. import params
 from ..core.minhash import candidate_probability
-from ..errors import WebdedupError
+from ..errors import INTERRUPTED, WebdedupError
 from ..storage.objects import ObjectPath, is_uri
 from ..storage.remote import working_copy
 from .evaluate import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
@@ -352,11 +352,17 @@ def _dispatch(args: argparse.Namespace) -> int:
     return cmd_probability(args)
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    INTERRUPTED.set()
+    signal.default_int_handler(signum, frame)
+
+
 def entry() -> None:
     """The `webdedup` command and `python -m webdedup_assets.cli.main`: main(), then the process ends
     with its status (exiting.end_process: no module teardown). Ctrl-C ends it with status 130 and
     one line (what the command changed is put back on the way, and said so); a reader of its output
     that stops early (`| head`), silently with status 141."""
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         status = main()
     except KeyboardInterrupt:

@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..errors import WebdedupError
+from ..errors import INTERRUPTED, WebdedupError
 from ..ingest.inputs import InputFile, resolve_input
 from ..params import (
     BandingParams,
@@ -142,6 +142,8 @@ class _Steps:
         self.seconds: dict[str, float] = {}
 
     def run(self, name: str, call: Callable[[], Any], timed_as: str | None = None) -> Any:
+        if INTERRUPTED.is_set():  # a Ctrl-C that a DuckDB query swallowed while it ended
+            raise KeyboardInterrupt
         PROGRESS.info("%-18s running", name)
         started = time.perf_counter()
         try:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebdedupError
-from ..storage.fileio import file_sha256s
+from ..storage.fileio import file_sha256, file_sha256s
 from ..storage.objects import ObjectPath, is_uri, list_objects
 
 FORMATS = ("auto", "csv", "parquet", "jsonl", "warc", "commoncrawl")
@@ -125,6 +125,15 @@ def resolve_input(input_path: str, input_format: str = "auto") -> list[InputFile
         InputFile(candidate.resolve(), fmt, sha256, candidate.stat().st_size)
         for candidate, fmt, sha256 in zip(candidates, formats, file_sha256s(candidates))
     ]
+
+
+def require_unchanged(files: list[InputFile]) -> None:
+    """Each local input file is still the one whose checksum the corpus records (a file replaced
+    while a stage read it was stored with the new rows under the old file's sha256). A stat per
+    file: the checksum is remembered while the file's size and modification time stay the same."""
+    for f in files:
+        if isinstance(f.path, Path) and file_sha256(f.path) != f.sha256:
+            raise WebdedupError(f"{f.path}: changed while it was read; run the command again once it is written")
 
 
 def unread_files(input_path: str) -> list[Path]:

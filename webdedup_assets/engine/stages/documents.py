@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from ...errors import WebdedupError
 from ...ingest.contract import REQUIRED_COLUMNS
-from ...ingest.inputs import WARC_FORMATS, InputFile, day_of_file, resolve_input
+from ...ingest.inputs import WARC_FORMATS, InputFile, day_of_file, require_unchanged, resolve_input
 from ...ingest.options import WarcOptions
 from ...params import ColumnParams, InputParams
 from ...progress import Task
@@ -91,9 +91,8 @@ def stage_documents(
     mapping: ColumnParams | None = None,
 ) -> dict[str, Any]:
     """The documents stage through the contract; returns its figures with the stored input
-    parameters (input_path, input_files, input_sha256, extra_columns, warc) as one dict.
-    `mapping`: which input fields are the contract's columns (None: the contract's own names;
-    with `extend`, the held corpus' mapping, and another one is refused)."""
+    parameters (input_path, input_files, input_sha256, extra_columns, warc). `mapping`: the input
+    fields that are the contract's columns (None: its own names; with `extend`, the held corpus')."""
     if extend and months is not None:
         mapping = mapping_for_add(store, mapping)
     params = input_params(input_format, warc_options, mapping)
@@ -173,13 +172,13 @@ def documents_stage(run: StageRun) -> StageOutput:
                     copy_query(con, f"SELECT {select} FROM parsed", temp, params)
                 except duckdb.Error as err:
                     raise read_error(err, files) from None
-            _require_unchanged(sources)
+            require_unchanged(sources)
             rows = scalar(con, "SELECT count(*) FROM keys")
             return StageOutput(rows, dated, {None: rows}, {None: {}}, schema)
         kept = [p for paths in retained.files.values() for p in paths]
         _refuse_held_doc_ids(con, kept)
         written = _write_months(con, store, select, months, params, files, retained.files, mapping == ColumnParams())
-        _require_unchanged(sources)
+        require_unchanged(sources)
         for f in retained.staged:  # (a run killed before this leaves a .tmp file: removed with the leftovers)
             f.path.unlink(missing_ok=True)
         entries = {**_day_entries(written.pop("day_rows"), sources), **retained.entries}
@@ -191,15 +190,6 @@ def documents_stage(run: StageRun) -> StageOutput:
     finally:
         con.close()
         discard_staging(store)
-
-
-def _require_unchanged(files: list[InputFile]) -> None:
-    """Each local input file is still the one whose checksum the corpus records (a file replaced
-    while the stage read it was stored with the new rows under the old file's sha256). A stat per
-    file: the checksum is remembered while the file's size and modification time stay the same."""
-    for f in files:
-        if isinstance(f.path, Path) and file_sha256(f.path) != f.sha256:
-            raise WebdedupError(f"{f.path}: changed while it was read; run the command again once it is written")
 
 
 @dataclass
@@ -474,18 +464,12 @@ def _uncovered(con, coverage: list[str], uncovered_files: list[str]) -> dict[str
     counted and named, never silently dropped."""
     listed = ", ".join(sql_string(m) for m in coverage)
     where = f"strftime(crawled_at, '%Y-%m') NOT IN ({listed})" if coverage else "true"
-    count = scalar(con, f"SELECT count(*) FROM keys WHERE {where}")
-    sample = [d for (d,) in con.execute(f"SELECT doc_id FROM keys WHERE {where} ORDER BY doc_id LIMIT 10").fetchall()]
-    months = [
-        m
-        for (m,) in con.execute(
-            f"SELECT DISTINCT strftime(crawled_at, '%Y-%m') m FROM keys WHERE {where} ORDER BY m"
-        ).fetchall()
-    ]
+    months = f"SELECT DISTINCT strftime(crawled_at, '%Y-%m') m FROM keys WHERE {where} ORDER BY m"
+    sample = f"SELECT doc_id FROM keys WHERE {where} ORDER BY doc_id LIMIT 10"
     return {
-        "documents_outside_partitions": count,
-        "doc_ids_outside_partitions": sample,
-        "months_outside_partitions": months,
+        "documents_outside_partitions": scalar(con, f"SELECT count(*) FROM keys WHERE {where}"),
+        "doc_ids_outside_partitions": [d for (d,) in con.execute(sample).fetchall()],
+        "months_outside_partitions": [m for (m,) in con.execute(months).fetchall()],
         "files_outside_partitions": uncovered_files,
     }
 
