@@ -555,6 +555,27 @@ def test_an_input_replaced_while_it_is_read_is_refused_and_nothing_changes(tmp_p
     assert not out.exists()
 
 
+def test_sigterm_puts_everything_back_and_ends_in_one_line_with_status_143(corpus, tmp_path):
+    """`timeout`, systemd and schedulers stop a command with SIGTERM: it ended at once with status
+    143 and no word, its changes left for the next command to undo."""
+    import signal
+    import subprocess
+    import sys
+
+    other = write_day(tmp_path / "next.csv", "2026-04-02", [f"next-{i:02d}" for i in range(40)])
+    before = held(corpus)
+    command = [sys.executable, "-m", "webdedup_assets.cli.main", "add", str(other), "--output", str(corpus)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()  # the command has started: its handlers are in place
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 143, first + rest
+    assert "Traceback" not in rest and rest.rstrip().splitlines()[-1] == "webdedup: terminated"
+    assert f"nothing was changed: {corpus / '_storage'} and {corpus} are as they were" in rest
+    assert not (corpus / "_storage" / ROLLBACK_DIR).exists()
+    assert held(corpus) == before
+
+
 def test_a_ctrl_c_a_duckdb_query_swallowed_stops_the_command_before_its_next_stage(corpus, tmp_path, monkeypatch):
     """The KeyboardInterrupt of Ctrl-C can be lost inside a DuckDB query that ends anyway: the add
     went on and published (exit 0). The handler's flag stops the command before its next stage."""

@@ -352,22 +352,28 @@ def _dispatch(args: argparse.Namespace) -> int:
     return cmd_probability(args)
 
 
+_RECEIVED: list[int] = []  # the signals that stopped the command: SIGTERM (`timeout`, systemd) as Ctrl-C
+
+
 def _interrupt(signum: int, frame: Any) -> None:
+    _RECEIVED.append(signum)
     INTERRUPTED.set()
-    signal.default_int_handler(signum, frame)
+    signal.default_int_handler(signum, frame)  # KeyboardInterrupt: what the command changed is undone
 
 
 def entry() -> None:
     """The `webdedup` command and `python -m webdedup_assets.cli.main`: main(), then the process ends
     with its status (exiting.end_process: no module teardown). Ctrl-C ends it with status 130 and
-    one line (what the command changed is put back on the way, and said so); a reader of its output
-    that stops early (`| head`), silently with status 141."""
+    one line (what the command changed is put back on the way, and said so), SIGTERM the same way
+    with status 143; a reader of its output that stops early (`| head`), silently with status 141."""
     signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         status = main()
     except KeyboardInterrupt:
-        print("webdedup: interrupted", file=sys.stderr)
-        status = 130
+        terminated = signal.SIGTERM in _RECEIVED
+        print(f"webdedup: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        status = 128 + (signal.SIGTERM if terminated else signal.SIGINT)
     except BrokenPipeError:  # the reader of stdout went away (`| head`): end as `head`'s writers do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         status = 128 + signal.SIGPIPE
