@@ -787,3 +787,25 @@ def test_an_add_without_storage_extends_the_corpus_its_output_was_published_from
     assert "billing-mirror" in capsys.readouterr().out
     assert main(["check", str(late), "--against", str(out), "--quiet"]) == 0
     assert pq.read_metadata(out / "check.parquet").num_rows == len(late.read_text().splitlines()) - 1
+
+
+def test_a_middle_day_added_or_a_held_day_added_again_is_stored_in_the_order_of_one_run(tmp_path):
+    """A day that falls between held days of its month (and a held day given again) takes its
+    place among them, as one run of all the days stores it: the published outputs are those of
+    that run, row for row."""
+    from webdedup_assets.cli.main import main
+
+    days = _fixture_by_day(tmp_path / "days")
+    middle = days[len(days) // 2]
+    assert main(["run", str(tmp_path / "days"), "--output", str(tmp_path / "ran"), "--quiet"]) == 0
+    others = tmp_path / "others"
+    others.mkdir()
+    for day in days:
+        if day != middle:
+            (others / day.name).write_bytes(day.read_bytes())
+    assert main(["run", str(others), "--output", str(tmp_path / "middle"), "--quiet"]) == 0
+    assert main(["add", str(middle), "--output", str(tmp_path / "middle"), "--quiet"]) == 0
+    _published_equal(tmp_path / "middle", tmp_path / "ran")
+    assert main(["run", str(tmp_path / "days"), "--output", str(tmp_path / "again"), "--quiet"]) == 0
+    assert main(["add", str(middle), "--output", str(tmp_path / "again"), "--quiet"]) == 0
+    _published_equal(tmp_path / "again", tmp_path / "ran")

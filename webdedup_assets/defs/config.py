@@ -140,7 +140,7 @@ def _config_class(
 
 class _InputConfig(StageConfig):
     def warc_options(self):
-        from ..engine.stages.documents import warc_options_of
+        from ..engine.stages.documents_warc import warc_options_of
 
         return warc_options_of(self.params())
 

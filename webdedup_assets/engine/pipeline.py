@@ -56,7 +56,8 @@ from .shards import FOLDER as SHARDS
 from .shards import emit_shards as emit
 from .shards import require_emittable
 from .stage import DUCKDB, StageResult
-from .stages.documents import stage_documents, warc_options_of
+from .stages.documents import stage_documents
+from .stages.documents_warc import warc_options_of
 from .stages.manifest import stage_manifest
 from .verify import damage_message, damage_named
 

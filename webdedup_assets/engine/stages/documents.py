@@ -24,7 +24,7 @@ from ...errors import WebdedupError
 from ...ingest.contract import REQUIRED_COLUMNS
 from ...ingest.inputs import WARC_FORMATS, InputFile, day_of_file, require_unchanged, resolve_input
 from ...ingest.options import WarcOptions
-from ...params import ColumnParams, InputParams
+from ...params import ColumnParams
 from ...progress import Task
 from ...storage.adopt import MONTH_SQL, adoptable_files
 from ...storage.fileio import atomic_path, file_sha256
@@ -43,41 +43,14 @@ from ..reading import (
     without_empty_shards,
 )
 from ..stage import DUCKDB, StageOutput, StageRun
-from .documents_warc import clear_rejections, discard_staging, record_rejections, stage_warc
-
-
-def input_params(
-    input_format: str = "auto", warc_options: WarcOptions | None = None, mapping: ColumnParams | None = None
-) -> InputParams:
-    """The documents stage's parameters (stored with its data) from the input format, the column
-    mapping and the WARC options (a WARC record's fallback date is the mapping's default_date)."""
-    w = warc_options or WarcOptions()
-    return InputParams(
-        **(mapping or ColumnParams(default_date=w.default_date)).model_dump(),
-        input_format=input_format,
-        warc_max_record_bytes=w.max_record_bytes,
-        cc_base_url=w.cc_base_url,
-        cc_accept_terms_of_use=w.cc_accept_terms_of_use,
-        cc_timeout_seconds=w.cc_timeout_seconds,
-        cc_max_retries=w.cc_max_retries,
-        cc_retry_backoff_seconds=w.cc_retry_backoff_seconds,
-        cc_concurrency=w.cc_concurrency,
-        warc_workers=w.workers,
-    )
-
-
-def warc_options_of(p: InputParams) -> WarcOptions:
-    return WarcOptions(
-        default_date=p.default_date,
-        max_record_bytes=p.warc_max_record_bytes,
-        cc_base_url=p.cc_base_url,
-        cc_accept_terms_of_use=p.cc_accept_terms_of_use,
-        cc_timeout_seconds=p.cc_timeout_seconds,
-        cc_max_retries=p.cc_max_retries,
-        cc_retry_backoff_seconds=p.cc_retry_backoff_seconds,
-        cc_concurrency=p.cc_concurrency,
-        workers=p.warc_workers,
-    )
+from .documents_warc import (
+    clear_rejections,
+    discard_staging,
+    input_params,
+    record_rejections,
+    stage_warc,
+    warc_options_of,
+)
 
 
 def stage_documents(
@@ -177,7 +150,9 @@ def documents_stage(run: StageRun) -> StageOutput:
             return StageOutput(rows, dated, {None: rows}, {None: {}}, schema)
         kept = [p for paths in retained.files.values() for p in paths]
         _refuse_held_doc_ids(con, kept)
-        written = _write_months(con, store, select, months, params, files, retained.files, mapping == ColumnParams())
+        written = _write_months(
+            con, store, select, months, params, files, retained.files, mapping == ColumnParams(), retained.by_day
+        )
         require_unchanged(sources)
         for f in retained.staged:  # (a run killed before this leaves a .tmp file: removed with the leftovers)
             f.path.unlink(missing_ok=True)
@@ -199,13 +174,19 @@ class Retained:
     files: dict[str, list[Path]] = field(default_factory=dict)  # per month: stored files kept as they are
     staged: list[InputFile] = field(default_factory=list)  # rows of held days from files that must change
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)  # state entries of the held days kept
+    by_day: set[str] = field(default_factory=set)  # months written a file per day (see _retained)
 
 
 def _retained(store: Store, files: list[InputFile], months: list[str], mapping: ColumnParams) -> Retained:
     """For `webdedup add`: the held days of `months` that the input does not hold stay in the
     corpus. A stored file holding none of the input's days is kept as it is (so it is neither
     re-encoded nor fingerprinted again); the rows of held days in a file that also holds a day
-    of the input are written to a staging Parquet file read with the input."""
+    of the input are written to a staging Parquet file read with the input.
+
+    A month's files are read in name order, so its days stay in order only if no stored file
+    spans a day of the input: a file that does (a middle day added, a held day given again) is
+    rewritten too, and that month is written a file per day (`by_day`), as one run of the days'
+    files orders them."""
     state = load_state(store)
     wanted = set(months)
     held = {d: e for d, e in state["days"].items() if crawl_month(d) in wanted}
@@ -221,6 +202,7 @@ def _retained(store: Store, files: list[InputFile], months: list[str], mapping: 
         retained.entries = {d: held[d].get("documents", {}) for d in kept_days}
         changing: list[Path] = []
         for month in months:
+            new_of_month = {d for d in new_days if crawl_month(d) == month}
             for path in store.partition_files("documents", month):
                 days = {
                     d
@@ -229,8 +211,11 @@ def _retained(store: Store, files: list[InputFile], months: list[str], mapping: 
                         f"FROM read_parquet({sql_string(str(path))}, hive_partitioning = false)"
                     ).fetchall()
                 }
-                if days & new_days:
+                spanned = new_of_month and min(days) < max(new_of_month) and min(new_of_month) < max(days)
+                if days & new_days or spanned:
                     changing.append(path)
+                    if days - new_days:
+                        retained.by_day.add(month)
                 else:
                     retained.files.setdefault(month, []).append(path)
         if kept_days and changing:
@@ -273,6 +258,7 @@ def _write_months(
     files: list[InputFile],
     kept: dict[str, list[Path]] | None = None,
     unmapped: bool = True,
+    by_day: set[str] = frozenset(),
 ) -> dict[str, Any]:
     """Every month of the run as documents/part-<month>.parquet and segments; months without
     documents lose their files.
@@ -282,8 +268,9 @@ def _write_months(
     _adoptable_files: daily or monthly exports); every other document is written in one pass over
     the input (COPY ... PARTITION_BY month), each month then moved into place. `kept` (`webdedup
     add`): stored files of a month that stay as they are; what is written beside them goes to
-    segments named by their first day. `unmapped`: the input is read with the contract's own column
-    names (else only files already in the stored form can be adopted)."""
+    segments named by their first day; the months of `by_day` are written a segment per day.
+    `unmapped`: the input is read with the contract's own column names (else only files already
+    in the stored form can be adopted)."""
     kept = kept or {}
     wanted = set(months)
     month_list = ", ".join(sql_string(m) for m in months)
@@ -326,7 +313,11 @@ def _write_months(
                 "documents", sum(month_rows[m] for m in copied) - sum(adopted_rows.get(m, 0) for m in copied), "docs"
             )
             try:
-                query = f"SELECT {select}, {MONTH_SQL} AS __month FROM parsed"
+                split = MONTH_SQL
+                if by_day:
+                    daily = ", ".join(sql_string(m) for m in sorted(by_day))
+                    split = f"CASE WHEN {MONTH_SQL} IN ({daily}) THEN CAST(crawled_at AS VARCHAR) ELSE {MONTH_SQL} END"
+                query = f"SELECT {select}, {split} AS __month FROM parsed"
                 if adopted or sum(month_rows.values()) < scalar(con, "SELECT count(*) FROM keys"):
                     # Only then: with this filter DuckDB's stream no longer keeps the input order
                     # (it does without it), so the rows of a month may come in another order.
@@ -359,7 +350,10 @@ def _write_months(
                 first = scalar(con, oldest)
                 staying = [store.rename_to_segment("documents", month, first) if p == main else p for p in staying]
             store.remove_segments("documents", month, keep=[*segments, *staying])
-            if month in copied:
+            if month in copied and month in by_day:
+                for written in sorted(staging.glob(f"part-{month}-??.parquet")):  # (adopted days have none)
+                    store.place_segment("documents", month, written.stem.removeprefix("part-"), written)
+            elif month in copied:
                 written = staging / f"part-{month}.parquet"
                 if not written.exists():
                     raise WebdedupError(f"documents: crawl month {month} has documents but none were written")
@@ -367,7 +361,7 @@ def _write_months(
                     store.place("documents", month, written)
                 else:
                     store.place_segment("documents", month, first_copied[month], written)
-            if main not in staying and not (month in copied and alone):
+            if main not in staying and not (month in copied and alone and month not in by_day):
                 main.unlink(missing_ok=True)
             partition_figures[month] = {
                 "files_kept": len(staying),

@@ -28,6 +28,7 @@ from ...ingest.convert import CONVERTER_VERSION, convert_warc_input
 from ...ingest.inputs import WARC_FORMATS, InputFile
 from ...ingest.options import WarcOptions
 from ...ingest.warc.collect import REJECTED_SCHEMA
+from ...params import ColumnParams, InputParams
 from ...storage.fileio import atomic_path, file_sha256, write_text
 from ...storage.store import Store
 
@@ -159,3 +160,37 @@ def record_rejections(store: Store, rows: list[dict[str, Any]], input_files: lis
         given |= {name for f in input_files if f.format == "warc" for name in (f.path.name, str(f.path))}
         rows = [r for r in pq.read_table(held).to_pylist() if r["warc_filename"] not in given] + rows
     write_rejections(rows, held, None)
+
+
+def input_params(
+    input_format: str = "auto", warc_options: WarcOptions | None = None, mapping: ColumnParams | None = None
+) -> InputParams:
+    """The documents stage's parameters (stored with its data) from the input format, the column
+    mapping and the WARC options (a WARC record's fallback date is the mapping's default_date)."""
+    w = warc_options or WarcOptions()
+    return InputParams(
+        **(mapping or ColumnParams(default_date=w.default_date)).model_dump(),
+        input_format=input_format,
+        warc_max_record_bytes=w.max_record_bytes,
+        cc_base_url=w.cc_base_url,
+        cc_accept_terms_of_use=w.cc_accept_terms_of_use,
+        cc_timeout_seconds=w.cc_timeout_seconds,
+        cc_max_retries=w.cc_max_retries,
+        cc_retry_backoff_seconds=w.cc_retry_backoff_seconds,
+        cc_concurrency=w.cc_concurrency,
+        warc_workers=w.workers,
+    )
+
+
+def warc_options_of(p: InputParams) -> WarcOptions:
+    return WarcOptions(
+        default_date=p.default_date,
+        max_record_bytes=p.warc_max_record_bytes,
+        cc_base_url=p.cc_base_url,
+        cc_accept_terms_of_use=p.cc_accept_terms_of_use,
+        cc_timeout_seconds=p.cc_timeout_seconds,
+        cc_max_retries=p.cc_max_retries,
+        cc_retry_backoff_seconds=p.cc_retry_backoff_seconds,
+        cc_concurrency=p.cc_concurrency,
+        workers=p.warc_workers,
+    )
