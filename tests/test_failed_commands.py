@@ -67,6 +67,26 @@ def test_a_run_with_a_mistyped_input_changes_nothing_and_the_next_add_keeps_the_
     assert published_ids(corpus) == _fixture_ids() | {"fresh-01"}
 
 
+def test_an_input_without_documents_neither_empties_a_held_corpus_nor_is_added(corpus, tmp_path, capsys):
+    """A header-only export given by mistake: `run` would clear every held day, so it is refused;
+    `add` and `check` say that the input holds no documents (not that its dates are wrong)."""
+    before = held(corpus)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("doc_id,source,domain,crawled_at,title,body\n")
+    assert main(["run", str(empty), "--output", str(corpus), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{empty} holds no documents: the corpus in {corpus / '_storage'} (22 crawl day(s)) is left as it is" in err
+    assert "cleared" not in err
+    assert held(corpus) == before
+    for command in (["add", str(empty), "--output", str(corpus)], ["check", str(empty), "--against", str(corpus)]):
+        assert main(command) == 2
+        assert f"error: {empty}: the input holds no documents\n" in capsys.readouterr().err
+    assert held(corpus) == before
+    undated = write_day(tmp_path / "undated.csv", "someday", ["u-1"])
+    assert main(["add", str(undated), "--output", str(corpus)]) == 2
+    assert "no crawl day found in the input (is crawled_at a date?" in capsys.readouterr().err
+
+
 def _fixture_ids() -> set[str]:
     with open(FIXTURE, newline="") as handle:
         return {row["doc_id"] for row in csv.DictReader(handle)}

@@ -51,7 +51,7 @@ from .checks import CHECKS, Check, describe_failure
 from .columns import mapping_for_add, mapping_of
 from .incremental.layout import UpdateReport
 from .publish import OUTPUT_NAMES, publication_prepared, recover, require_replaceable
-from .reading import input_days
+from .reading import input_days, no_days_error
 from .shards import FOLDER as SHARDS
 from .shards import emit_shards as emit
 from .shards import require_emittable
@@ -326,7 +326,7 @@ def run(
         months = months_of(days)
         steps = _Steps(store, checked=True)
         runner = stage_runner(engine)
-        steps.run(
+        documents = steps.run(
             "documents",
             lambda: stage_documents(
                 store,
@@ -338,6 +338,11 @@ def run(
                 mapping=mapping,
             ),
         )
+        if not documents["rows"] and stale:  # an empty export given by mistake would clear the corpus
+            raise WebdedupError(
+                f"{input_path} holds no documents: the corpus in {storage_root} ({len(stale)} crawl day(s)) is "
+                "left as it is (to empty it, remove that folder)"
+            )
         steps.run("fingerprinted", lambda: runner("fingerprinted", store, params.fingerprint, months))
         steps.run("band_memberships", lambda: runner("band_memberships", store, params.banding, months))
         report = None
@@ -449,7 +454,7 @@ def add(
         mapping = mapping_for_add(store, ColumnParams.checked(columns) if columns else None)
         days = input_days(input_path, input_format, store=store, mapping=mapping, explain=True)
         if not days:
-            raise WebdedupError(f"{input_path}: no crawl day found in the input (is crawled_at a date?)")
+            raise no_days_error(input_path, input_format)
         months = months_of(days)  # the held days of these months that the input lacks are kept
         steps = _Steps(store, checked=False)
         steps.run(

@@ -430,6 +430,26 @@ def input_days(
     return sorted(days)
 
 
+def no_days_error(input_path: str, input_format: str = "auto") -> WebdedupError:
+    """Why an input yields no crawl day (for `add` and `check`, which need one): it holds no
+    documents at all, or none with a usable date."""
+    try:
+        files = without_empty_shards(resolve_input(input_path, input_format))
+        infer_json_columns(files)
+        con = connect()
+        try:
+            rows = sum(scalar(con, f"SELECT count(*) FROM {source_sql(f, strict=False)}") for f in files)
+        finally:
+            con.close()
+    except (WebdedupError, duckdb.Error):
+        rows = None
+    if rows == 0:
+        return WebdedupError(f"{input_path}: the input holds no documents")
+    return WebdedupError(
+        f"{input_path}: no crawl day found in the input (is crawled_at a date? pages without one take --default-date)"
+    )
+
+
 def file_days(con: duckdb.DuckDBPyConnection, f: InputFile, mapping: ColumnParams) -> set[str]:
     """The crawl days of one input file (its Parquet footer tells them when it can)."""
     own_dates = f.stored or (mapping.date_column == "crawled_at" and not mapping.default_date)

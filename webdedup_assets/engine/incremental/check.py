@@ -181,7 +181,7 @@ def check_input(
     Returns check_against's summary plus the input's crawl days, the report path and the first
     duplicates (`preview`: up to PREVIEW_ROWS rows, by doc_id)."""
     from ..columns import held_mapping
-    from ..reading import input_days
+    from ..reading import input_days, no_days_error
     from ..stages.documents import stage_documents
     from ..stages.fingerprint import stage_band_memberships, stage_fingerprinted
 
@@ -198,10 +198,7 @@ def check_input(
             mapping = ColumnParams.checked({**mapping.model_dump(), "default_date": default_date})
         days = input_days(input_path, input_format, store=new, mapping=mapping, explain=True)
         if not days:
-            raise WebdedupError(
-                f"{input_path}: no crawl day found in the input (is crawled_at a date? pages without one take "
-                "--default-date)"
-            )
+            raise no_days_error(input_path, input_format)
         months = months_of(days)
         stage_documents(new, input_path, input_format, months=months, mapping=mapping)
         stage_fingerprinted(new, fingerprint, months)
