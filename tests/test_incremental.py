@@ -809,3 +809,23 @@ def test_a_middle_day_added_or_a_held_day_added_again_is_stored_in_the_order_of_
     assert main(["run", str(tmp_path / "days"), "--output", str(tmp_path / "again"), "--quiet"]) == 0
     assert main(["add", str(middle), "--output", str(tmp_path / "again"), "--quiet"]) == 0
     _published_equal(tmp_path / "again", tmp_path / "ran")
+
+
+def test_the_manifest_of_an_add_times_the_global_stages_it_updated(tmp_path, capsys):
+    """Each global stage's seconds are those of the update's steps that wrote it (they were 0.0)."""
+    from webdedup_assets.cli.main import main
+
+    days = _fixture_by_day(tmp_path / "days")
+    out = tmp_path / "out"
+    for day in days[:-1]:
+        assert main(["add", str(day), "--output", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["add", str(days[-1]), "--output", str(out), "--json"]) == 0
+    update = json.loads(capsys.readouterr().out)["seconds"]
+    timings = json.loads((out / "manifest.json").read_text())["timings_seconds"]
+    assert timings["scored_pairs"] == update["scoring"] > 0
+    assert timings["duplicate_pairs"] == update["duplicates"] > 0
+    assert timings["clusters"] == update["clusters"] > 0
+    assert timings["candidate_pairs"] == pytest.approx(update["body_index"] + update["changes"] + update["candidates"])
+    steps = ("representatives", "deduped_documents", "cluster_inspection", "diagnostics")
+    assert timings["deduped_documents"] == pytest.approx(sum(update[s] for s in steps))

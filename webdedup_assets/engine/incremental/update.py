@@ -186,15 +186,19 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         require_unique_doc_ids(store, con, "docs")
         self._links()
         self._mark("candidates")
+        self._record_seconds("candidate_pairs", "body_index", "changes", "candidates")
         yield "candidate_pairs"
         self._score()
         self._mark("scoring")
+        self._record_seconds("scored_pairs", "scoring")
         yield "scored_pairs"
         self._duplicates()
         self._mark("duplicates")
+        self._record_seconds("duplicate_pairs", "duplicates")
         yield "duplicate_pairs"
         self._clusters()
         self._mark("clusters")
+        self._record_seconds("clusters", "clusters")
         yield "clusters"
         self._representatives()  # marks representatives, deduped_documents, cluster_inspection
         # cluster_diagnostics.csv as the full stage writes it (bounded, see engine.diagnostics),
@@ -206,8 +210,18 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
         )
         self._keep_diagnostics(changed, measured_before, self.shingle_sets)
         self._mark("diagnostics")
+        self._record_seconds(
+            "deduped_documents", "representatives", "deduped_documents", "cluster_inspection", "diagnostics"
+        )
         commit(store, self.candidates, self.scoring, self.representative, self.figures)
         yield "deduped_documents"
+
+    def _record_seconds(self, asset: str, *steps: str) -> None:
+        """The asset's stats take the seconds of the update's steps that wrote it (the manifest's
+        timings and the Dagster metadata read them)."""
+        stats = self.store.stats(asset)[0]
+        seconds = round(sum(self.report.seconds.get(step, 0.0) for step in steps), 4)
+        self.store.write_stats(asset, None, {**stats, "seconds": seconds})
 
     def _keep_diagnostics(self, changed: pa.Array, measured_before, known_sets=None) -> None:
         figures = write_cluster_diagnostics(
