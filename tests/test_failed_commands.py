@@ -109,6 +109,31 @@ def test_a_run_that_fails_in_a_stage_restores_the_corpus_it_had_cleared(corpus, 
     assert held(corpus) == before
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(28, "No space left on device"),
+        RuntimeError('IO Error: Could not write file "x.tmp": No space left on device'),  # DuckDB's
+    ],
+    ids=["os", "duckdb"],
+)
+def test_a_full_disk_is_named_with_the_folders_to_free(corpus, tmp_path, capsys, monkeypatch, error):
+    before = held(corpus)
+
+    def failing(run):
+        raise error
+
+    monkeypatch.setitem(DUCKDB.stages, "band_memberships", failing)
+    day = write_day(tmp_path / "day.csv", "2026-05-01", ["full-01"])
+    assert main(["add", str(day), "--output", str(corpus)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"webdedup: error: the disk is full (no space left on device) under {corpus / '_storage'} "
+        "(with its spill folder .duckdb_tmp) or the output folder: free space there, or give --storage a larger disk\n"
+    ) in err
+    assert held(corpus) == before
+
+
 def test_a_refused_add_stores_nothing_and_later_adds_work(corpus, tmp_path, capsys):
     before = held(corpus)
     # notice-01 is held on another day of the corpus: refused

@@ -16,6 +16,7 @@ The Dagster definitions (defs/) call the same stage functions; nothing here impo
 
 from __future__ import annotations
 
+import errno
 import logging
 import shutil
 import time
@@ -161,6 +162,12 @@ class _Steps:
             damaged = damage_message(self.store)
             if damaged is not None:
                 raise WebdedupError(damaged) from None
+            if getattr(err, "errno", None) == errno.ENOSPC or "No space left on device" in str(err):  # (DuckDB's too)
+                raise StageFailed(
+                    name,
+                    f"the disk is full (no space left on device) under {self.store.root} (with its spill folder "
+                    ".duckdb_tmp) or the output folder: free space there, or give --storage a larger disk",
+                ) from None
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             raise StageFailed(name, f"{type(err).__name__}: {first}") from err
         self.seconds[timed_as or name] = round(time.perf_counter() - started, 3)
