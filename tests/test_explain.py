@@ -152,3 +152,44 @@ def test_pages_without_a_shingle_have_no_minhash_estimate(tmp_path, capsys):
         assert main(["explain", "e1", other, "--output", str(out), "--json"]) == 0
         answer = json.loads(capsys.readouterr().out)
         assert answer["exact_jaccard"] == 0.0 and answer["minhash_estimate"] is None, other
+
+
+def test_inspect_keeps_its_columns_in_line_with_wide_and_long_ids():
+    """CJK ids take two terminal columns a character; an id longer than the header's column
+    widens it: every row's domain, date and figures start in the same terminal column."""
+    from webdedup_assets.cli.explain import _columns, format_inspect
+
+    members = [
+        ("新闻-二〇二六-报道-一", "新华网.example", True, 1.0),
+        ("a-very-long-ascii-document-identifier-0001", "mirror.example", False, 0.8123),
+        ("ニュース-1", "例え.example", False, 0.75),
+    ]
+    text = format_inspect(
+        {
+            "cluster_id": "cluster-新闻",
+            "size": 3,
+            "members_shown": 3,
+            "representative": members[0][0],
+            "policy": "newest",
+            "order_by": "crawled_at DESC",
+            "why": {"text": "newest"},
+            "members": [
+                {
+                    "doc_id": doc_id,
+                    "domain": domain,
+                    "crawled_at": "2026-03-01",
+                    "token_count": 120,
+                    "representative": rep,
+                    "jaccard_to_representative": jaccard,
+                }
+                for doc_id, domain, rep, jaccard in members
+            ],
+        }
+    )
+    header, *rows = text.splitlines()[3:]
+    starts = {_columns(line[: line.index(part)]) for line in rows for part in ("2026-03-01",)}
+    assert starts == {_columns(header[: header.index("crawled_at")])}
+    domain_starts = {_columns(row[: row.index(domain)]) for row, (_, domain, _, _) in zip(rows, members)}
+    assert domain_starts == {_columns(header[: header.index("domain")])}
+    assert {_columns(row) for row in rows} == {_columns(header)}
+    assert rows[0].startswith("* 新闻-二〇二六-报道-一")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import unicodedata
 from typing import Any
 
 from .folders import output_of, storage_to_read
@@ -80,16 +81,28 @@ def _num(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _columns(value: Any) -> int:
+    """Terminal columns a text takes: East Asian wide and full-width characters two, combining
+    marks none (ids and domains in CJK scripts would push the columns out of line)."""
+    return sum(
+        2 if unicodedata.east_asian_width(ch) in "WF" else 0 if unicodedata.combining(ch) else 1 for ch in str(value)
+    )
+
+
+def _pad(value: Any, width: int) -> str:
+    return f"{value!s}{' ' * (width - _columns(value))}"
+
+
 def format_explain(a: dict[str, Any]) -> str:
     left, right, p = a["left"], a["right"], a["parameters"]
-    width = max(len(str(left[k])) for k in ("doc_id", "domain", "crawled_at", "cluster_id"))
+    width = max(_columns(left[k]) for k in ("doc_id", "domain", "crawled_at", "cluster_id"))
     lines = [
-        f"{'':<22}{left['doc_id']:<{width}}  {right['doc_id']}",
-        f"{'domain':<22}{left['domain']!s:<{width}}  {right['domain']}",
-        f"{'crawled_at':<22}{left['crawled_at']!s:<{width}}  {right['crawled_at']}",
-        f"{'tokens':<22}{left['token_count']!s:<{width}}  {right['token_count']}",
-        f"{'shingles':<22}{left['shingle_count']!s:<{width}}  {right['shingle_count']}",
-        f"{'cluster':<22}{left['cluster_id']!s:<{width}}  {right['cluster_id']}",
+        f"{'':<22}{_pad(left['doc_id'], width)}  {right['doc_id']}",
+        f"{'domain':<22}{_pad(left['domain'], width)}  {right['domain']}",
+        f"{'crawled_at':<22}{_pad(left['crawled_at'], width)}  {right['crawled_at']}",
+        f"{'tokens':<22}{_pad(left['token_count'], width)}  {right['token_count']}",
+        f"{'shingles':<22}{_pad(left['shingle_count'], width)}  {right['shingle_count']}",
+        f"{'cluster':<22}{_pad(left['cluster_id'], width)}  {right['cluster_id']}",
         "",
         f"{'shared shingles':<22}{a['shared_shingles']} ({p['shingle_size']}-{p.get('shingle_unit', 'word')} shingles)",
         f"{'exact Jaccard':<22}{_num(a['exact_jaccard'])}"
@@ -153,13 +166,16 @@ def format_inspect(c: dict[str, Any]) -> str:
         f"{c['cluster_id']}: {c['size']} member(s); representative {c['representative']}",
         f"policy {c['policy']} (ORDER BY {c['order_by']}): {c['why']['text']}",
         "",
-        f"  {'doc_id':<28}{'domain':<30}{'crawled_at':<22}{'tokens':>7}  {'Jaccard':>7}",
     ]
+    ids, domains = (
+        max([_columns(name), *(_columns(m[name]) for m in c["members"])]) + 2 for name in ("doc_id", "domain")
+    )
+    lines.append(f"  {_pad('doc_id', ids)}{_pad('domain', domains)}{'crawled_at':<12}{'tokens':>7}  {'Jaccard':>7}")
     for m in c["members"]:
         mark = "*" if m["representative"] else " "
         lines.append(
-            f"{mark} {m['doc_id']:<28}{m['domain']!s:<30}{m['crawled_at']!s:<22}{m['token_count']!s:>7}  "
-            f"{m['jaccard_to_representative']:>7.4f}"
+            f"{mark} {_pad(m['doc_id'], ids)}{_pad(m['domain'], domains)}{m['crawled_at']!s:<12}"
+            f"{m['token_count']!s:>7}  {m['jaccard_to_representative']:>7.4f}"
         )
     if c["members_shown"] < c["size"]:
         lines.append(f"  ... {c['size'] - c['members_shown']} more")
