@@ -337,3 +337,30 @@ def test_files_of_a_folder_no_format_reads_are_named_and_a_format_absent_from_it
         f"webdedup: error: input folder '{folder}' holds no file of --format parquet (1 file(s) of other formats: "
         "--format auto reads each by its suffix)"
     )
+
+
+def test_add_help_shows_the_values_of_the_corpus_its_output_holds(tmp_path, capsys):
+    """An add keeps the held corpus' parameters: its help says which they are, and what giving
+    another value does; without a corpus it shows the package's defaults."""
+    from webdedup_assets.cli.main import main
+
+    out = tmp_path / "out"
+    assert (
+        main(["run", str(FIXTURE), "--output", str(out), "--shingle-size", "7", "--threshold", "0.8", "--quiet"]) == 0
+    )
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["add", "--help", "--output", str(out)])
+    assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "shingle_unit is char. Held corpus: 7; another value is refused." in text
+    assert (
+        "Exact shingle Jaccard a duplicate pair needs. Held corpus: 0.8; another value rebuilds the global assets."
+        in text
+    )
+    assert "Field holding the document id. Held corpus: doc_id; another value is refused." in text
+    assert "Held corpus: (none); another value is refused." in text  # no url column
+    with pytest.raises(SystemExit):
+        main(["add", "--help", "--output", str(tmp_path / "nothing-here")])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Held corpus" not in text and "Exact shingle Jaccard a duplicate pair needs. Default: 0.7" in text

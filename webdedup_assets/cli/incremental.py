@@ -29,7 +29,46 @@ from .progress import progress_shown
 EXIT_OK, EXIT_ERROR = 0, 2
 
 
-def add_incremental_parsers(sub, add_params) -> None:
+REFUSED, REBUILDS = "another value is refused", "another value rebuilds the global assets"
+
+
+def held_values(argv: list[str]) -> dict[str, tuple[Any, str]]:
+    """For `add --help` with the corpus' --output (or --storage): each parameter flag's value in the
+    held corpus and what giving another one does, shown in its help instead of the package's
+    default (an add keeps the held values). Empty when no local corpus is found there."""
+    from ..engine.columns import held_mapping
+    from ..engine.incremental import load_state
+    from ..errors import WebdedupError
+    from ..storage.objects import is_uri
+    from ..storage.serial import stored_value
+    from ..storage.store import Store
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--output", default="output")
+    pre.add_argument("--storage", default=None)
+    known, _ = pre.parse_known_args(argv)
+    if is_uri(known.output) or (known.storage and is_uri(known.storage)):
+        return {}  # (not downloaded for a help text)
+    try:
+        store = Store(storage_to_write(Path(known.output).expanduser().resolve(), known.storage))
+        mapping = held_mapping(store)
+        if mapping is None:
+            return {}
+        values = {k: (v, REFUSED) for k, v in mapping.model_dump().items()}
+        for group, asset in (("fingerprint", "fingerprinted"), ("banding", "band_memberships")):
+            model, stored = params.STAGE_GROUPS[group], store.params(asset).get(group)
+            values.update({k: (stored_value(model, stored, k), REFUSED) for k in model.model_fields})
+        held = (load_state(store, damaged_as_absent=True) or {}).get("parameters", {})
+        for group in ("candidates", "scoring", "representative"):
+            model = params.STAGE_GROUPS[group]
+            values.update({k: (stored_value(model, held.get(group), k), REBUILDS) for k in model.model_fields})
+        return values
+    except (WebdedupError, OSError, ValueError):
+        return {}
+
+
+def add_incremental_parsers(sub, add_params, held: dict[str, tuple[Any, str]] | None = None) -> None:
+    """`held`: the corpus' values for `add --help` (held_values)."""
     add = sub.add_parser(
         "add",
         help="add INPUT's crawl days to the corpus held in --output (incremental update)",
@@ -50,13 +89,22 @@ def add_incremental_parsers(sub, add_params) -> None:
     )
     add.add_argument("--format", dest="input_format", default="auto", help="input format (default: auto)")
     add.add_argument("--full-rebuild", action="store_true", help="rebuild every global asset from scratch")
-    held = " Default: the mapping the held corpus was read with (another one is refused)."
-    mapping = {n: {"default": None, "help": f.description + held} for n, f in params.ColumnParams.model_fields.items()}
-    add_params(add, params.ColumnParams, **mapping)
+    held = held or {}
+
+    def option(name: str, field, generic: str | None = None) -> dict[str, Any]:
+        if name in held:
+            value, other = held[name]
+            return {
+                "default": None,
+                "help": f"{field.description} Held corpus: {'(none)' if value in ('', None) else value}; {other}.",
+            }
+        return {"default": None, **({"help": field.description + generic} if generic else {})}
+
+    same = " Default: the mapping the held corpus was read with (another one is refused)."
+    add_params(add, params.ColumnParams, **{n: option(n, f, same) for n, f in params.ColumnParams.model_fields.items()})
     for name in ("fingerprint", "banding", "candidates", "scoring", "representative"):
-        add_params(
-            add, params.STAGE_GROUPS[name], **{f: {"default": None} for f in params.STAGE_GROUPS[name].model_fields}
-        )
+        model = params.STAGE_GROUPS[name]
+        add_params(add, model, **{f: option(f, info) for f, info in model.model_fields.items()})
     add.add_argument("--json", action="store_true", help="print the update report as JSON")
     check = sub.add_parser(
         "check",

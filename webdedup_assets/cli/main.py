@@ -23,7 +23,7 @@ from .exiting import end_process
 from .explain import add_explain_parsers, cmd_explain, cmd_inspect
 from .flags import error_text, flag
 from .folders import output_of, remote_storage, storage_to_write, warn_of_unread_files
-from .incremental import add_incremental_parsers, cmd_add, cmd_check
+from .incremental import add_incremental_parsers, cmd_add, cmd_check, held_values
 from .progress import progress_shown
 from .verify import add_verify_parser, cmd_verify
 
@@ -65,7 +65,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """`argv`: `add --help` shows the values of the corpus its --output holds."""
     parser = _Parser(
         prog="webdedup",
         description="Near-duplicate detection for web text: MinHash LSH candidates confirmed by exact "
@@ -118,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     add_evaluate_parser(sub)
     add_tune_parser(sub)
     add_explain_parsers(sub)
-    add_incremental_parsers(sub, _add_params)
+    asks_help = argv is not None and argv[:1] == ["add"] and ("-h" in argv or "--help" in argv)
+    add_incremental_parsers(sub, _add_params, held_values(argv[1:]) if asks_help else None)
     add_verify_parser(sub)
     for command in sub.choices.values():  # one meaning on every command, so scripts can pass it to any
         command.add_argument(
@@ -309,7 +311,8 @@ def cmd_probability(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(argv).parse_args(argv)
     output = getattr(args, "output", None)
     if args.command in ("evaluate", "tune") and isinstance(output, str) and is_uri(output):
         print(
