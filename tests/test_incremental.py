@@ -829,3 +829,32 @@ def test_the_manifest_of_an_add_times_the_global_stages_it_updated(tmp_path, cap
     assert timings["candidate_pairs"] == pytest.approx(update["body_index"] + update["changes"] + update["candidates"])
     steps = ("representatives", "deduped_documents", "cluster_inspection", "diagnostics")
     assert timings["deduped_documents"] == pytest.approx(sum(update[s] for s in steps))
+
+
+def test_check_names_the_nearest_corpus_page_of_a_page_that_is_no_duplicate(tmp_path, capsys):
+    """matched_* stay for duplicates; nearest_doc_id names the best candidate whatever the verdict."""
+    from webdedup_assets.cli.main import main
+
+    from .conftest import FIXTURE
+    from .test_documents_adopt import fixture_rows
+
+    rows = fixture_rows()
+    out = tmp_path / "out"
+    assert main(["run", str(FIXTURE), "--output", str(out), "--quiet"]) == 0
+    half = rows[1]["body"].split()
+    same_body = min(r["doc_id"] for r in rows if r["body"] == rows[1]["body"])
+    new = tmp_path / "new.csv"
+    with open(new, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        page = {"source": "s", "domain": "new.example", "crawled_at": "2026-04-01", "title": "t"}
+        writer.writerow({**page, "doc_id": "unrelated", "body": "tomatoes want sun and water in the spring garden"})
+        writer.writerow({**page, "doc_id": "copy", "body": rows[0]["body"]})
+        writer.writerow({**page, "doc_id": "half", "body": " ".join(half[: len(half) // 2])})
+    assert main(["check", str(new), "--against", str(out), "--quiet"]) == 0
+    found = {r["doc_id"]: r for r in pq.read_table(out / "check.parquet").to_pylist()}
+    assert found["unrelated"]["nearest_doc_id"] is None and found["unrelated"]["candidates"] == 0
+    assert found["copy"]["is_duplicate"] and found["copy"]["nearest_doc_id"] == found["copy"]["matched_doc_id"]
+    half_row = found["half"]
+    assert not half_row["is_duplicate"] and half_row["matched_doc_id"] is None and half_row["candidates"] > 0
+    assert half_row["nearest_doc_id"] == same_body and 0.3 < half_row["exact_jaccard"] < 0.7

@@ -45,6 +45,7 @@ COLUMNS = {
     "record_type": "WARC-Type of the record (response, resource, request, metadata, ...).",
     "matched_doc_id": "The corpus page the new page duplicates (the most similar one); empty when none.",
     "matched_cluster_id": "The cluster of the matched corpus page.",
+    "nearest_doc_id": "The most similar corpus page among the candidates, a duplicate or not; empty without any.",
     "candidates": "Corpus pages verified against the new page (its LSH candidates).",
 }
 

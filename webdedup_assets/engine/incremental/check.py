@@ -30,6 +30,7 @@ CHECK_SCHEMA = pa.schema(
         ("is_duplicate", pa.bool_()),
         ("matched_doc_id", pa.string()),
         ("matched_cluster_id", pa.string()),
+        ("nearest_doc_id", pa.string()),  # the best candidate whatever the verdict (exact_jaccard is its)
         ("exact_jaccard", pa.float64()),
         ("candidates", pa.int64()),
     ]
@@ -130,7 +131,7 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
             SELECT d.doc_id, COALESCE({decided}, false) AS is_duplicate,
                    CASE WHEN {decided} THEN b.old_id END AS matched_doc_id,
                    CASE WHEN {decided} THEN c.cluster_id END AS matched_cluster_id,
-                   b.exact_jaccard, COALESCE(b.candidates, 0) AS candidates
+                   b.old_id AS nearest_doc_id, b.exact_jaccard, COALESCE(b.candidates, 0) AS candidates
               FROM (SELECT doc_id FROM {new.scan_sql("documents")}) d
               LEFT JOIN best b ON b.new_id = d.doc_id {cluster_join}
              ORDER BY d.doc_id""")
