@@ -13,7 +13,7 @@ from webdedup_assets.cli.main import main
 from webdedup_assets.engine import Store, WebdedupError, stage_documents
 from webdedup_assets.engine.stages.manifest import load_manifest
 
-from .conftest import failure_messages, run_job
+from .conftest import FIXTURE, failure_messages, run_job
 
 HEADER = "doc_id,source,domain,crawled_at,title,body\n"
 
@@ -211,6 +211,17 @@ def test_cli_malformed_csv_exits_2_naming_file_and_line(tmp_path, capsys, text, 
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert "column0" not in err and "sniffing" not in err
+
+
+@pytest.mark.parametrize("content", [b"abc", FIXTURE.read_bytes()], ids=["three_bytes", "a_csv"])
+def test_a_file_read_as_parquet_that_is_not_one_is_named_with_the_flag_to_give(tmp_path, capsys, content):
+    path = tmp_path / "input.parquet"
+    path.write_bytes(content)
+    assert main(["run", str(path), "--output", str(tmp_path / "out"), "--quiet"]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"error in documents: {path}: not a Parquet file (no Parquet footer at its end): give the format it is "
+        "in, --format csv, jsonl or warc\n"
+    )
 
 
 # ---- strict types in Parquet text columns ----------------------------------------------

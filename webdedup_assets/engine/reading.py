@@ -54,7 +54,7 @@ def crawl_day_sql(raw: str) -> str:
     return f"COALESCE(CAST(TRY_CAST({raw} AS TIMESTAMPTZ) AS DATE), TRY_CAST({raw} AS DATE))"
 
 
-DUCKDB_FILE = re.compile(r"^\s*file = (.+?)\s*$|in file \"(.+?)\"", re.MULTILINE)
+DUCKDB_FILE = re.compile(r"^\s*file = (.+?)\s*$|in file \"(.+?)\"|(?:end of file|File) '(.+?)'", re.MULTILINE)
 
 
 def read_error(err: Exception, files: list[InputFile]) -> WebdedupError:
@@ -62,13 +62,18 @@ def read_error(err: Exception, files: list[InputFile]) -> WebdedupError:
     message naming the file and, for CSV and JSON Lines, the line."""
     text = str(err).strip()
     match = DUCKDB_FILE.search(text)
-    named = (match.group(1) or match.group(2)) if match else None
+    named = (match.group(1) or match.group(2) or match.group(3)) if match else None
     suspects = [f for f in files if f.format in ("csv", "jsonl") and (named is None or named == str(f.path))]
     for f in suspects:
         problem = locate_csv_error(f.path) if f.format == "csv" else first_problem(f.path)
         if problem:
             return WebdedupError(f"{f.path}: {problem}")
     where = f"{named}: " if named else ""
+    if "No magic bytes found" in text or "too small to be a Parquet file" in text:
+        return WebdedupError(
+            f"{where}not a Parquet file (no Parquet footer at its end): give the format it is in, "
+            "--format csv, jsonl or warc"
+        )
     return WebdedupError(f"{where}cannot read the input: {text.splitlines()[0]}")
 
 
