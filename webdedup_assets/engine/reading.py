@@ -441,11 +441,8 @@ def no_days_error(input_path: str, input_format: str = "auto") -> WebdedupError:
     try:
         files = without_empty_shards(resolve_input(input_path, input_format))
         infer_json_columns(files)
-        con = connect()
-        try:
+        with connect() as con:
             rows = sum(scalar(con, f"SELECT count(*) FROM {source_sql(f, strict=False)}") for f in files)
-        finally:
-            con.close()
     except (WebdedupError, duckdb.Error):
         rows = None
     if rows == 0:
