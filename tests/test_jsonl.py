@@ -438,3 +438,34 @@ def test_the_default_date_of_a_parquet_file_with_undated_rows(tmp_path):
     pq.write_table(table, path)
     assert input_days(str(path)) == ["2026-03-01"]
     assert input_days(str(path), mapping=ColumnParams(default_date="2026-02-01")) == ["2026-02-01", "2026-03-01"]
+
+
+def test_an_add_keeps_a_nested_field_that_is_always_null(tmp_path, capsys):
+    """{"meta": {"x": 1, "y": null}} on every record (a field always null, as real feeds have):
+    adds of later days equal one run of all. The add failed in deduped_documents with pyarrow's
+    "Struct child array #1 has length smaller than expected" (a slice of such a struct, cast)."""
+    days = {"2025-01-01": "a", "2024-12-01": "b", "2024-12-02": "c"}
+    for n, (day, name) in enumerate(days.items()):
+        records = [
+            {"doc_id": f"{name}{k}", "domain": "x.example", "crawled_at": day, "body": f"page {name} {k} " * 9}
+            | {"meta": {"x": n * 2 + k, "y": None}}
+            for k in range(2)
+        ]
+        write_shard(tmp_path / "in" / f"{day}.jsonl", records)
+        write_shard(tmp_path / name / f"{day}.jsonl", records)
+    assert main(["run", str(tmp_path / "a"), "--output", str(tmp_path / "added"), "--quiet"]) == 0
+    for name in ("b", "c"):
+        assert main(["add", str(tmp_path / name), "--output", str(tmp_path / "added"), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "in"), "--output", str(tmp_path / "ran"), "--quiet"]) == 0
+    added, ran = (pq.read_table(tmp_path / out / "deduped_documents.parquet") for out in ("added", "ran"))
+    assert added.equals(ran) and added.num_rows == 6
+    assert added.column("meta").to_pylist()[0] == {"x": 2, "y": None}
+
+
+def test_conform_casts_a_slice_of_a_struct_with_a_null_child():
+    from webdedup_assets.storage.parquet_splice import conform
+
+    meta = pa.array([{"x": k, "y": None} for k in range(4)], pa.struct([("x", pa.int64()), ("y", pa.null())]))
+    table = pa.table({"meta": meta}).slice(2, 2)
+    wanted = pa.schema([("meta", pa.struct([("x", pa.int32()), ("y", pa.null())]))])
+    assert conform(table, wanted).column("meta").to_pylist() == [{"x": 2, "y": None}, {"x": 3, "y": None}]

@@ -116,13 +116,18 @@ class SpliceFigures:
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`table` with exactly `schema`'s columns and types (a column it lacks: nulls)."""
-    return pa.Table.from_arrays(
-        [
-            table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
-            for f in schema
-        ],
-        schema=schema,
-    )
+    return pa.Table.from_arrays([_conformed(table, f) for f in schema], schema=schema)
+
+
+def _conformed(table: pa.Table, field: pa.Field) -> pa.ChunkedArray:
+    if field.name not in table.column_names:
+        return pa.chunked_array([pa.nulls(table.num_rows, field.type)])
+    column = table.column(field.name)
+    if column.type == field.type:
+        return column
+    # cast whole: pyarrow casts a slice of a struct with a null-typed child (a field always null,
+    # as JSON Lines often have) into an invalid array, its child losing the slice's offset
+    return column.combine_chunks().cast(field.type)
 
 
 def rewrite(
