@@ -460,6 +460,23 @@ def test_an_output_in_a_bucket_keeps_its_storage_beside_it(bucket, tmp_path, cap
         assert handle.read(4) == b"PAR1"
 
 
+def test_an_add_without_storage_extends_the_storage_the_output_in_a_bucket_was_published_from(
+    bucket, tmp_path, capsys, monkeypatch
+):
+    """An add that forgets --storage extends the corpus published in --output (the storage its
+    manifest names), as for a local output: it started a new corpus in OUTPUT/_storage and
+    published the added days alone over the whole corpus' results."""
+    uri, local = bucket
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+    out = ["--output", "s3://corpus/elsewhere-out", "--quiet", *DOLMA_FLAGS]
+    assert main(["run", "s3://corpus/by-day/early.jsonl.gz", "--storage", "s3://corpus/elsewhere-st", *out]) == 0
+    assert main(["add", "s3://corpus/by-day/late.json.zst", *out]) == 0
+    assert not any(k.startswith("_storage/") for k in _objects("elsewhere-out"))
+    assert main(["run", str(local), "--output", str(tmp_path / "all"), "--quiet", *DOLMA_FLAGS]) == 0
+    _, published = _current("elsewhere-out")
+    assert published["clusters.csv"] == (tmp_path / "all" / "clusters.csv").read_bytes()
+
+
 def test_dagster_assets_on_a_storage_in_a_bucket_give_the_results_of_a_local_one(bucket, tmp_path, monkeypatch):
     """The daily assets of the fixture's month, then the global ones, each step on the machine's copy
     of the storage, as the UI's backfill and the sensor's global run do."""

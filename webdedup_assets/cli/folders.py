@@ -22,9 +22,10 @@ def output_of(value: str) -> Path | ObjectPath:
 
 def remote_storage(args: argparse.Namespace) -> ObjectPath | None:
     """The storage root in object storage a command works on, if any: --storage as a URI; for run
-    and add with --output in object storage and no --storage, OUTPUT/_storage; for a command that
-    reads an output (check --against too) without --storage, the storage in object storage its
-    manifest names (of its current set, for an output in object storage)."""
+    with --output in object storage and no --storage, OUTPUT/_storage; for add, the storage the
+    output's current set was published from (OUTPUT/_storage when nothing was published there);
+    for a command that reads an output (check --against too) without --storage, the storage in
+    object storage its manifest names (of its current set, for an output in object storage)."""
     storage = getattr(args, "storage", None)
     if storage:
         return ObjectPath.of(storage) if is_uri(storage) else None
@@ -32,9 +33,14 @@ def remote_storage(args: argparse.Namespace) -> ObjectPath | None:
     if not isinstance(output, str):
         return None
     if is_uri(output):
-        if args.command in ("run", "add"):
-            return ObjectPath.of(output) / "_storage"
+        own = ObjectPath.of(output) / "_storage"
+        if args.command == "run" or (args.command == "add" and sets.current_set(ObjectPath.of(output)) is None):
+            return own
         named = current_manifest(ObjectPath.of(output)).get("storage_root")
+        if args.command == "add" and isinstance(named, str) and not is_uri(named):  # as for a local output
+            raise WebdedupError(f"--output {output} was published from the storage {named}; give --storage {named}")
+        if args.command == "add" and not isinstance(named, str):
+            return own
     else:
         folder = Path(output).expanduser()
         manifest = folder / "manifest.json"
