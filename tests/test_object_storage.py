@@ -232,6 +232,18 @@ def test_emit_shards_writes_the_kept_records_of_objects(bucket, tmp_path):
             ["run", "s3://corpus/shards", "--storage", "s3://no-such-bucket/st"],
             "s3://no-such-bucket/st/writers/",
         ),
+        (  # outputs and storage inside the input prefix would be read back by the next run
+            ["run", "s3://corpus/shards/", "--output", "s3://corpus/shards/out"],
+            "--output s3://corpus/shards/out and the input s3://corpus/shards/ overlap: give --output outside",
+        ),
+        (
+            ["run", "s3://corpus/shards/shard-0[01]*", "--output", "s3://corpus/shards"],
+            "--output s3://corpus/shards and the input s3://corpus/shards/shard-0[01]* overlap",
+        ),
+        (
+            ["run", "s3://corpus/shards", "--storage", "s3://corpus/shards/st"],
+            "--storage s3://corpus/shards/st and the input s3://corpus/shards overlap",
+        ),
     ],
 )
 def test_object_storage_errors_are_one_line(bucket, tmp_path, capsys, args, message):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +44,7 @@ from ..params import (
 )
 from ..storage.fileio import make_folder
 from ..storage.objects import ObjectPath, is_uri
+from ..storage.remote import origin_of
 from ..storage.serial import from_stored, stored_value
 from ..storage.state import clear_days, held_days, months_of, remove_leftovers, reset_outdated, writer_lock
 from ..storage.store import Store
@@ -275,7 +277,12 @@ def _check_input(
     the user's under a name webdedup publishes."""
     files = resolve_input(input_path, input_format)
     require_replaceable(output_dir)
-    if is_uri(input_path):
+    if is_uri(input_path):  # an input prefix and the prefixes the command writes are apart, as folders are
+        prefix = re.split(r"[*?\[]", input_path.rstrip("/"))[0]
+        prefix = prefix if prefix == input_path.rstrip("/") else prefix.rsplit("/", 1)[0]
+        for place, flag in ((str(output_dir), "--output"), (origin_of(storage_root), "--storage")):
+            if place and is_uri(place) and (f"{place}/".startswith(f"{prefix}/") or prefix.startswith(f"{place}/")):
+                raise WebdedupError(f"{flag} {place} and the input {input_path} overlap: give {flag} outside the input")
         return files
     source = Path(input_path).expanduser().resolve()
     written = [(storage_root, "--storage")]
