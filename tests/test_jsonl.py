@@ -472,3 +472,24 @@ def test_conform_casts_a_slice_of_a_struct_with_a_null_child():
         conformed = conform(table, wanted)
         conformed.validate(full=True)
         assert conformed.column("meta").to_pylist() == [{"x": 2, "y": None}, {"x": 3, "y": None}]
+
+
+def test_a_field_that_is_text_in_one_file_and_a_number_in_another_is_text_either_way(tmp_path):
+    """A CSV's nwords "59" beside a JSON Lines nwords 41: the text 59 and 41 in one run, and the
+    same when the files are given to a run and an add (the CSV's value was stored JSON-quoted,
+    '"59"', in one run)."""
+    csv_day = tmp_path / "in" / "a.csv"
+    csv_day.parent.mkdir()
+    csv_day.write_text(
+        "doc_id,source,domain,crawled_at,title,body,nwords\n"
+        "c1,s,a.example,2026-03-01,t,alpha beta gamma delta epsilon zeta eta theta,59\n"
+    )
+    record = {"doc_id": "j1", "source": "s", "domain": "b.example", "crawled_at": "2026-03-02", "title": "t"}
+    write_shard(tmp_path / "in" / "b.jsonl", [record | {"body": "one two three four five six", "nwords": 41}])
+    write_shard(tmp_path / "j" / "b.jsonl", [record | {"body": "one two three four five six", "nwords": 41}])
+    assert main(["run", str(tmp_path / "in"), "--output", str(tmp_path / "ran"), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "j"), "--output", str(tmp_path / "added"), "--quiet"]) == 0
+    assert main(["add", str(csv_day), "--output", str(tmp_path / "added"), "--quiet"]) == 0
+    for out in ("ran", "added"):
+        table = pq.read_table(tmp_path / out / "deduped_documents.parquet")
+        assert {r["doc_id"]: r["nwords"] for r in table.to_pylist()} == {"c1": "59", "j1": "41"}, out

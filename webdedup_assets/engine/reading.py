@@ -184,8 +184,10 @@ def load_input(
                 kinds.setdefault(c, set()).add(kind)
     # A field of other types in other files (a number here, an object there) is kept as JSON, as
     # DuckDB keeps one whose types differ within a file; numbers of several widths are widened, and
-    # text beside what DuckDB reads from text (a date, a UUID) is text.
-    as_json = {c for c, found in kinds.items() if len(found) > 1}
+    # text beside numbers or what DuckDB reads from text (a date, a UUID) is text: a CSV's "59" beside
+    # a JSON 59 is the text 59, as when separate commands store the files and their union is read.
+    plain = {"text", "number"}
+    as_json = {c for c, found in kinds.items() if len(found - plain) + bool(found & plain) > 1}
     typed_parts = []
     for index, (f, rel, m) in enumerate(zip(files, relations, mapped)):
         view = f"raw_{index}"
