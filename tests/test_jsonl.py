@@ -493,3 +493,43 @@ def test_a_field_that_is_text_in_one_file_and_a_number_in_another_is_text_either
     for out in ("ran", "added"):
         table = pq.read_table(tmp_path / out / "deduped_documents.parquet")
         assert {r["doc_id"]: r["nwords"] for r in table.to_pylist()} == {"c1": "59", "j1": "41"}, out
+
+
+def test_an_add_into_a_storage_copied_without_its_links_equals_one_into_the_original(tmp_path):
+    """A storage copied file by file (cp -r, rsync without -H) compares every documents file with
+    its snapshot; the months' nested fields differ (a struct of other fields, a record without it):
+    DuckDB's hash over their union failed with 'INTERNAL Error: ... flat vector'."""
+    import random
+    import shutil
+
+    flags = ["--id-column", "id", "--text-column", "text", "--date-column", "created", "--url-column", "metadata.url"]
+    rng = random.Random(1)
+    words = "river stone lamp glass paper window cloud orange violin garden".split()
+
+    def text() -> str:
+        return " ".join(rng.choice(words) + str(rng.randint(0, 50)) for _ in range(40))
+
+    for day in range(1, 32):
+        records = []
+        for i in range(6):
+            record = {"id": f"a{day}-{i}", "text": text(), "created": f"2024-01-{day:02d}"}
+            url, tags = f"https://s{i}.example/{day}", ["x"] * (i % 3)
+            record["metadata"] = {"url": url, "lang": "en", "tags": tags, "score": rng.random(), "nested": {"depth": 2}}
+            records.append(record)
+        write_shard(tmp_path / "a" / f"2024-01-{day:02d}.jsonl", records)
+    write_shard(
+        tmp_path / "b" / "2024-02-03.jsonl",
+        [
+            {"id": "n1", "text": text(), "created": "2024-02-03", "metadata": {"url": "https://site1.example/p1"}},
+            {"id": "n2", "text": text(), "created": "2024-02-03"},
+            {"id": "n3", "text": text(), "created": "2024-02-03", "metadata": {"url": "https://site0.example/p3"}},
+        ],
+    )
+    assert main(["run", str(tmp_path / "a"), "--output", str(tmp_path / "out"), "--quiet", *flags]) == 0
+    shutil.copytree(tmp_path / "out", tmp_path / "copy")
+    for out in ("copy", "out"):
+        assert main(["add", str(tmp_path / "b"), "--output", str(tmp_path / out), "--quiet"]) == 0
+    for name in ("clusters.csv", "removed.csv", "duplicate_pairs.csv"):
+        assert (tmp_path / "copy" / name).read_bytes() == (tmp_path / "out" / name).read_bytes()
+    copied, original = (pq.read_table(tmp_path / o / "deduped_documents.parquet") for o in ("copy", "out"))
+    assert copied.equals(original) and copied.num_rows == 189

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from ...storage.rows import listing
 from ...storage.store import Store, quote_ident, scalar
 from .layout import DAILY, same_file, snapshot_dir
@@ -49,12 +51,14 @@ def changed_documents(con, store: Store, changes: DailyChanges) -> tuple[int, in
         if not files:
             con.execute(f"CREATE TEMP TABLE {name} (doc_id VARCHAR, digest UBIGINT)")
             return
-        columns = con.sql(
-            f"SELECT * FROM read_parquet({listing(files)}, union_by_name = true, hive_partitioning = false) LIMIT 0"
-        ).columns
-        row = ", ".join(f"d.{quote_ident(c)}" for c in columns)
-        con.execute(f"""CREATE TEMP TABLE {name} AS SELECT d.doc_id, hash(row({row})) AS digest
-            FROM read_parquet({listing(files)}, union_by_name = true, hive_partitioning = false) d""")
+        # each file with its own columns: over the union of files whose nested columns differ (a
+        # struct with other fields), DuckDB's hash(row(...)) failed with an internal error
+        parts = [
+            f"SELECT doc_id, hash(row({', '.join(quote_ident(c) for c in pq.read_schema(f).names)})) AS digest "
+            f"FROM read_parquet({listing([f])}, hive_partitioning = false)"
+            for f in files
+        ]
+        con.execute(f"CREATE TEMP TABLE {name} AS " + " UNION ALL ".join(parts))
 
     digests(new_files, "new_rows")
     digests(old_files, "old_rows")
