@@ -533,3 +533,19 @@ def test_an_add_into_a_storage_copied_without_its_links_equals_one_into_the_orig
         assert (tmp_path / "copy" / name).read_bytes() == (tmp_path / "out" / name).read_bytes()
     copied, original = (pq.read_table(tmp_path / o / "deduped_documents.parquet") for o in ("copy", "out"))
     assert copied.equals(original) and copied.num_rows == 189
+
+
+def test_add_takes_its_own_default_date_with_the_held_mapping(tmp_path, capsys):
+    """--default-date is the input's own: an add of undated records gives it alone (the held
+    mapping's other fields kept); it was refused as 'another column mapping'."""
+    shards = dolma_shards(tmp_path / "shards")
+    out = tmp_path / "out"
+    assert main(["run", str(shards), "--output", str(out), "--quiet", *DOLMA_FLAGS]) == 0
+    undated = {**dolma_record(fixture_rows()[0]), "id": "undated-copy", "created": None}
+    day = write_shard(tmp_path / "late" / "undated.jsonl", [undated])
+    assert main(["add", str(day), "--output", str(out), "--default-date", "2026-03-26", "--quiet"]) == 0
+    kept = pq.read_table(out / "_storage" / "documents" / "part-2026-03.2026-03-26.parquet").to_pylist()
+    assert [(r["doc_id"], str(r["crawled_at"])) for r in kept] == [("undated-copy", "2026-03-26")]
+    other = ["--default-date", "2026-03-27", "--id-column", "text"]  # another field still is another mapping
+    assert main(["add", str(day), "--output", str(out), *other]) == 2
+    assert "one corpus is read with one column mapping" in capsys.readouterr().err

@@ -54,7 +54,7 @@ def held_values(argv: list[str]) -> dict[str, tuple[Any, str]]:
         mapping = held_mapping(store)
         if mapping is None:
             return {}
-        values = {k: (v, REFUSED) for k, v in mapping.model_dump().items()}
+        values = {k: (v, REFUSED) for k, v in mapping.model_dump().items() if k != "default_date"}
         for group, asset in (("fingerprint", "fingerprinted"), ("banding", "band_memberships")):
             model, stored = params.STAGE_GROUPS[group], store.params(asset).get(group)
             values.update({k: (stored_value(model, stored, k), REFUSED) for k in model.model_fields})
@@ -101,7 +101,12 @@ def add_incremental_parsers(sub, add_params, held: dict[str, tuple[Any, str]] | 
         return {"default": None, **({"help": field.description + generic} if generic else {})}
 
     same = " Default: the mapping the held corpus was read with (another one is refused)."
-    add_params(add, params.ColumnParams, **{n: option(n, f, same) for n, f in params.ColumnParams.model_fields.items()})
+    own = " Default: none; each add may give its own (the held days keep theirs)."
+    add_params(
+        add,
+        params.ColumnParams,
+        **{n: option(n, f, own if n == "default_date" else same) for n, f in params.ColumnParams.model_fields.items()},
+    )
     for name in ("fingerprint", "banding", "candidates", "scoring", "representative"):
         model = params.STAGE_GROUPS[name]
         add_params(add, model, **{f: option(f, info) for f, info in model.model_fields.items()})

@@ -158,10 +158,19 @@ def mapping_for_add(store: Store, given: ColumnParams | None) -> ColumnParams:
     return given
 
 
-def require_same_mapping(store: Store, mapping: ColumnParams, months: list[str], extend: bool) -> None:
-    """A run of some months (or `add`) must read its input with the mapping of the days it keeps."""
+def given_mapping(store: Store, columns: dict[str, Any] | None) -> ColumnParams | None:
+    """The mapping of an add given some column flags: the held corpus' with those over it."""
+    if not columns:
+        return None
     held = held_mapping(store)
-    if held is None or held == mapping:
+    return ColumnParams.checked({**(held.model_dump() if held else {}), **columns})
+
+
+def require_same_mapping(store: Store, mapping: ColumnParams, months: list[str], extend: bool) -> None:
+    """A run of some months (or `add`) must read its input with the mapping of the days it keeps
+    (the default date is the input's own: each day's undated records may take another)."""
+    held = held_mapping(store)
+    if held is None or held.model_copy(update={"default_date": mapping.default_date}) == mapping:
         return
     kept = [d for d in load_state(store)["days"] if extend or crawl_month(d) not in set(months)]
     if kept:

@@ -33,7 +33,6 @@ from ..ingest.inputs import InputFile, resolve_input
 from ..params import (
     BandingParams,
     CandidateParams,
-    ColumnParams,
     EngineParams,
     FingerprintParams,
     ParamError,
@@ -51,7 +50,7 @@ from ..storage.store import Store
 from ..storage.transaction import StorageTransaction, discard, storage_transaction
 from . import incremental
 from .checks import CHECKS, Check, describe_failure
-from .columns import mapping_for_add, mapping_of
+from .columns import given_mapping, mapping_for_add, mapping_of
 from .incremental.layout import UpdateReport
 from .publish import OUTPUT_NAMES, publication_prepared, recover, require_replaceable
 from .reading import input_days, no_days_error
@@ -464,8 +463,7 @@ def add(
             notice(f"{storage_root} held no corpus: a new one is started with {input_path}")
         fingerprint, banding = held_params(store, given)
         chosen = global_params(store, given, full_rebuild)
-        columns = given.get("columns")
-        mapping = mapping_for_add(store, ColumnParams.checked(columns) if columns else None)
+        mapping = mapping_for_add(store, given_mapping(store, given.get("columns")))
         days = input_days(input_path, input_format, store=store, mapping=mapping, explain=True)
         if not days:
             raise no_days_error(input_path, input_format)
