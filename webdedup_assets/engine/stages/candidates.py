@@ -256,10 +256,12 @@ def require_unique_doc_ids(store: Store, con=None, documents: str | None = None)
     a table of `con` holding every stored document's doc_id (default: the documents files)."""
     own = con is None
     con = connect() if own else con
-    dupes = con.execute(f"""SELECT doc_id, count(*) FROM {documents or store.scan_sql("documents")}
-        GROUP BY doc_id HAVING count(*) > 1 ORDER BY doc_id LIMIT 5""").fetchall()
+    day = "CAST(crawled_at AS VARCHAR)"
+    dupes = con.execute(f"""SELECT doc_id, string_agg(DISTINCT {day}, ', ' ORDER BY {day})
+        FROM {documents or store.scan_sql("documents")} GROUP BY doc_id HAVING count(*) > 1 ORDER BY doc_id LIMIT 5
+        """).fetchall()
     if own:
         con.close()
     if dupes:
-        listed = "; ".join(f"{d!r} x{n}" for d, n in dupes)
-        raise WebdedupError(f"doc_id must be unique across crawl days; repeated: {listed} (each on several days)")
+        listed = "; ".join(f"{d!r} on {days}" for d, days in dupes)
+        raise WebdedupError(f"doc_id must be unique across crawl days; repeated: {listed}")
