@@ -489,6 +489,28 @@ def test_an_add_without_storage_extends_the_storage_the_output_in_a_bucket_was_p
     assert published["clusters.csv"] == (tmp_path / "all" / "clusters.csv").read_bytes()
 
 
+def test_counts_pinned_beside_an_input_object_are_checked(bucket, tmp_path, capsys, monkeypatch):
+    """early.expected.json beside s3://corpus/by-day/early.jsonl.gz pins the run's counts, as beside
+    a local file (it was looked up as 's3:/corpus/...', never found, and the check skipped)."""
+    import json
+
+    import boto3
+
+    monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "cache"))
+    source = "s3://corpus/by-day/early.jsonl.gz"
+    assert main(["run", source, "--output", str(tmp_path / "a"), *DOLMA_FLAGS]) == 0
+    said = capsys.readouterr()
+    assert "no expectations file s3://corpus/by-day/early.expected.json for this input" in said.out + said.err
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    pinned = {"input_sha256": manifest["input"]["sha256"], "counts": {"documents": manifest["counts"]["documents"] + 1}}
+    boto3.client("s3").put_object(Bucket="corpus", Key="by-day/early.expected.json", Body=json.dumps(pinned).encode())
+    try:
+        assert main(["run", source, "--output", str(tmp_path / "b"), "--quiet", *DOLMA_FLAGS]) == 1
+        assert "s3://corpus/by-day/early.expected.json" in capsys.readouterr().err
+    finally:
+        boto3.client("s3").delete_object(Bucket="corpus", Key="by-day/early.expected.json")
+
+
 def test_dagster_assets_on_a_storage_in_a_bucket_give_the_results_of_a_local_one(bucket, tmp_path, monkeypatch):
     """The daily assets of the fixture's month, then the global ones, each step on the machine's copy
     of the storage, as the UI's backfill and the sensor's global run do."""

@@ -13,8 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import WebdedupError
 from ..params import BandingParams
 from ..storage.fileio import atomic_path
+from ..storage.objects import ObjectPath, is_uri, open_input, size_and_mtime
 from ..storage.serial import stored_value
 from ..storage.store import Store, connect, file_identity, scalar
 from .stages.documents import stored_input
@@ -159,14 +161,34 @@ def one_representative_per_cluster(store: Store) -> tuple[bool, dict[str, Any]]:
 # ---- pinned counts -------------------------------------------------------------------
 
 
-def expectations_path(input_path: str) -> Path | None:
-    """fixtures/documents.csv -> fixtures/documents.expected.json; a folder -> folder/webdedup.expected.json."""
+def expectations_path(input_path: str) -> Path | ObjectPath | None:
+    """fixtures/documents.csv -> fixtures/documents.expected.json; a folder -> folder/webdedup.expected.json
+    (an object and a prefix in object storage alike)."""
     if any(ch in input_path for ch in "*?["):
         return None
-    path = Path(input_path).expanduser()
-    if path.is_dir():
+    path = ObjectPath.of(input_path) if is_uri(input_path) else Path(input_path).expanduser()
+    if isinstance(path, ObjectPath) and input_path.endswith("/") or _is_folder(path):
         return path / f"webdedup{EXPECTATIONS_SUFFIX}"
     return path.with_name(path.name.split(".")[0] + EXPECTATIONS_SUFFIX)
+
+
+def _is_folder(path: Path | ObjectPath) -> bool:
+    if isinstance(path, Path):
+        return path.is_dir()
+    try:
+        size_and_mtime(path)
+        return False
+    except WebdedupError:  # not an object: a prefix
+        return True
+
+
+def _read_text(path: Path | ObjectPath) -> str | None:
+    """The file's text; None when there is no such file."""
+    try:
+        with open_input(path) as handle:
+            return handle.read().decode("utf-8")
+    except (FileNotFoundError, WebdedupError):
+        return None
 
 
 def load_expectations(store: Store) -> tuple[dict[str, int] | None, str]:
@@ -176,10 +198,11 @@ def load_expectations(store: Store) -> tuple[dict[str, int] | None, str]:
     path = expectations_path(input_path)
     if path is None:
         return None, f"input {input_path!r} is a glob: no expectations file is looked up"
-    if not path.exists():
+    text = _read_text(path)
+    if text is None:
         return None, f"no expectations file {path} for this input; create one to pin counts"
     try:
-        spec = json.loads(path.read_text())
+        spec = json.loads(text)
     except json.JSONDecodeError as err:
         return None, f"{path} is not valid JSON ({err})"
     if spec.get("input_sha256") != checksum:
