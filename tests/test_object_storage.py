@@ -230,7 +230,11 @@ def test_emit_shards_writes_the_kept_records_of_objects(bucket, tmp_path):
         (["run", "s3://corpus/nothing-here"], "input s3://corpus/nothing-here holds no .csv, .parquet, .jsonl"),
         (
             ["run", "s3://corpus/shards", "--storage", "s3://no-such-bucket/st"],
-            "s3://no-such-bucket/st/writers/",
+            "storage s3://no-such-bucket/st: bucket no-such-bucket does not exist",
+        ),
+        (
+            ["run", "s3://corpus/shards/no-such-shard.jsonl"],
+            "input s3://corpus/shards/no-such-shard.jsonl does not exist",
         ),
         (  # outputs and storage inside the input prefix would be read back by the next run
             ["run", "s3://corpus/shards/", "--output", "s3://corpus/shards/out"],

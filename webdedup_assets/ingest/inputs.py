@@ -175,6 +175,8 @@ def _resolve_objects(uri: str, input_format: str) -> list[InputFile]:
             and not p.name.startswith(".")
             and (input_format == "auto" or SUFFIX_FORMATS[format_suffix(p)] == input_format)
         ]
+    if not found and not any(ch in uri for ch in "*?[") and format_suffix(ObjectPath.of(uri)) in SUFFIX_FORMATS:
+        raise WebdedupError(f"input {uri} does not exist (no such object)")
     if not found:
         raise WebdedupError(
             f"input {uri} holds no .csv, .parquet, .jsonl (.gz, .zst), .json.gz, .json.zst, .warc or .warc.gz object"

@@ -244,8 +244,16 @@ def _take_lease(root: ObjectPath, purpose: str) -> ObjectPath:
     host = socket.gethostname()
     lease = root / "writers" / f"{new_set_id()}-{host}-{os.getpid()}.json"
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    write_json(lease, {"host": host, "pid": os.getpid(), "started": started, "purpose": purpose})
     fs = file_system(root)
+    try:
+        bucket = fs.get_file_info(root.parts[1]).type
+    except OSError as err:
+        raise WebdedupError(f"storage {root}: {message(err)}") from None
+    if bucket == pafs.FileType.NotFound:
+        raise WebdedupError(
+            f"storage {root}: bucket {root.parts[1]} does not exist (or is not visible with these credentials)"
+        )
+    write_json(lease, {"host": host, "pid": os.getpid(), "started": started, "purpose": purpose})
     try:
         found = fs.get_file_info(pafs.FileSelector((root / "writers").key, allow_not_found=True))
         for other in sorted(f.path for f in found if f.path != lease.key):
