@@ -450,7 +450,9 @@ def test_a_failed_command_leaves_a_storage_in_a_bucket_as_it_was(bucket, tmp_pat
     bad.write_text('{"id": "x", "text": "a page"\n')
     capsys.readouterr()
     assert main(["add", str(bad), *common]) == 2
-    assert f"{bad}: line 1" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{bad}: line 1" in err
+    assert f"nothing was changed: s3://corpus/kept and {tmp_path / 'out'} are as they were" in err  # not its copy
     assert _objects("kept") == before
     assert main(["run", "s3://corpus/by-day/early.jsonl.gz", *common, "--id-column", "no_such_field"]) == 2
     assert _objects("kept") == before

@@ -71,6 +71,11 @@ def _silent(message: str) -> None:
     pass
 
 
+def shown(storage_root: Path) -> str:
+    """A storage root as the user named it: the URI of one in object storage, not its local copy."""
+    return origin_of(storage_root) or str(storage_root)
+
+
 class StageFailed(WebdedupError):
     """A stage failed; the message is the user's (the stage is named by `stage`)."""
 
@@ -263,7 +268,9 @@ def _locked(
                 yield transaction
         except BaseException:
             if transaction is None or transaction.undone:  # (after the commit point the outputs stand)
-                notice(f"nothing was changed: {storage_root} and {output_dir} are as they were before this command")
+                notice(
+                    f"nothing was changed: {shown(storage_root)} and {output_dir} are as they were before this command"
+                )
             raise
 
 
@@ -328,7 +335,9 @@ def run(
     store = Store(storage_root)
     with damage_named(store), _writing(storage_root, output_dir, f"webdedup run {input_path}", notice) as transaction:
         if reset_outdated(store):
-            notice(f"{storage_root} was written by an earlier webdedup in another layout: rebuilt from the input")
+            notice(
+                f"{shown(storage_root)} was written by an earlier webdedup in another layout: rebuilt from the input"
+            )
         warc_options, mapping = warc_options_of(params.input), mapping_of(params.input)
         days = input_days(input_path, input_format, store=store, warc_options=warc_options, mapping=mapping)
         stale = [day for day in held_days(store) if day not in set(days)]
@@ -352,10 +361,8 @@ def run(
             ),
         )
         if not documents["rows"] and stale:  # an empty export given by mistake would clear the corpus
-            raise WebdedupError(
-                f"{input_path} holds no documents: the corpus in {storage_root} ({len(stale)} crawl day(s)) is "
-                "left as it is (to empty it, remove that folder)"
-            )
+            held = f"the corpus in {shown(storage_root)} ({len(stale)} crawl day(s)) is left as it is"
+            raise WebdedupError(f"{input_path} holds no documents: {held} (to empty it, remove that folder)")
         steps.run("fingerprinted", lambda: runner("fingerprinted", store, params.fingerprint, months))
         steps.run("band_memberships", lambda: runner("band_memberships", store, params.banding, months))
         report = None
@@ -384,7 +391,7 @@ def run(
             )
     if stale:  # (said once it stands: a command that fails puts the days back)
         notice(
-            f"cleared {len(stale)} crawl day(s) held in {storage_root} that this input does not hold "
+            f"cleared {len(stale)} crawl day(s) held in {shown(storage_root)} that this input does not hold "
             f"({stale[0]} .. {stale[-1]}); the results cover exactly {input_path}"
         )
     return Outcome(manifest, days, steps.checks, report, steps.seconds)
@@ -460,7 +467,7 @@ def add(
     store = Store(storage_root)
     with damage_named(store), _writing(storage_root, output_dir, f"webdedup add {input_path}", notice) as transaction:
         if not store.files("documents"):
-            notice(f"{storage_root} held no corpus: a new one is started with {input_path}")
+            notice(f"{shown(storage_root)} held no corpus: a new one is started with {input_path}")
         fingerprint, banding = held_params(store, given)
         chosen = global_params(store, given, full_rebuild)
         mapping = mapping_for_add(store, given_mapping(store, given.get("columns")))
