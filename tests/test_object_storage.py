@@ -384,7 +384,9 @@ def test_a_storage_in_a_bucket_runs_and_adds_as_a_local_one_from_any_machine(buc
     capsys.readouterr()
     assert main(["add", "s3://corpus/by-day/late.json.zst", *storage]) == 0
     second = json.loads(_objects("st")["CURRENT"])["set"]
-    uploaded = capsys.readouterr().err.strip().splitlines()[-1]
+    said = capsys.readouterr().err.strip().splitlines()
+    uploaded = said[-1]
+    assert [line for line in said if "uploaded" in line] == [uploaded]  # once, for both uploads of the command
     assert re.fullmatch(
         rf"webdedup: s3://corpus/st: uploaded \d+ changed file\(s\), [\d.,]+ MB; CURRENT names set {second}", uploaded
     )

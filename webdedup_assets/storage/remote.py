@@ -79,18 +79,14 @@ def working_copy(
         lease = _take_lease(root, purpose) if write else None
         try:
             current = current_set(root)
-            held = {"record": _download(root, current, local), "set": None}
+            held = {"record": _download(root, current, local), "set": None, "files": 0, "bytes": 0}
 
             def upload() -> None:  # the command's set: made at its commit point, amended at its end
                 uploaded = _upload(root, local, held["record"], current, held["set"])
                 if uploaded:
-                    files, size, held["set"] = uploaded
+                    held["files"], held["bytes"] = held["files"] + uploaded[0], held["bytes"] + uploaded[1]
+                    held["set"] = uploaded[2]
                     held["record"] = json.loads(_record_path(local).read_text())
-                    if notice:
-                        notice(
-                            f"{root}: uploaded {files} changed file(s), {size / 1e6:,.1f} MB; CURRENT names set "
-                            f"{held['set']}"
-                        )
 
             if write:
                 _AT_COMMIT[local] = upload
@@ -100,6 +96,11 @@ def working_copy(
                 _AT_COMMIT.pop(local, None)
             if write:
                 upload()  # what changed after the commit point (a stage's stats)
+            if notice and held["set"]:  # said once, for both uploads
+                size = held["bytes"] / 1e6
+                notice(
+                    f"{root}: uploaded {held['files']} changed file(s), {size:,.1f} MB; CURRENT names set {held['set']}"
+                )
         finally:
             if lease is not None:
                 _delete(lease)
