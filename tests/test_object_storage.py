@@ -259,6 +259,18 @@ def test_object_storage_errors_are_one_line(bucket, tmp_path, capsys, args, mess
     assert not (tmp_path / "out").exists()
 
 
+def test_an_output_in_a_bucket_that_does_not_exist_is_refused_before_any_stage(bucket, tmp_path, capsys):
+    uri, _ = bucket
+    out = ["--output", "s3://no-such-bucket/out", "--storage", str(tmp_path / "st"), *DOLMA_FLAGS]
+    assert main(["run", uri, *out]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "webdedup: error: --output s3://no-such-bucket/out: bucket no-such-bucket does not exist (or is not visible "
+        "with these credentials)\n"
+    )
+    assert "documents" not in err  # no stage ran
+
+
 def _current(prefix: str) -> tuple[str, dict[str, bytes]]:
     """The set CURRENT names under s3://corpus/<prefix> and its files (relative name -> bytes)."""
     import json

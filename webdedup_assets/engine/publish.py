@@ -38,7 +38,7 @@ from typing import Any
 from ..errors import WebdedupError
 from ..storage import sets
 from ..storage.fileio import atomic_path, write_text
-from ..storage.objects import ObjectPath
+from ..storage.objects import ObjectPath, require_bucket
 from ..storage.remote import upload_at_commit
 from ..storage.store import Store, connect, file_identity, link_or_copy, publish_concatenated, sql_string
 from ..storage.transaction import JOURNAL
@@ -79,7 +79,9 @@ def require_replaceable(output_dir: Path | ObjectPath, flag: str = "--output") -
     """Refuse an output folder that holds files under the names webdedup publishes (OUTPUT_NAMES)
     but was not written by webdedup: publishing would replace or remove them. A folder webdedup
     wrote has its manifest.json (or a journal of a publish that did not finish)."""
-    if isinstance(output_dir, ObjectPath) or not output_dir.is_dir() or (output_dir / JOURNAL).exists():
+    if isinstance(output_dir, ObjectPath):
+        return require_bucket(output_dir, flag)
+    if not output_dir.is_dir() or (output_dir / JOURNAL).exists():
         return
     try:
         manifest = json.loads((output_dir / MANIFEST).read_text(encoding="utf-8"))

@@ -85,6 +85,20 @@ def size_and_mtime(path: ObjectPath) -> tuple[int, int]:
     return info.size, info.mtime_ns or 0
 
 
+def require_bucket(location: ObjectPath, what: str) -> None:
+    """Refuse a location whose bucket does not exist, naming it (before anything is written there)."""
+    import pyarrow.fs as pafs
+
+    try:
+        found = file_system(location).get_file_info(location.parts[1]).type
+    except OSError as err:
+        raise WebdedupError(f"{what} {location}: {message(err)}") from None
+    if found == pafs.FileType.NotFound:
+        raise WebdedupError(
+            f"{what} {location}: bucket {location.parts[1]} does not exist (or is not visible with these credentials)"
+        )
+
+
 # The service's answers to credentials it does not accept (unknown key, wrong secret, expired token,
 # or a key without the permission), as pyarrow's S3 errors name them.
 DENIED = re.compile(

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import WebdedupError
 from ..threads import ordered_map
-from .objects import ObjectPath, file_system, message
+from .objects import ObjectPath, file_system, message, require_bucket
 from .sets import CURRENT, current_set, new_set_id, put_file, read_json, write_json
 from .state import pid_alive, writer_lock
 from .transaction import DISCARDED_DIR, ROLLBACK_DIR, stored_files
@@ -246,14 +246,7 @@ def _take_lease(root: ObjectPath, purpose: str) -> ObjectPath:
     lease = root / "writers" / f"{new_set_id()}-{host}-{os.getpid()}.json"
     started = datetime.now(UTC).isoformat(timespec="seconds")
     fs = file_system(root)
-    try:
-        bucket = fs.get_file_info(root.parts[1]).type
-    except OSError as err:
-        raise WebdedupError(f"storage {root}: {message(err)}") from None
-    if bucket == pafs.FileType.NotFound:
-        raise WebdedupError(
-            f"storage {root}: bucket {root.parts[1]} does not exist (or is not visible with these credentials)"
-        )
+    require_bucket(root, "storage")
     write_json(lease, {"host": host, "pid": os.getpid(), "started": started, "purpose": purpose})
     try:
         found = fs.get_file_info(pafs.FileSelector((root / "writers").key, allow_not_found=True))
