@@ -549,3 +549,54 @@ def test_add_takes_its_own_default_date_with_the_held_mapping(tmp_path, capsys):
     other = ["--default-date", "2026-03-27", "--id-column", "text"]  # another field still is another mapping
     assert main(["add", str(day), "--output", str(out), *other]) == 2
     assert "one corpus is read with one column mapping" in capsys.readouterr().err
+
+
+def _days_of(tmp_path, name: str, days: dict[str, list[dict]]) -> None:
+    for day, extras in days.items():
+        records = [
+            {"doc_id": f"{day}-{n}", "domain": "x.example", "crawled_at": day, "body": f"page {day} {n} " * 8} | extra
+            for n, extra in enumerate(extras)
+        ]
+        write_shard(tmp_path / name / f"{day}.jsonl", records)
+        write_shard(tmp_path / "all" / f"{day}.jsonl", records)
+
+
+def _run_then_adds(tmp_path, days: list[str]) -> tuple[pa.Table, pa.Table]:
+    """deduped_documents of one run of every day, and of a run of the first day then adds."""
+    assert main(["run", str(tmp_path / "all"), "--output", str(tmp_path / "ran"), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / days[0]), "--output", str(tmp_path / "added"), "--quiet"]) == 0
+    for day in days[1:]:
+        assert main(["add", str(tmp_path / day), "--output", str(tmp_path / "added"), "--quiet"]) == 0
+    return tuple(pq.read_table(tmp_path / out / "deduped_documents.parquet") for out in ("ran", "added"))
+
+
+def test_a_nested_field_has_one_type_however_the_days_are_split(tmp_path):
+    """Lists of objects on one day, only empty lists on another (DuckDB types those JSON[]); an
+    object that gains a field: stored as one run of one file stores them (a list of structs, a
+    struct with every field), by one run of the daily files and by a run then adds alike (one run
+    of the files kept them as JSON text, the adds as structs)."""
+    _days_of(tmp_path, "d1", {"2026-03-01": [{"links": [{"k": "x", "v": 1}], "meta": {"x": 1}}]})
+    _days_of(tmp_path, "d2", {"2026-04-02": [{"links": [], "meta": {"x": 2, "y": "new"}}]})
+    ran, added = _run_then_adds(tmp_path, ["d1", "d2"])
+    assert ran.equals(added)
+    assert ran.schema.field("links").type == pa.list_(pa.struct([("k", pa.string()), ("v", pa.int64())]))
+    assert ran.schema.field("meta").type == pa.struct([("x", pa.int64()), ("y", pa.string())])
+    assert ran.column("links").to_pylist() == [[{"k": "x", "v": 1}], []]
+    assert ran.column("meta").to_pylist() == [{"x": 1, "y": None}, {"x": 2, "y": "new"}]
+
+
+def test_an_add_whose_field_cannot_join_the_held_nested_one_is_refused_naming_it(tmp_path, capsys):
+    """Held as an object, given as a string: the held files cannot keep it nested beside a string
+    (a run of both keeps it as JSON text); refused in one line naming the field and both types,
+    where DuckDB's cast error named a storage file."""
+    _days_of(tmp_path, "d1", {"2026-03-01": [{"meta": {"k": "v"}}]})
+    _days_of(tmp_path, "d2", {"2026-04-02": [{"meta": "plain string"}]})
+    assert main(["run", str(tmp_path / "d1"), "--output", str(tmp_path / "out"), "--quiet"]) == 0
+    assert main(["add", str(tmp_path / "d2"), "--output", str(tmp_path / "out"), "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "webdedup: error: field 'meta' is STRUCT(k VARCHAR) in the held corpus but VARCHAR in this input: a field "
+        "keeps one type in a corpus; `webdedup run` the whole input (a field of several types is kept as JSON text)"
+    )
+    assert main(["run", str(tmp_path / "all"), "--output", str(tmp_path / "ran"), "--quiet"]) == 0
+    kept = pq.read_table(tmp_path / "ran" / "deduped_documents.parquet").column("meta").to_pylist()
+    assert kept == ['{"k":"v"}', '"plain string"']

@@ -29,6 +29,76 @@ OPTIONAL_COLUMNS = ("source", "title")  # absent under their own name (or mapped
 HOST_SQL = "NULLIF(lower(regexp_extract({url}, '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@]*@)?([^/?#:]*)', 1)), '')"
 
 
+INTEGER_TYPES = {"tinyint", "smallint", "integer", "bigint", "hugeint"}
+INTEGER_TYPES |= {f"u{name}" for name in INTEGER_TYPES}
+NUMBER_TYPES = INTEGER_TYPES | {"float", "double", "decimal"}
+TEXT_TYPES = {"varchar", "date", "time", "timestamp", "timestamp with time zone", "uuid"}
+NESTED = {"struct", "list", "map"}
+
+
+def fits(kind: duckdb.DuckDBPyType, into: duckdb.DuckDBPyType) -> bool:
+    """Whether every value of `kind` keeps its shape cast to `into` (the type DuckDB unifies the
+    two to): numbers and text into text, numbers into wider numbers, a struct field by field into
+    one with more fields, a list element by element."""
+    if kind.id == "null" or str(kind) == str(into):
+        return True
+    if kind.id in ("struct", "list") and kind.id == into.id:
+        wanted = dict(into.children)
+        return all(name in wanted and fits(child, wanted[name]) for name, child in kind.children)
+    if str(into) == "VARCHAR":
+        return kind.id in NUMBER_TYPES | TEXT_TYPES
+    return kind.id in NUMBER_TYPES and into.id in NUMBER_TYPES
+
+
+def is_open(kind: duckdb.DuckDBPyType) -> bool:
+    """A type that tells nothing of the field's values: NULL throughout, or lists that DuckDB typed
+    JSON[] (every list of the file empty); it takes the type the other files give."""
+    return kind.id == "null" or str(kind) == "JSON[]"
+
+
+def unified_type(con: duckdb.DuckDBPyConnection, kinds: list[duckdb.DuckDBPyType]) -> duckdb.DuckDBPyType | None:
+    """One type that holds the values of every type of `kinds` (an extra field's types in the
+    input's files and the held corpus) as they are; None when there is none (the field is then
+    kept as JSON text, as DuckDB keeps one whose types differ within a file)."""
+    told = list({str(k): k for k in kinds if not is_open(k)}.values())  # each type once
+    if not told:  # NULL throughout, or empty lists
+        return next((k for k in kinds if k.id != "null"), kinds[0])
+    union = told[0]
+    for kind in told[1:]:
+        try:
+            union = con.sql(f"SELECT NULL::{union} AS c UNION ALL BY NAME SELECT NULL::{kind} AS c").types[0]
+        except duckdb.Error:
+            return None
+    return union if all(fits(k, union) for k in told) else None
+
+
+def unify_extra(con: duckdb.DuckDBPyConnection, kinds: dict[str, list], held: dict) -> dict:
+    """Each extra field's stored type (None: kept as JSON text) from its types in the input's files
+    and, for an add, in the held corpus (`held`: stored column -> type): numbers widened, numbers
+    beside text as text, structs with the fields of all. A field the held corpus keeps nested whose
+    new values cannot join it is refused (its held files would have to become JSON text)."""
+    unified = {}
+    for column, found in kinds.items():
+        mine = held.get(stored_name(column))
+        unified[column] = unified_type(con, [*found, *([mine] if mine is not None else [])])
+        if unified[column] is None and mine is not None and mine.id in NESTED:
+            given = ", ".join(sorted({str(k) for k in found}))
+            raise WebdedupError(
+                f"field {column!r} is {mine} in the held corpus but {given} in this input: a field keeps one type in "
+                "a corpus; `webdedup run` the whole input (a field of several types is kept as JSON text)"
+            )
+    return unified
+
+
+def stored_types(con: duckdb.DuckDBPyConnection, store: Store) -> dict:
+    """The held documents' columns and their types (their files read as one union, as every stage reads them)."""
+    files = ", ".join(sql_string(str(f)) for f in store.data_files("documents"))
+    if not files:
+        return {}
+    rel = con.sql(f"SELECT * FROM read_parquet([{files}], union_by_name = true, hive_partitioning = false) LIMIT 0")
+    return dict(zip(rel.columns, rel.types))
+
+
 def field_sql(rel: duckdb.DuckDBPyRelation, path: str) -> tuple[str, duckdb.DuckDBPyType] | None:
     """SQL reading one field of an input, with its type: a column, or a dotted path into nested
     objects (a column whose own name holds the dots is taken first). None: no such field."""

@@ -27,7 +27,17 @@ from ..params import ColumnParams
 from ..storage.objects import ObjectPath, open_input
 from ..storage.store import Store, connect, quote_ident, scalar, sql_string
 from ..threads import ordered_map, thread_count
-from .columns import MappedInput, is_json, map_columns, stored_name, text_sql
+from .columns import (
+    INTEGER_TYPES,
+    NUMBER_TYPES,
+    MappedInput,
+    is_json,
+    is_open,
+    map_columns,
+    stored_name,
+    text_sql,
+    unify_extra,
+)
 from .stages.documents_warc import stage_warc
 
 TEXT_COLUMNS = ("doc_id", "source", "domain", "title", "body")
@@ -160,10 +170,14 @@ def _offenders(con: duckdb.DuckDBPyConnection, sql: str, limit: int = 5) -> list
 
 
 def load_input(
-    con: duckdb.DuckDBPyConnection, files: list[InputFile], mapping: ColumnParams | None = None
+    con: duckdb.DuckDBPyConnection,
+    files: list[InputFile],
+    mapping: ColumnParams | None = None,
+    held: dict | None = None,
 ) -> tuple[list[str], int]:
     """Define the view `parsed` over the input files (read through the column mapping) and validate
     it; returns the extra columns and the number of documents dated by mapping.default_date.
+    `held` (an add): the held corpus' stored columns and their types, which extra fields must fit.
 
     Only a narrow table `keys` (doc_id, dates, file) is materialized for validation; page
     bodies stream from the input straight into the output files, so memory and temporary
@@ -174,20 +188,16 @@ def load_input(
     relations = [scan_input(con, f) for f in files]
     mapped = [map_columns(f, rel, mapping) for f, rel in zip(files, relations)]
     extra: list[str] = []
-    kinds: dict[str, set[str]] = {}  # an extra field's types across the files
+    kinds: dict[str, list] = {}  # an extra field's types in the files (and the held corpus)
     for rel, m in zip(relations, mapped):
         extra.extend(c for c in m.extra if c not in extra)
         types = dict(zip(rel.columns, rel.types))
         for c in m.extra:
-            kind = "number" if types[c].id in NUMBER_TYPES else "text" if types[c].id in TEXT_TYPES else str(types[c])
-            if types[c].id != "null":  # a field that is null throughout a file goes with any type
-                kinds.setdefault(c, set()).add(kind)
-    # A field of other types in other files (a number here, an object there) is kept as JSON, as
-    # DuckDB keeps one whose types differ within a file; numbers of several widths are widened, and
-    # text beside numbers or what DuckDB reads from text (a date, a UUID) is text: a CSV's "59" beside
-    # a JSON 59 is the text 59, as when separate commands store the files and their union is read.
-    plain = {"text", "number"}
-    as_json = {c for c, found in kinds.items() if len(found - plain) + bool(found & plain) > 1}
+            kinds.setdefault(c, []).append(types[c])
+    # One type per field, whatever the files it came in (one run, or a run and adds, whose stored
+    # files are read as one union); a field whose types do not unify is kept as JSON text.
+    unified = unify_extra(con, kinds, held or {})
+    as_json = {c for c, kind in unified.items() if kind is None}
     typed_parts = []
     for index, (f, rel, m) in enumerate(zip(files, relations, mapped)):
         view = f"raw_{index}"
@@ -196,7 +206,8 @@ def load_input(
         cols = [f"{text[c]} AS {quote_ident(c)}" for c in TEXT_COLUMNS]
         cols.append(f"{text['crawled_at']} AS crawled_at_raw")
         cols.append(f"{text['crawled_day']} AS crawled_day")
-        cols += [f"{_extra_sql(c, m.extra, as_json)} AS {quote_ident(stored_name(c))}" for c in extra]
+        types = dict(zip(rel.columns, rel.types))
+        cols += [f"{_extra_sql(c, m.extra, as_json, types, unified)} AS {quote_ident(stored_name(c))}" for c in extra]
         cols.append(f"{sql_string(str(f.path))} AS __source_file, {index} AS __file_index")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")
     fallback = f"DATE {sql_string(mapping.default_date)}" if mapping.default_date else "NULL"
@@ -233,26 +244,14 @@ def document_ids(f: InputFile, mapping: ColumnParams) -> pa.ChunkedArray:
         con.close()
 
 
-def _extra_sql(column: str, present: list[str], as_json: set[str]) -> str:
+def _extra_sql(column: str, present: list[str], as_json: set[str], types: dict, unified: dict) -> str:
     if column not in present:
         return "NULL"
-    return f"to_json({quote_ident(column)})" if column in as_json else quote_ident(column)
-
-
-INTEGER_TYPES = {
-    "tinyint",
-    "smallint",
-    "integer",
-    "bigint",
-    "hugeint",
-    "utinyint",
-    "usmallint",
-    "uinteger",
-    "ubigint",
-    "uhugeint",
-}
-NUMBER_TYPES = INTEGER_TYPES | {"float", "double", "decimal"}
-TEXT_TYPES = {"varchar", "date", "time", "timestamp", "timestamp with time zone", "uuid"}
+    if column in as_json:
+        return f"to_json({quote_ident(column)})"
+    if is_open(types[column]) and types[column].id != "null":  # empty lists take the others' type
+        return f"CAST({quote_ident(column)} AS {unified[column]})"
+    return quote_ident(column)
 
 
 def _contract_sql(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, mapped: MappedInput) -> dict[str, str]:
