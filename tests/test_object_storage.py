@@ -480,6 +480,7 @@ def test_an_output_in_a_bucket_keeps_its_storage_beside_it(bucket, tmp_path, cap
     assert main(["run", uri, "--output", "s3://corpus/beside", "--quiet", *DOLMA_FLAGS]) == 0
     stored = _objects("beside")
     assert "_storage/CURRENT" in stored
+    assert not [key for key in stored if "/.publish-" in key]  # the outputs staged in the storage: not uploaded
     _, published = _current("beside")
     assert json.loads(published["manifest.json"])["storage_root"] == "s3://corpus/beside/_storage"
     monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "elsewhere"))  # readers follow the manifest to it

@@ -32,12 +32,16 @@ DISCARDED_DIR = ".rollback.discarded"
 COMPLETE = "COMPLETE"  # written last: links without it were never a complete copy (nothing was changed yet)
 # Not part of the corpus: locks, their holder records, the state file's mutex, DuckDB's spill folder.
 NOT_STORED = {ROLLBACK_DIR, DISCARDED_DIR, LOCK_FILE, HOLDERS_DIR, ".corpus_state.lock", ".duckdb_tmp"}
+# a command's own working folders (a stage's staging, the outputs staged for publishing): never
+# part of the storage, so never linked for rollback nor uploaded with a storage in object storage
+TRANSIENT = (".staging-", ".publish-")
 
 
 def stored_files(root: Path) -> Iterator[Path]:
     """Every file of the storage (relative to root), what a command may replace or create."""
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
+        dirs[:] = [d for d in dirs if not d.startswith(TRANSIENT)]
         if here == root:
             dirs[:] = [d for d in dirs if d not in NOT_STORED]
             files = [f for f in files if f not in NOT_STORED]
