@@ -224,6 +224,21 @@ def test_a_file_read_as_parquet_that_is_not_one_is_named_with_the_flag_to_give(t
     )
 
 
+def test_a_file_named_by_its_day_that_cannot_be_read_is_named_not_skipped(tmp_path, capsys):
+    """A daily file missing a column beside a good one: the run read no day, fell back to this
+    month and skipped both files by the dates in their names, and exited 0 with 0 documents."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "2026-03-01.csv").write_text(HEADER + f"a,{ROW}\n")
+    (folder / "2026-03-02.csv").write_text("doc_id,crawled_at,body\nb,2026-03-02,words\n")
+    assert main(["run", str(folder), "--output", str(tmp_path / "out"), "--quiet"]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"error: {folder / '2026-03-02.csv'}: missing required column(s) domain; found columns: doc_id, crawled_at, "
+        "body\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 # ---- strict types in Parquet text columns ----------------------------------------------
 
 
