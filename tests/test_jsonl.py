@@ -548,7 +548,12 @@ def test_add_takes_its_own_default_date_with_the_held_mapping(tmp_path, capsys):
     assert [(r["doc_id"], str(r["crawled_at"])) for r in kept] == [("undated-copy", "2026-03-26")]
     other = ["--default-date", "2026-03-27", "--id-column", "text"]  # another field still is another mapping
     assert main(["add", str(day), "--output", str(out), *other]) == 2
-    assert "one corpus is read with one column mapping" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "one corpus is read with one column mapping" in err and "default_date" not in err
+    # the date was that add's own: a later add without one does not take it (it replaced that day's pages)
+    later = write_shard(tmp_path / "later" / "undated.jsonl", [{**undated, "id": "later-copy"}])
+    assert main(["add", str(later), "--output", str(out), "--quiet"]) == 2
+    assert f"{later}: no crawl day found in the input" in capsys.readouterr().err
 
 
 def _days_of(tmp_path, name: str, days: dict[str, list[dict]]) -> None:

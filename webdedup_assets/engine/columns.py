@@ -215,15 +215,15 @@ def held_mapping(store: Store) -> ColumnParams | None:
 
 
 def describe_mapping(mapping: ColumnParams) -> str:
-    changed = mapping_given(mapping.model_dump())
+    changed = mapping_given(mapping.model_dump(exclude={"default_date"}))
     return ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "the default columns"
 
 
 def mapping_for_add(store: Store, given: ColumnParams | None) -> ColumnParams:
     """The column mapping of `webdedup add`: the held corpus' when none is given; one that differs
     from it is refused, naming both (before the input is read with it)."""
-    if given is None:
-        return held_mapping(store) or ColumnParams()
+    if given is None:  # (the default date is the input's own: never the held one)
+        return (held_mapping(store) or ColumnParams()).model_copy(update={"default_date": ColumnParams().default_date})
     require_same_mapping(store, given, [], extend=True)
     return given
 
@@ -233,7 +233,7 @@ def given_mapping(store: Store, columns: dict[str, Any] | None) -> ColumnParams 
     if not columns:
         return None
     held = held_mapping(store)
-    return ColumnParams.checked({**(held.model_dump() if held else {}), **columns})
+    return ColumnParams.checked({**(held.model_dump(exclude={"default_date"}) if held else {}), **columns})
 
 
 def require_same_mapping(store: Store, mapping: ColumnParams, months: list[str], extend: bool) -> None:
