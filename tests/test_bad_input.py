@@ -233,8 +233,8 @@ def test_a_file_named_by_its_day_that_cannot_be_read_is_named_not_skipped(tmp_pa
     (folder / "2026-03-02.csv").write_text("doc_id,crawled_at,body\nb,2026-03-02,words\n")
     assert main(["run", str(folder), "--output", str(tmp_path / "out"), "--quiet"]) == 2
     assert capsys.readouterr().err.endswith(
-        f"error: {folder / '2026-03-02.csv'}: missing required column(s) domain; found columns: doc_id, crawled_at, "
-        "body\n"
+        f"error in documents: {folder / '2026-03-02.csv'}: missing required column(s) domain; found columns: doc_id, "
+        "crawled_at, body\n"
     )
     assert not (tmp_path / "out").exists()
 

@@ -343,8 +343,7 @@ def run(
         stale = [day for day in held_days(store) if day not in set(days)]
         if stale:
             clear_days(store, stale)
-        if not days:  # empty or unreadable: a file that cannot be read is named (a date in its name skips documents)
-            input_days(input_path, input_format, store=store, warc_options=warc_options, mapping=mapping, explain=True)
+        if not days:  # empty or unreadable input: one month, so that documents validates it and says why
             days = [time.strftime("%Y-%m-%d", time.gmtime())]
         months = months_of(days)
         steps = _Steps(store, checked=True)

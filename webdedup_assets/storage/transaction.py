@@ -32,9 +32,9 @@ DISCARDED_DIR = ".rollback.discarded"
 COMPLETE = "COMPLETE"  # written last: links without it were never a complete copy (nothing was changed yet)
 # Not part of the corpus: locks, their holder records, the state file's mutex, DuckDB's spill folder.
 NOT_STORED = {ROLLBACK_DIR, DISCARDED_DIR, LOCK_FILE, HOLDERS_DIR, ".corpus_state.lock", ".duckdb_tmp"}
-# a command's own working folders (a stage's staging, the outputs staged for publishing): never
-# part of the storage, so never linked for rollback nor uploaded with a storage in object storage
-TRANSIENT = (".staging-", ".publish-")
+# the outputs a command stages in the storage root to publish them in object storage: not part of
+# the storage, so never uploaded with it (a stage's own staging is removed before its commit point)
+TRANSIENT = (".publish-",)
 
 
 def stored_files(root: Path) -> Iterator[Path]:

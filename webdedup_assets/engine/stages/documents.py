@@ -37,6 +37,7 @@ from ..reading import (
     combine_checksums,
     combined_sha256,
     file_days,
+    input_days,
     load_input,
     read_error,
     select_sql,
@@ -104,6 +105,8 @@ def documents_stage(run: StageRun) -> StageOutput:
         require_same_mapping(store, mapping, months, extend)
         wanted = set(months)
         files = [f for f in all_files if (day := day_of_file(f.path)) is None or crawl_month(day) in wanted]
+        if all_files and not files:  # none for these months: one that cannot be read says so (else a run read none)
+            input_days(input_path, input_format, store, warc_options_of(run.params), mapping, explain=True)
         if coverage is not None:
             uncovered_files = [
                 str(f.path)
