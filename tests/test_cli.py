@@ -360,6 +360,7 @@ def test_add_help_shows_the_values_of_the_corpus_its_output_holds(tmp_path, caps
     )
     assert "Field holding the document id. Held corpus: doc_id; another value is refused." in text
     assert "Held corpus: (none); another value is refused." in text  # no url column
+    assert "Held corpus: false; another value rebuilds the global assets." in text  # a switch, as a user writes it
     with pytest.raises(SystemExit):
         main(["add", "--help", "--output", str(tmp_path / "nothing-here")])
     text = " ".join(capsys.readouterr().out.split())

@@ -605,3 +605,24 @@ def test_an_add_whose_field_cannot_join_the_held_nested_one_is_refused_naming_it
     assert main(["run", str(tmp_path / "all"), "--output", str(tmp_path / "ran"), "--quiet"]) == 0
     kept = pq.read_table(tmp_path / "ran" / "deduped_documents.parquet").column("meta").to_pylist()
     assert kept == ['{"k":"v"}', '"plain string"']
+
+
+def test_maps_of_numbers_of_other_widths_widen_as_lists_and_structs_do(tmp_path):
+    """Parquet shards with a map of int32 and one of int64: one map of int64 in one run and in a run
+    then an add (one run kept it as JSON text, the add was refused as another type)."""
+    for day, value_type in (("2026-03-01", pa.int32()), ("2026-03-05", pa.int64())):
+        table = pa.table(
+            {
+                "doc_id": [f"{day}-0"],
+                "domain": ["x.example"],
+                "crawled_at": [day],
+                "body": [f"page {day} " * 8],
+                "mp": pa.array([[("k", 1)]], pa.map_(pa.string(), value_type)),
+            }
+        )
+        for folder in (day, "all"):
+            (tmp_path / folder).mkdir(exist_ok=True)
+            pq.write_table(table, tmp_path / folder / f"{day}.parquet")
+    ran, added = _run_then_adds(tmp_path, ["2026-03-01", "2026-03-05"])
+    assert ran.equals(added)
+    assert ran.schema.field("mp").type == pa.map_(pa.string(), pa.int64())

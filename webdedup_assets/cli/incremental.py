@@ -94,10 +94,8 @@ def add_incremental_parsers(sub, add_params, held: dict[str, tuple[Any, str]] | 
     def option(name: str, field, generic: str | None = None) -> dict[str, Any]:
         if name in held:
             value, other = held[name]
-            return {
-                "default": None,
-                "help": f"{field.description} Held corpus: {'(none)' if value in ('', None) else value}; {other}.",
-            }
+            value = "(none)" if value in ("", None) else str(value).lower() if isinstance(value, bool) else value
+            return {"default": None, "help": f"{field.description} Held corpus: {value}; {other}."}
         return {"default": None, **({"help": field.description + generic} if generic else {})}
 
     same = " Default: the mapping the held corpus was read with (another one is refused)."

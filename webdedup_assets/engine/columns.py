@@ -39,10 +39,10 @@ NESTED = {"struct", "list", "map"}
 def fits(kind: duckdb.DuckDBPyType, into: duckdb.DuckDBPyType) -> bool:
     """Whether every value of `kind` keeps its shape cast to `into` (the type DuckDB unifies the
     two to): numbers and text into text, numbers into wider numbers, a struct field by field into
-    one with more fields, a list element by element."""
+    one with more fields, a list element by element, a map by its keys and values."""
     if kind.id == "null" or str(kind) == str(into):
         return True
-    if kind.id in ("struct", "list") and kind.id == into.id:
+    if kind.id in NESTED and kind.id == into.id:  # (a map's children: its key and value)
         wanted = dict(into.children)
         return all(name in wanted and fits(child, wanted[name]) for name, child in kind.children)
     if str(into) == "VARCHAR":
