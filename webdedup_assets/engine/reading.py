@@ -35,6 +35,7 @@ from .columns import (
     is_open,
     map_columns,
     stored_name,
+    stored_types,
     text_sql,
     unify_extra,
 )
@@ -173,11 +174,11 @@ def load_input(
     con: duckdb.DuckDBPyConnection,
     files: list[InputFile],
     mapping: ColumnParams | None = None,
-    held: dict | None = None,
+    held: Store | None = None,
 ) -> tuple[list[str], int]:
     """Define the view `parsed` over the input files (read through the column mapping) and validate
     it; returns the extra columns and the number of documents dated by mapping.default_date.
-    `held` (an add): the held corpus' stored columns and their types, which extra fields must fit.
+    `held` (an add): the storage whose documents' column types the extra fields must fit.
 
     Only a narrow table `keys` (doc_id, dates, file) is materialized for validation; page
     bodies stream from the input straight into the output files, so memory and temporary
@@ -187,26 +188,25 @@ def load_input(
     infer_json_columns(files)
     relations = [scan_input(con, f) for f in files]
     mapped = [map_columns(f, rel, mapping) for f, rel in zip(files, relations)]
+    file_types = [dict(zip(rel.columns, rel.types)) for rel in relations]
     extra: list[str] = []
-    kinds: dict[str, list] = {}  # an extra field's types in the files (and the held corpus)
-    for rel, m in zip(relations, mapped):
+    kinds: dict[str, list] = {}  # an extra field's types in the files
+    for types, m in zip(file_types, mapped):
         extra.extend(c for c in m.extra if c not in extra)
-        types = dict(zip(rel.columns, rel.types))
         for c in m.extra:
             kinds.setdefault(c, []).append(types[c])
     # One type per field, whatever the files it came in (one run, or a run and adds, whose stored
     # files are read as one union); a field whose types do not unify is kept as JSON text.
-    unified = unify_extra(con, kinds, held or {})
+    unified = unify_extra(con, kinds, stored_types(con, held) if held is not None and kinds else {})
     as_json = {c for c, kind in unified.items() if kind is None}
     typed_parts = []
-    for index, (f, rel, m) in enumerate(zip(files, relations, mapped)):
+    for index, (f, rel, m, types) in enumerate(zip(files, relations, mapped, file_types)):
         view = f"raw_{index}"
         temp_view(con, view, rel)
         text = _contract_sql(con, f, view, m)
         cols = [f"{text[c]} AS {quote_ident(c)}" for c in TEXT_COLUMNS]
         cols.append(f"{text['crawled_at']} AS crawled_at_raw")
         cols.append(f"{text['crawled_day']} AS crawled_day")
-        types = dict(zip(rel.columns, rel.types))
         cols += [f"{_extra_sql(c, m.extra, as_json, types, unified)} AS {quote_ident(stored_name(c))}" for c in extra]
         cols.append(f"{sql_string(str(f.path))} AS __source_file, {index} AS __file_index")
         typed_parts.append(f"SELECT {', '.join(cols)} FROM {view}")

@@ -32,7 +32,7 @@ from ...storage.partitioned import write_split
 from ...storage.state import crawl_month, load_state, record_documents, require_same_input
 from ...storage.store import Store, connect, copy_query, scalar, sql_string
 from ...threads import prefetch, thread_count
-from ..columns import mapping_for_add, mapping_of, require_same_mapping, stored_types
+from ..columns import mapping_for_add, mapping_of, require_same_mapping
 from ..reading import (
     combine_checksums,
     combined_sha256,
@@ -135,7 +135,7 @@ def documents_stage(run: StageRun) -> StageOutput:
         )
         con.execute("CREATE TEMP TABLE keys AS SELECT doc_id, crawled_at, __file_index FROM parsed")
     else:
-        extra, defaulted = load_input(con, files, mapping, stored_types(con, store) if extend else None)
+        extra, defaulted = load_input(con, files, mapping, store if extend else None)
     run.derive(input_sha256=combined_sha256(sources) if sources else None, extra_columns=extra)
     dated = {"documents_given_default_date": defaulted} if mapping.default_date and files else {}
     params = run.parameters
