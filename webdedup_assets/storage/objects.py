@@ -134,10 +134,8 @@ def list_objects(uri: str) -> list[tuple[ObjectPath, int]]:
         if magic is None and info.type == pafs.FileType.File:
             return [(base, info.size)]
         found = fs.get_file_info(pafs.FileSelector(base.key, recursive=True, allow_not_found=True))
-        if not found and fs.get_file_info(pattern.parts[1]).type == pafs.FileType.NotFound:
-            raise WebdedupError(
-                f"input {uri}: bucket {pattern.parts[1]} does not exist (or is not visible with these credentials)"
-            )
+        if not found:
+            require_bucket(pattern, "input")
     except OSError as err:
         raise WebdedupError(f"input {uri}: {message(err)}") from None
     scheme = pattern.parts[0]
