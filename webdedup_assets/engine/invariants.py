@@ -167,7 +167,7 @@ def expectations_path(input_path: str) -> Path | ObjectPath | None:
     if any(ch in input_path for ch in "*?["):
         return None
     path = ObjectPath.of(input_path) if is_uri(input_path) else Path(input_path).expanduser()
-    if isinstance(path, ObjectPath) and input_path.endswith("/") or _is_folder(path):
+    if _is_folder(path):
         return path / f"webdedup{EXPECTATIONS_SUFFIX}"
     return path.with_name(path.name.split(".")[0] + EXPECTATIONS_SUFFIX)
 

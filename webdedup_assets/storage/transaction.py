@@ -32,18 +32,17 @@ DISCARDED_DIR = ".rollback.discarded"
 COMPLETE = "COMPLETE"  # written last: links without it were never a complete copy (nothing was changed yet)
 # Not part of the corpus: locks, their holder records, the state file's mutex, DuckDB's spill folder.
 NOT_STORED = {ROLLBACK_DIR, DISCARDED_DIR, LOCK_FILE, HOLDERS_DIR, ".corpus_state.lock", ".duckdb_tmp"}
-# the outputs a command stages in the storage root to publish them in object storage: not part of
-# the storage, so never uploaded with it (a stage's own staging is removed before its commit point)
-TRANSIENT = (".publish-",)
+# The outputs a command stages in the storage root to publish them in object storage: not part of
+# the storage, so never uploaded with it (a stage's own staging is removed before its commit point).
+PUBLISHING = ".publish-"
 
 
 def stored_files(root: Path) -> Iterator[Path]:
     """Every file of the storage (relative to root), what a command may replace or create."""
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
-        dirs[:] = [d for d in dirs if not d.startswith(TRANSIENT)]
         if here == root:
-            dirs[:] = [d for d in dirs if d not in NOT_STORED]
+            dirs[:] = [d for d in dirs if d not in NOT_STORED and not d.startswith(PUBLISHING)]
             files = [f for f in files if f not in NOT_STORED]
         for name in files:
             yield (here / name).relative_to(root)
