@@ -170,13 +170,13 @@ def test_the_weakest_edge_member_is_chosen_the_same_way_on_every_run(tmp_path):
     assert (row["edges"], row["min_edge_jaccard"], row["edge_member"]) == (3, 0.75, "m-a")
 
 
-def test_representative_rows_give_the_needed_pages_of_row_groups_without_a_winner(tmp_path):
+def testrepresentative_rows_give_the_needed_pages_of_row_groups_without_a_winner(tmp_path):
     """The full stage shingles the pages its diagnostics compare as it reads the winners' row
     groups; a needed page in a row group that holds no winner is read too (doc_id and body only)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from webdedup_assets.engine.stages.clustering import _representative_rows
+    from webdedup_assets.engine.stages.clustering import representative_rows
 
     path = tmp_path / "part.parquet"
     docs = pa.table({"doc_id": [f"d{i}" for i in range(6)], "body": [f"text {i}" for i in range(6)]})
@@ -195,7 +195,7 @@ def test_representative_rows_give_the_needed_pages_of_row_groups_without_a_winne
         [*docs.schema, ("cluster_id", pa.string()), ("cluster_size", pa.int64()), ("token_count", pa.int32())]
     )
     given = []
-    written = pa.concat_tables(_representative_rows([path], winners, schema, needed, given.append))
+    written = pa.concat_tables(representative_rows([path], winners, schema, needed, given.append))
     assert written.column("doc_id").to_pylist() == ["d0", "d2"]
     assert written.column("cluster_id").to_pylist() == ["c0", "c2"]
     pages = pa.concat_tables(given).sort_by("doc_id")

@@ -20,6 +20,8 @@ of a sort). A row group that only loses rows keeps the body pages that lose none
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,14 +29,13 @@ import pyarrow.parquet as pq
 from ...core.ranking import policy_order_by
 from ...storage import parquet_splice
 from ...storage.fileio import atomic_path
-from ...storage.rows import fetch_rows
 from ...storage.store import quote_ident, row_groups, save_table, sql_string, with_params, write_batches, write_csv
 from ...threads import prefetch
 from ..publish import report_path
 from ..stage import DUCKDB
-from ..stages.clustering import cluster_inspection, deduped_layout
+from ..stages.clustering import cluster_inspection, deduped_layout, representative_rows
 from ..stages.documents import stored_extra_columns
-from .layout import duck_type, incremental_dir
+from .layout import incremental_dir
 from .rebuild import ranked_sql
 
 ROW_SHIFT = 40  # key = file index << 40 | row number in the file (a file holds < 2**40 rows)
@@ -53,10 +54,9 @@ class RepresentativesStep:
             "SELECT doc_id, cluster_id, cluster_size, token_count FROM ranked WHERE rank = 1"
         )
         files = self.files  # as in the table `docs` (engine.incremental.update)
-        doc_schema, schema = self._deduped_schema()
-        new_reps = self._new_representatives(files, doc_schema, schema)
+        _, schema = self._deduped_schema()
         self._mark("representatives")
-        rows = self._rewrite_deduped(files, schema, new_reps)
+        rows = self._rewrite_deduped(files, schema)
         if rows is None:  # no row to change (touched clusters without a row there)
             rows = pq.ParquetFile(store.path("deduped_documents")).metadata.num_rows
         documents = self.documents
@@ -94,45 +94,35 @@ class RepresentativesStep:
         deduped_documents is put in their row order, its rows otherwise unchanged. Returns whether
         its order changed."""
         self.con.execute("CREATE TEMP TABLE touched_old (cluster_id VARCHAR)")
+        self.con.execute(
+            "CREATE TEMP TABLE winners (doc_id VARCHAR, cluster_id VARCHAR, cluster_size BIGINT, token_count INTEGER)"
+        )
         for asset in ("candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters"):
             self.upstream.setdefault(asset, self.store.params(asset))  # as stored: unchanged
         _, schema = self._deduped_schema()
-        rows = self._rewrite_deduped(self.files, schema, schema.empty_table())
+        rows = self._rewrite_deduped(self.files, schema)
         return rows is not None
 
-    def _new_representatives(self, files, doc_schema: pa.Schema, schema: pa.Schema) -> pa.Table:
-        """The winners' full rows (every column of `schema`), read by row group."""
-        con = self.con
-        # read from the files holding them only: with the default policy (newest) the new
-        # representatives sit mostly in the day just added
-        holding = {
-            i
-            for (i,) in con.execute(
-                "SELECT DISTINCT file_idx FROM docs WHERE doc_id IN (SELECT doc_id FROM winners)"
-            ).fetchall()
-        }
-        winner_rows = fetch_rows(con, [f for i, f in enumerate(files) if i in holding], "winners", doc_schema.names)
-        if winner_rows is None:
-            winner_rows = doc_schema.empty_table()
-        con.register("winner_rows_arrow", winner_rows)
-        select = ", ".join(
-            f"CAST(w.{quote_ident(f.name)} AS {duck_type(con, f)}) AS {quote_ident(f.name)}"
-            if f.name in winner_rows.column_names
-            else f"CAST(NULL AS {duck_type(con, f)}) AS {quote_ident(f.name)}"
-            for f in doc_schema
-        )
-        table = con.sql(f"""SELECT {select}, k.cluster_id, k.cluster_size, k.token_count
-              FROM winner_rows_arrow w JOIN winners k ON k.doc_id = w.doc_id""").to_arrow_table()
-        con.unregister("winner_rows_arrow")
-        return parquet_splice.conform(table, schema)
+    def _new_representatives(self, files, schema: pa.Schema) -> tuple[np.ndarray, Iterator[pa.Table]]:
+        """The keys of the winners of the touched clusters (ascending) and their full rows (every
+        column of `schema`) in that order, read by row group as they are taken, as the full stage
+        reads them: an add of many pages holds a row group of them at a time, not all of them."""
+        located = self.con.sql("""SELECT d.file_idx, d.file_row AS file_row_number, w.cluster_id, w.cluster_size,
+                   w.token_count
+              FROM winners w JOIN docs d USING (doc_id) ORDER BY d.file_idx, d.file_row""").to_arrow_table()
+        file_idx = located["file_idx"].to_numpy()
+        keys = (file_idx << ROW_SHIFT) | located["file_row_number"].to_numpy()
+        names = np.array([str(f) for f in files] or [""], dtype=object)[file_idx]
+        winners = located.drop_columns(["file_idx"]).add_column(0, "filename", pa.array(names, pa.string()))
+        return keys, representative_rows(files, winners, schema)
 
-    def _rewrite_deduped(self, files, schema: pa.Schema, new_reps: pa.Table) -> int | None:
-        """deduped_documents without the touched clusters' rows, with `new_reps`, in the full
-        stage's stored order (see the module docstring). Returns the rows written (None: nothing
-        changes, the file is left as it is)."""
+    def _rewrite_deduped(self, files, schema: pa.Schema) -> int | None:
+        """deduped_documents without the touched clusters' rows, with the rows of their winners (the
+        table `winners`), in the full stage's stored order (see the module docstring). Returns the
+        rows written (None: nothing changes, the file is left as it is)."""
         con, store = self.con, self.store
         old_path = store.path("deduped_documents")
-        con.register("new_rep_ids", pa.table({"doc_id": new_reps["doc_id"], "rownum": np.arange(new_reps.num_rows)}))
+        new_keys, new_rows = self._new_representatives(files, schema)
         # the old rows kept (row number in the old file) and every final representative's key
         con.execute(f"""CREATE TEMP TABLE kept AS
             SELECT o.doc_id, o.file_row_number AS old_row FROM
@@ -140,16 +130,11 @@ class RepresentativesStep:
              WHERE o.cluster_id NOT IN (SELECT cluster_id FROM touched_old)""")
         con.execute(f"""CREATE TEMP TABLE rep_keys AS
             SELECT doc_id, (file_idx << {ROW_SHIFT}) | file_row AS key FROM docs
-             WHERE doc_id IN (SELECT doc_id FROM kept) OR doc_id IN (SELECT doc_id FROM new_rep_ids)""")
+             WHERE doc_id IN (SELECT doc_id FROM kept) OR doc_id IN (SELECT doc_id FROM winners)""")
         kept = con.execute(
             "SELECT k.old_row, r.key FROM kept k JOIN rep_keys r USING (doc_id) ORDER BY k.old_row"
         ).fetchnumpy()
-        new = con.execute(
-            "SELECT n.rownum, r.key FROM new_rep_ids n JOIN rep_keys r USING (doc_id) ORDER BY r.key"
-        ).fetchnumpy()
-        con.unregister("new_rep_ids")
         kept_rows, kept_keys = (np.asarray(v, np.int64) for v in kept.values())
-        new_rows, new_keys = (np.asarray(v, np.int64) for v in new.values())
         parameters = self._stage_run(
             "deduped_documents",
             self.representative,
@@ -157,12 +142,12 @@ class RepresentativesStep:
         ).parameters
         old = pq.ParquetFile(old_path)
         moves = _moved_groups(old, kept_rows, kept_keys)
-        if not len(new_rows) and len(kept_rows) == old.metadata.num_rows and not moves[2]:
+        if not len(new_keys) and len(kept_rows) == old.metadata.num_rows and not moves[2]:
             return None  # no row leaves, comes or moves
         if moved_bytes(old, moves[2]) > MOVED_BYTES:  # documents files reordered much of their rows
-            return self._sorted_rewrite(schema, new_reps, parameters)
+            return self._sorted_rewrite(schema, new_rows, parameters)
         options = deduped_layout(schema)
-        parts = splice_parts(old, schema, kept_rows, kept_keys, new_reps.take(new_rows), new_keys, moves)
+        parts = splice_parts(old, schema, kept_rows, kept_keys, new_rows, new_keys, moves)
         with atomic_path(old_path) as temp:
             # the next part's rows are decoded on a reader thread while this one is written
             rows, figures = parquet_splice.rewrite(
@@ -171,9 +156,10 @@ class RepresentativesStep:
         self.report.deduped_rewrite = figures.as_dict()
         return rows
 
-    def _sorted_rewrite(self, schema: pa.Schema, new_reps: pa.Table, parameters) -> int:
+    def _sorted_rewrite(self, schema: pa.Schema, new_rows: Iterator[pa.Table], parameters) -> int:
         con, store = self.con, self.store
-        con.register("new_reps_arrow", new_reps)
+        batches = (batch for table in new_rows for batch in table.to_batches())
+        con.register("new_reps_arrow", pa.RecordBatchReader.from_batches(schema, batches))
         names = ", ".join(f"u.{quote_ident(f.name)}" for f in schema)
         reader = con.sql(f"""SELECT {names} FROM (
               SELECT * FROM {store.scan_sql("deduped_documents")} o
@@ -212,17 +198,48 @@ def moved_bytes(old: pq.ParquetFile, groups: set[int]) -> int:
     return sum(old.metadata.row_group(g).total_byte_size for g in groups)
 
 
-def splice_parts(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: pa.Table, new_keys, moves=None):
+class _Ahead:
+    """Rows of tables given in order, taken from the front: only the table being taken from is held."""
+
+    def __init__(self, tables: Iterable[pa.Table]) -> None:
+        self._tables = iter(tables)
+        self._head: pa.Table | None = None
+
+    def take(self, count: int) -> list[pa.Table]:
+        """The next `count` rows, as slices of the tables given."""
+        pieces = []
+        while count > 0:
+            if self._head is None or not self._head.num_rows:
+                self._head = next(self._tables, None)
+                if self._head is None:
+                    raise ValueError(f"{count} new row(s) more keyed than given")
+            pieces.append(self._head.slice(0, count))
+            self._head = self._head.slice(pieces[-1].num_rows)
+            count -= pieces[-1].num_rows
+        return pieces
+
+    def rest(self) -> Iterator[pa.Table]:
+        if self._head is not None and self._head.num_rows:
+            yield self._head
+        self._head = None
+        yield from self._tables
+
+
+def splice_parts(
+    old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, new: Iterable[pa.Table], new_keys, moves=None
+):
     """The rewritten file's row groups, in the full stage's stored order: the old file's kept rows
-    (row numbers `kept_rows`, ascending; their keys `kept_keys`) with the rows of `new` (keys
-    `new_keys`, ascending) spliced in at their keys. An old row group that only loses rows is a
-    parquet_splice.Keep (its kept pages are copied); one that new rows go into is decoded and
-    becomes an Encode with them; consecutive old row groups whose rows change places among
-    themselves (a documents file reordered: keys not ascending) are decoded together, reordered
-    and encoded again (bounded by the caller: moved_bytes); the new rows after every kept row (a
-    day added after the others) form new row groups, bounded like the stage's (storage.row_groups).
+    (row numbers `kept_rows`, ascending; their keys `kept_keys`) with the rows of `new` (tables
+    whose rows follow `new_keys`, ascending, read as they are taken) spliced in at their keys. An
+    old row group that only loses rows is a parquet_splice.Keep (its kept pages are copied); one
+    that new rows go into is decoded and becomes an Encode with them; consecutive old row groups
+    whose rows change places among themselves (a documents file reordered: keys not ascending) are
+    decoded together, reordered and encoded again (bounded by the caller: moved_bytes); the new rows
+    after every kept row (a day added after the others) form new row groups, bounded like the
+    stage's (storage.row_groups).
     moves: _moved_groups of these rows, when the caller has them."""
     order, closed, moved = moves if moves is not None else _moved_groups(old, kept_rows, kept_keys)
+    new = _Ahead(new)
     # new row i goes before the kept row at sorted index `at[i]` (len(kept_rows): after the last one)
     at = np.searchsorted(kept_keys[order], new_keys, side="left")
     inside = int(np.searchsorted(at, len(kept_rows), side="left"))  # new rows before some kept row
@@ -253,7 +270,7 @@ def splice_parts(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, n
             index[np.arange(len(final)) + np.searchsorted(places, np.arange(len(final)), side="right")] = final
             decoded = sum(t.num_rows for t in region)
             index[places + np.arange(len(places))] = decoded + np.arange(len(places))
-            source = pa.concat_tables([*region, new.slice(taken, upto - taken)])
+            source = pa.concat_tables([*region, *new.take(upto - taken)])
             taken = upto
             region = region_kept = None
             pieces = (source.take(index[lo : lo + TAKE_ROWS]) for lo in range(0, len(index), TAKE_ROWS))
@@ -276,15 +293,15 @@ def splice_parts(old: pq.ParquetFile, schema: pa.Schema, kept_rows, kept_keys, n
                 for lo, hi in zip(bounds, bounds[1:]):
                     here = int(np.searchsorted(at[:upto], first + lo, side="right"))
                     if here > taken:  # new rows whose place is before kept row `first + lo`
-                        pieces.append(new.slice(taken, here - taken))
+                        pieces.extend(new.take(here - taken))
                         taken = here
                     pieces.append(rows.slice(int(local[lo]), hi - lo))
             if upto > taken:
-                pieces.append(new.slice(taken, upto - taken))
+                pieces.extend(new.take(upto - taken))
                 taken = upto
             for table in row_groups(pieces):  # bounded like the stage's, new rows included
                 yield parquet_splice.Encode(table)
             rows = pieces = table = None  # not held while the next group is decoded
         start, first = stop, last
-    for table in row_groups([new.slice(taken)]):
+    for table in row_groups(new.rest()):
         yield parquet_splice.Encode(table)

@@ -149,7 +149,7 @@ def deduped_documents(run: StageRun) -> StageOutput:
             "ORDER BY filename, file_row_number"
         ).to_arrow_table()
         con.unregister("needed_arrow")
-        representatives = prefetch(_representative_rows(files, winners, schema, needed, diagnostics.add), depth=1)
+        representatives = prefetch(representative_rows(files, winners, schema, needed, diagnostics.add), depth=1)
         # the body in small PLAIN pages: an incremental update copies the pages it keeps; row
         # groups encoded on all cores (one pyarrow writer would encode all the representatives'
         # text on one) and written in order
@@ -256,7 +256,7 @@ def _verify_against_representative(con, store: Store, order_by: str) -> int:
         con.unregister("moves")
 
 
-def _representative_rows(
+def representative_rows(
     files: list[Path],
     winners: pa.Table,
     schema: pa.Schema,
