@@ -331,6 +331,26 @@ def test_diagnostics_under_a_member_cap_equal_the_full_run(tmp_path, monkeypatch
     assert sum(int(r["members_checked"]) for r in rows if int(r["size"]) > 2) <= 3
 
 
+def test_pages_to_verify_beyond_the_memory_budget_are_scored_as_the_full_stage_scores(tmp_path, monkeypatch):
+    """An update whose pages to verify have more shingles than scoring's memory budget (an add as
+    large as the corpus) scores them in groups within it, as scored_pairs does, not all at once;
+    every result still equals the full run's."""
+    from webdedup_assets.engine.incremental import verify
+
+    monkeypatch.setattr(verify, "SCORING_MEMORY_BYTES", 400)  # two pages' sets or so
+    passes = []
+
+    def scored_in_groups(*args):
+        scores = score_members(*args)
+        passes.append(scores.passes)
+        return scores
+
+    score_members = verify.score_members
+    monkeypatch.setattr(verify, "score_members", scored_in_groups)
+    _ops_sequence(tmp_path, 5, ["add", "merge", "replace"])
+    assert passes and min(passes) > 1, passes
+
+
 def test_a_full_collision_list_is_updated_as_the_full_run_lists_it(tmp_path, monkeypatch):
     """collision_buckets.csv lists COLLISION_TOP buckets; once the list is full an update gathers
     only the touched buckets as large as its smallest one, and still equals the full run's list."""

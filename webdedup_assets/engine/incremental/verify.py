@@ -10,10 +10,23 @@ from ...core.kernel import minhash_sets
 from ...core.minhash import MinHashParams
 from ...errors import WebdedupError
 from ...storage.store import scalar
+from ...threads import thread_count
 from ..invariants import cohesion_cap
 from ..shingle_sets import ShingleSets, shingle_sets_of
-from ..stages.scoring import SCORED_SCHEMA, check_decision, compare_signatures, decide, scored_schema
+from ..stages.scoring import (
+    SCORED_SCHEMA,
+    SCORING_MEMORY_BYTES,
+    check_decision,
+    compare_signatures,
+    decide,
+    score_members,
+    scored_schema,
+)
 from .bodies import bodies_of
+
+# memory of scoring at hand (bodies as bytes, joined, as Arrow, and the sets) over the sets alone:
+# an add of 1M generated pages onto one page peaked 7.6 GB over its start for 1.8 GB of sets
+AT_HAND_COST = 4
 
 
 class VerifyStep:
@@ -23,39 +36,18 @@ class VerifyStep:
         con, store = self.con, self.store
         fingerprint = self.upstream["fingerprinted"]["fingerprint"]
         check_decision(fingerprint, self.scoring)
-        shingle_size, unit = shingling(fingerprint)
         pairs = con.sql(
             "SELECT left_doc_id, right_doc_id FROM rescore ORDER BY left_doc_id, right_doc_id"
         ).to_arrow_table()
         self.report.pairs_scored = pairs.num_rows
-        # The bodies are spread over every documents file (a scan where a file has no body index:
-        # engine.incremental.bodies), so read here, with the pages to verify, those the cluster
-        # diagnostics will measure after the update too (the members of the stored clusters that hold one of them,
-        # largest clusters first and no more than the diagnostics measure in a run, so that a
-        # giant cluster does not bring all its pages), and keep their shingle sets for it
-        # (self.shingle_sets; what they lack is read then).
-        clusters = store.scan_sql("clusters")
-        con.execute(f"""CREATE TEMP TABLE need_sets AS
-            SELECT doc_id FROM need
-            UNION
-            SELECT doc_id FROM (
-              SELECT c.doc_id FROM {clusters} c
-               WHERE c.cluster_id IN (SELECT cluster_id FROM {clusters} SEMI JOIN need USING (doc_id))
-               ORDER BY c.cluster_size DESC, c.cluster_id, c.doc_id LIMIT {cohesion_cap(None)})""")
-        docs = bodies_of(con, store, "need_sets")
-        self.shingle_sets = None
-        if docs is not None:
-            self.shingle_sets = shingle_sets_of(
-                docs.column("doc_id").combine_chunks(), docs.column("body").combine_chunks(), shingle_size, unit
-            )
-        if pairs.num_rows:
-            sets = self.shingle_sets
-            left, right = sets.nodes(pairs["left_doc_id"]), sets.nodes(pairs["right_doc_id"])
-            exact = sets.jaccard(left, right)
-            signatures_left, signatures_right = _signatures(sets, left, right, docs, pairs, fingerprint)
-        else:
-            exact = np.zeros(0, np.float64)
-            signatures_left = signatures_right = np.zeros((0, signature_width(fingerprint)), np.uint32)
+        passes = 1
+        if self._sets_fit(pairs):
+            signatures_left, signatures_right, exact = self._score_at_hand(pairs, fingerprint)
+        else:  # an add of many pages: scored as the full stage scores, within its memory budget
+            self.shingle_sets = None  # (the diagnostics read what they measure)
+            scored = score_members(con, store, pairs, fingerprint, thread_count(), SCORING_MEMORY_BYTES)
+            exact, passes = scored.exact, scored.passes
+            signatures_left, signatures_right = scored.signatures[scored.left], scored.signatures[scored.right]
         banding = self.upstream["candidate_pairs"].get("banding")
         compared = compare_signatures(signatures_left, signatures_right, fingerprint, banding)
         schema = scored_schema(fingerprint)
@@ -104,12 +96,58 @@ class VerifyStep:
             "duplicates": scalar(con, "SELECT count(*) FROM new_scored WHERE is_duplicate"),
             "reasons": by_reason,
             "member_documents": members,
-            "document_passes": 1,
+            "document_passes": passes,
             "threads": 1,
         }
         self._write("scored_pairs", f"SELECT {cols} FROM new_scored", run.parameters, rows, figures, schema=schema)
         self.upstream["scored_pairs"] = run.parameters
         self.extra_columns = extra
+
+    def _sets_fit(self, pairs: pa.Table) -> bool:
+        """Whether the pairs' pages can be scored at hand within scoring's memory budget: their
+        bodies and shingle sets held at once cost about AT_HAND_COST times the sets alone."""
+        con, store = self.con, self.store
+        con.register("pair_arrow", pairs)
+        counted = scalar(
+            con,
+            f"""SELECT sum(f.shingle_count * 8 + 16) FROM {store.scan_sql("fingerprinted")} f
+                 WHERE f.doc_id IN (SELECT left_doc_id FROM pair_arrow UNION SELECT right_doc_id FROM pair_arrow)""",
+        )
+        con.unregister("pair_arrow")
+        return (counted or 0) * AT_HAND_COST <= SCORING_MEMORY_BYTES
+
+    def _score_at_hand(self, pairs: pa.Table, fingerprint: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Signatures of the pairs' left and right pages and their exact Jaccard, from the shingle
+        sets of their bodies read through the body index."""
+        con, store = self.con, self.store
+        shingle_size, unit = shingling(fingerprint)
+        # The bodies are spread over every documents file (a scan where a file has no body index:
+        # engine.incremental.bodies), so read here, with the pages to verify, those the cluster
+        # diagnostics will measure after the update too (the members of the stored clusters that hold one of them,
+        # largest clusters first and no more than the diagnostics measure in a run, so that a
+        # giant cluster does not bring all its pages), and keep their shingle sets for it
+        # (self.shingle_sets; what they lack is read then).
+        clusters = store.scan_sql("clusters")
+        con.execute(f"""CREATE TEMP TABLE need_sets AS
+            SELECT doc_id FROM need
+            UNION
+            SELECT doc_id FROM (
+              SELECT c.doc_id FROM {clusters} c
+               WHERE c.cluster_id IN (SELECT cluster_id FROM {clusters} SEMI JOIN need USING (doc_id))
+               ORDER BY c.cluster_size DESC, c.cluster_id, c.doc_id LIMIT {cohesion_cap(None)})""")
+        docs = bodies_of(con, store, "need_sets")
+        self.shingle_sets = None
+        if docs is not None:
+            self.shingle_sets = shingle_sets_of(
+                docs.column("doc_id").combine_chunks(), docs.column("body").combine_chunks(), shingle_size, unit
+            )
+        if not pairs.num_rows:
+            empty = np.zeros((0, signature_width(fingerprint)), np.uint32)
+            return empty, empty, np.zeros(0, np.float64)
+        sets = self.shingle_sets
+        left, right = sets.nodes(pairs["left_doc_id"]), sets.nodes(pairs["right_doc_id"])
+        signatures_left, signatures_right = _signatures(sets, left, right, docs, pairs, fingerprint)
+        return signatures_left, signatures_right, sets.jaccard(left, right)
 
     def _duplicates(self) -> None:
         """duplicate_pairs: the scored pairs scored_pairs decided are duplicates."""

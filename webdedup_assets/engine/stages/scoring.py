@@ -6,6 +6,8 @@ bounded group of documents at a time (see stage_scored_pairs), never the whole c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -150,7 +152,7 @@ def _member_groups(shingle_counts: np.ndarray, budget_bytes: int) -> np.ndarray:
 
 def _load_sets(con, store: Store, first: int, stop: int, shingle: tuple[int, str], threads: int, counts: np.ndarray):
     """Shingle sets of member nodes first..stop-1: one streamed pass over the documents (DuckDB
-    hash-joins them to the `members` table once), kernel on `threads` threads. `counts`: the
+    hash-joins them to the `scoring_members` table once), kernel on `threads` threads. `counts`: the
     members' shingle window counts (fingerprinted), an upper bound of their set sizes; each
     batch is given its place in one array of their sum before it is hashed, and the kernel
     writes its sets there: no copy of the sets, and each page of that array is touched once
@@ -160,7 +162,7 @@ def _load_sets(con, store: Store, first: int, stop: int, shingle: tuple[int, str
     ends = np.zeros(stop - first, dtype=np.int64)
     flat = np.empty(int(counts[first:stop].sum()), dtype=np.uint64)
     reader = con.sql(f"""
-        SELECT m.node, d.body FROM {store.scan_sql("documents")} d JOIN members m USING (doc_id)
+        SELECT m.node, d.body FROM {store.scan_sql("documents")} d JOIN scoring_members m USING (doc_id)
          WHERE m.node >= {first} AND m.node < {stop}""").arrow(batch_size=16_384)
 
     def placed():  # each batch with its place in flat, in stream order
@@ -263,54 +265,39 @@ def _parallel_jaccard(set_a, set_b, left: np.ndarray, right: np.ndarray, threads
     return out
 
 
-def stage_scored_pairs(
-    store: Store,
-    params: ScoringParams | None = None,
-    threads: int | None = None,
-    memory_budget_bytes: int = SCORING_MEMORY_BYTES,
-) -> StageResult:
-    """Scored pairs through the contract (options: kernel threads, the shingle-set memory budget)."""
-    return DUCKDB.run("scored_pairs", store, params, threads=threads, memory_budget_bytes=memory_budget_bytes)
+@dataclass
+class MemberScores:
+    """score_members' result: each pair's member nodes, exact Jaccard and the members' signatures."""
+
+    left: np.ndarray
+    right: np.ndarray
+    exact: np.ndarray
+    signatures: np.ndarray  # by node
+    members: int
+    passes: int  # over the documents
 
 
-@DUCKDB.implements("scored_pairs")
-def scored_pairs(run: StageRun) -> StageOutput:
-    """Exact shingle Jaccard and MinHash estimate for every candidate pair.
-
-    Candidate pairs are read once, in their stored (left_doc_id, right_doc_id) order. Their
-    member documents are numbered in doc_id order and split into consecutive groups whose
-    shingle sets fit half the memory budget; the sets are computed from the documents in one
-    streamed pass per group (compiled kernel on all threads). The groups are swept once, each
-    scoring its own pairs, while the sets of the members of pairs across two groups are copied
-    aside (_SetsAside) when they fit half the budget; otherwise each pair of groups holding
-    candidates is loaded and scored in turn. On a typical corpus all members fit in one group:
-    one pass over the documents, no re-sorting, no LIMIT/OFFSET. The members' signatures (for
-    the estimate) are read after the exact Jaccard, never beside the sets.
-    """
-    store = run.store
-    memory_budget_bytes = run.options.get("memory_budget_bytes", SCORING_MEMORY_BYTES)
-    fingerprint = run.upstream["fingerprinted"]["fingerprint"]
-    check_decision(fingerprint, run.params)
+def score_members(
+    con, store: Store, pairs: pa.Table, fingerprint: dict, workers: int, memory_budget_bytes: int
+) -> MemberScores:
+    """The exact Jaccard of every pair (left_doc_id, right_doc_id) of `pairs` and the signatures of
+    their members, within the memory budget (see scored_pairs). The members are numbered in doc_id
+    order (the temp table `scoring_members` of `con`, dropped at the end)."""
     shingle = shingling(fingerprint)  # (size, unit)
-    workers = thread_count(run.options.get("threads"))
-    pairs = pa.concat_tables(pq.read_table(p) for p in store.require("candidate_pairs"))
-    pairs = pairs.cast(pa.schema([SCORED_SCHEMA.field(n) for n in pairs.column_names if n in SCORED_SCHEMA.names]))
     # unique per column first: the columns themselves may hold more than 2 GB of ids, over what one
     # Arrow string array can (its offsets are 32-bit)
     members = pc.unique(pa.concat_arrays([pc.unique(pairs[side]) for side in ("left_doc_id", "right_doc_id")]))
     members = members.take(pc.sort_indices(members))
     left = pc.index_in(pairs["left_doc_id"], value_set=members).to_numpy().astype(np.int64)
     right = pc.index_in(pairs["right_doc_id"], value_set=members).to_numpy().astype(np.int64)
-    con = connect(store)
     con.register("member_ids", pa.table({"doc_id": members, "node": np.arange(len(members), dtype=np.int64)}))
-    con.execute("CREATE TEMP TABLE members AS SELECT * FROM member_ids")
+    con.execute("CREATE OR REPLACE TEMP TABLE scoring_members AS SELECT * FROM member_ids")
     con.unregister("member_ids")
-
     # Shingle counts of the members, placed by node (no sort needed); their signatures are read
     # after the exact Jaccard, so that the two are never in memory together (at 10M pages the
     # members' signatures alone are ~2.8 GB).
     fingerprinted = store.scan_sql("fingerprinted")
-    found = con.sql(f"SELECT m.node, f.shingle_count FROM {fingerprinted} f JOIN members m USING (doc_id)")
+    found = con.sql(f"SELECT m.node, f.shingle_count FROM {fingerprinted} f JOIN scoring_members m USING (doc_id)")
     found = found.to_arrow_table()
     shingle_counts = np.zeros(len(members), dtype=np.int64)
     shingle_counts[found.column("node").to_numpy()] = found.column("shingle_count").to_numpy()
@@ -352,13 +339,51 @@ def scored_pairs(run: StageRun) -> StageOutput:
 
     num_perm = signature_width(fingerprint)
     signatures = np.zeros((len(members), num_perm), dtype=np.uint32)
-    for batch in con.sql(f"SELECT m.node, f.signature FROM {fingerprinted} f JOIN members m USING (doc_id)").arrow(
-        batch_size=65_536
-    ):
+    for batch in con.sql(
+        f"SELECT m.node, f.signature FROM {fingerprinted} f JOIN scoring_members m USING (doc_id)"
+    ).arrow(batch_size=65_536):
         if batch.num_rows:
             node = batch.column("node").to_numpy()
             signatures[node] = batch.column("signature").flatten().to_numpy().reshape(-1, num_perm)
 
+    con.execute("DROP TABLE scoring_members")
+    return MemberScores(left, right, exact, signatures, len(members), passes)
+
+
+def stage_scored_pairs(
+    store: Store,
+    params: ScoringParams | None = None,
+    threads: int | None = None,
+    memory_budget_bytes: int = SCORING_MEMORY_BYTES,
+) -> StageResult:
+    """Scored pairs through the contract (options: kernel threads, the shingle-set memory budget)."""
+    return DUCKDB.run("scored_pairs", store, params, threads=threads, memory_budget_bytes=memory_budget_bytes)
+
+
+@DUCKDB.implements("scored_pairs")
+def scored_pairs(run: StageRun) -> StageOutput:
+    """Exact shingle Jaccard and MinHash estimate for every candidate pair.
+
+    Candidate pairs are read once, in their stored (left_doc_id, right_doc_id) order. Their
+    member documents are numbered in doc_id order and split into consecutive groups whose
+    shingle sets fit half the memory budget; the sets are computed from the documents in one
+    streamed pass per group (compiled kernel on all threads). The groups are swept once, each
+    scoring its own pairs, while the sets of the members of pairs across two groups are copied
+    aside (_SetsAside) when they fit half the budget; otherwise each pair of groups holding
+    candidates is loaded and scored in turn. On a typical corpus all members fit in one group:
+    one pass over the documents, no re-sorting, no LIMIT/OFFSET. The members' signatures (for
+    the estimate) are read after the exact Jaccard, never beside the sets.
+    """
+    store = run.store
+    memory_budget_bytes = run.options.get("memory_budget_bytes", SCORING_MEMORY_BYTES)
+    fingerprint = run.upstream["fingerprinted"]["fingerprint"]
+    check_decision(fingerprint, run.params)
+    workers = thread_count(run.options.get("threads"))
+    pairs = pa.concat_tables(pq.read_table(p) for p in store.require("candidate_pairs"))
+    pairs = pairs.cast(pa.schema([SCORED_SCHEMA.field(n) for n in pairs.column_names if n in SCORED_SCHEMA.names]))
+    con = connect(store)
+    members = score_members(con, store, pairs, fingerprint, workers, memory_budget_bytes)
+    left, right, exact, signatures = members.left, members.right, members.exact, members.signatures
     schema = scored_schema(fingerprint)
     banding = run.upstream["candidate_pairs"].get("banding")
 
@@ -384,8 +409,8 @@ def scored_pairs(run: StageRun) -> StageOutput:
     figures = {
         "duplicates": scalar(con, f"SELECT count(*) FROM {scored} WHERE is_duplicate"),
         "reasons": by_reason,
-        "member_documents": len(members),
-        "document_passes": passes,
+        "member_documents": members.members,
+        "document_passes": members.passes,
         "threads": workers,
     }
     con.close()
