@@ -48,11 +48,21 @@ class LinksStep:
             if snap_bands
             else empty
         )
-        con.execute(f"CREATE TEMP TABLE old_m AS {index}")
-        con.execute("""CREATE TEMP TABLE new_m AS
-            SELECT doc_id, band_index, band_hash, false AS is_new FROM old_m o
+        con.execute(f"CREATE TEMP TABLE old_all AS {index}")
+        con.execute("""CREATE TEMP TABLE new_all AS
+            SELECT doc_id, band_index, band_hash, false AS is_new FROM old_all o
              WHERE doc_id NOT IN (SELECT doc_id FROM removed)
             UNION ALL SELECT doc_id, band_index, band_hash, true FROM add_rows""")
+        # Only a bucket of two or more documents, before or after, links anything, or counts in the
+        # figures: the others (most touched buckets: a band key of one page) are left out before the
+        # bucket figures and the joins, which carry doc_ids.
+        con.execute("""CREATE TEMP TABLE shared_keys AS
+            SELECT band_index, band_hash FROM old_all GROUP BY ALL HAVING count(*) > 1
+            UNION SELECT band_index, band_hash FROM new_all GROUP BY ALL HAVING count(*) > 1""")
+        for table in ("old", "new"):
+            con.execute(f"""CREATE TEMP TABLE {table}_m AS
+                SELECT * FROM {table}_all SEMI JOIN shared_keys USING (band_index, band_hash)""")
+            con.execute(f"DROP TABLE {table}_all")
         hot = params.hot_bucket_size if params.bucket_policy == "star" else None
         hot_sql = (lambda size: f"({size} > {hot})") if hot is not None else (lambda size: "false")
         # a bucket's hub (its smallest doc_id) is only read in hot buckets: none without the star policy
@@ -64,7 +74,7 @@ class LinksStep:
                  n AS (SELECT band_index, band_hash, count(*) AS size, {hub} AS hub FROM new_m GROUP BY ALL),
                  s AS (SELECT t.band_index, t.band_hash, COALESCE(o.size, 0) AS old_size, o.hub AS old_hub,
                               COALESCE(n.size, 0) AS new_size, n.hub AS new_hub, COALESCE(o.lost, 0) AS lost
-                         FROM touched t LEFT JOIN o USING (band_index, band_hash)
+                         FROM shared_keys t LEFT JOIN o USING (band_index, band_hash)
                               LEFT JOIN n USING (band_index, band_hash)),
                  h AS (SELECT *, {hot_sql("old_size")} AS old_hot, {hot_sql("new_size")} AS new_hot FROM s)
             SELECT *, lost = 0 AND ((NOT old_hot AND NOT new_hot)
@@ -224,16 +234,22 @@ class LinksStep:
             # listed buckets it would displace are untouched or grew): its members are not gathered
             listed, smallest = con.execute("SELECT count(*), COALESCE(min(size), 2) FROM old_top").fetchone()
             least = smallest if listed >= COLLISION_TOP else 2  # listed buckets hold 2 or more
+            # the members are gathered for the buckets that make the list only
             con.execute(f"""CREATE TEMP TABLE top AS
+                WITH kept AS (SELECT * FROM old_top o WHERE NOT EXISTS (SELECT 1 FROM bstats s
+                                  WHERE s.band_index = o.band_index AND s.band_hash = o.band_hash)),
+                     grown AS (SELECT band_index, band_hash, new_size AS size FROM bstats WHERE new_size >= {least}),
+                     chosen AS (SELECT * FROM (SELECT band_index, band_hash, size FROM kept UNION ALL
+                                               SELECT * FROM grown)
+                                 ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP})
                 SELECT * FROM (
-                  SELECT * FROM old_top o WHERE NOT EXISTS (SELECT 1 FROM bstats s
-                      WHERE s.band_index = o.band_index AND s.band_hash = o.band_hash)
+                  SELECT k.* FROM kept k SEMI JOIN chosen c USING (band_index, band_hash)
                   UNION ALL
-                  SELECT s.band_index, s.band_hash, s.new_size AS size,
-                         string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
-                    FROM bstats s JOIN new_m m USING (band_index, band_hash)
-                   WHERE s.new_size >= {least} GROUP BY s.band_index, s.band_hash, s.new_size)
-                ORDER BY size DESC, band_index, band_hash LIMIT {COLLISION_TOP}""")
+                  SELECT c.band_index, c.band_hash, c.size, string_agg(m.doc_id, ';' ORDER BY m.doc_id) AS doc_ids
+                    FROM chosen c SEMI JOIN grown g USING (band_index, band_hash)
+                    JOIN new_m m USING (band_index, band_hash)
+                   GROUP BY c.band_index, c.band_hash, c.size)
+                ORDER BY size DESC, band_index, band_hash""")
         save_table(con, "top", top_path)
         write_csv(
             report_path(store, "collision_buckets.csv"),
