@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from ...errors import WebdedupError
 from ...storage.store import Store
 
@@ -89,12 +87,3 @@ def same_file(a: Path, b: Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
-
-
-def duck_type(con, f: pa.Field) -> str:
-    """DuckDB's name for an Arrow field's type (via an empty table)."""
-    con.register("_type_probe", pa.table({"x": pa.array([], f.type)}))
-    try:
-        return str(con.sql("SELECT x FROM _type_probe").types[0])
-    finally:
-        con.unregister("_type_probe")
