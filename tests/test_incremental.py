@@ -568,6 +568,30 @@ def test_cli_add_refuses_other_fingerprint(tmp_path, capsys):
     assert "changing a fingerprint parameter needs a full rebuild" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("verify", ["jaccard", "hamming"])
+def test_a_check_in_batches_of_pages_reports_what_one_batch_reports(tmp_path, monkeypatch, verify):
+    """check shingles the new pages a batch at a time, with the corpus pages paired with them (a
+    check of a whole crawl held every page's body and set at once): batches of two pages give the
+    report of one batch, with SimHash fingerprints deciding too."""
+    from tests.conftest import FIXTURE
+    from webdedup_assets.cli.main import main
+    from webdedup_assets.engine.incremental import check
+
+    pages = tmp_path / "pages.csv"  # (not beside the counts pinned for the default parameters)
+    shutil.copy(FIXTURE, pages)
+    simhash = ["--fingerprint-method", "simhash", "--verify", "hamming"] if verify == "hamming" else []
+    assert main(["run", str(pages), "--output", str(tmp_path / "out"), "--quiet", *simhash]) == 0
+    reports = []  # the corpus' own pages checked against it: each page has candidates
+    for batch in (check.CHECK_BATCH_PAGES, 2):
+        monkeypatch.setattr(check, "CHECK_BATCH_PAGES", batch)
+        reports.append(tmp_path / f"check-{batch}.parquet")
+        assert main(["check", str(pages), "--against", str(tmp_path / "out"), "--report", str(reports[-1])]) == 0
+    one, batched = (pq.read_table(r) for r in reports)
+    assert batched.equals(one)
+    assert pa.compute.sum(pa.compute.greater(one["candidates"], 0)).as_py() > 2  # more than one batch of two
+    assert pa.compute.sum(one["is_duplicate"]).as_py() > 0
+
+
 def test_cli_check_changes_nothing(tmp_path, capsys):
     from tests.conftest import FIXTURE
     from webdedup_assets.cli.main import main

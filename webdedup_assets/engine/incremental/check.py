@@ -20,7 +20,7 @@ from ...storage.rows import listing
 from ...storage.serial import from_stored, stored_value
 from ...storage.state import months_of
 from ...storage.store import Store, connect, scalar, sql_string, write_batches
-from ..shingle_sets import ShingleSets, shingle_sets_of
+from ..shingle_sets import shingle_sets_of
 from .bodies import bodies_of
 from .layout import bucket_rows, load_state, snapshot_dir
 
@@ -58,7 +58,6 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
             raise WebdedupError(f"check: the corpus was built with {key}={value} but the new data with {key}={given}")
     candidates = from_stored(CandidateParams, state["parameters"]["candidates"]) if state else CandidateParams()
     scoring = from_stored(ScoringParams, state["parameters"]["scoring"]) if state else ScoringParams()
-    shingle_size, unit = shingling(held["fingerprint"])
     con = connect(new)  # DuckDB spills under the new data's storage, never under the corpus'
 
     try:
@@ -81,25 +80,8 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
              WHERE {hot_filter} GROUP BY ALL ORDER BY new_id, old_id""")
         pairs = con.sql("SELECT new_id, old_id FROM pairs").to_arrow_table()
         con.execute("CREATE TEMP TABLE need AS SELECT DISTINCT old_id AS doc_id FROM pairs")
-        con.execute("CREATE TEMP TABLE need_new AS SELECT DISTINCT new_id AS doc_id FROM pairs")
-        exact = np.zeros(pairs.num_rows, np.float64)
-        distance = np.zeros(pairs.num_rows, np.int32)  # of SimHash fingerprints, when they decide
         by_hamming = scoring.verify == "hamming"
-        if pairs.num_rows:
-
-            def sets_of(source: Store, ids: str, side: str) -> ShingleSets:
-                rows = bodies_of(con, source, ids)
-                doc_ids, bodies = rows.column("doc_id").combine_chunks(), rows.column("body").combine_chunks()
-                if by_hamming:  # the fingerprints again from the bodies at hand (see verify's _signatures)
-                    at = pc.index_in(pairs[side], value_set=doc_ids).to_numpy().astype(np.int64)
-                    fingerprints[side] = from_words(signatures_of(bodies, held["fingerprint"])[2])[at]
-                return shingle_sets_of(doc_ids, bodies, shingle_size, unit)
-
-            fingerprints: dict[str, np.ndarray] = {}
-            old_sets, new_sets = sets_of(store, "need", "old_id"), sets_of(new, "need_new", "new_id")
-            exact = new_sets.jaccard(new_sets.nodes(pairs["new_id"]), old_sets.nodes(pairs["old_id"]), other=old_sets)
-            if by_hamming:
-                distance = hamming(fingerprints["new_id"], fingerprints["old_id"])
+        exact, distance = _score_pairs(con, store, new, pairs, held["fingerprint"], by_hamming)
         con.register(
             "scored_arrow",
             pa.table(
@@ -152,6 +134,58 @@ def check_against(store: Store, new: Store, target: Path) -> dict[str, Any]:
         "decided_by": f"SimHash within {max_hamming} bits" if by_hamming else f"exact Jaccard >= {scoring.threshold}",
         "seconds": round(time.perf_counter() - started, 4),
     }
+
+
+CHECK_BATCH_PAGES = 131_072  # new pages (with the corpus pages paired with them) shingled at a time
+
+
+def _score_pairs(con, store: Store, new: Store, pairs: pa.Table, fingerprint: dict, by_hamming: bool):
+    """The exact Jaccard of every pair (new_id, old_id) of `pairs` (sorted), and with `by_hamming`
+    the Hamming distance of the pages' SimHash fingerprints (else zeros): the new pages are read
+    once, in stored order, CHECK_BATCH_PAGES at a time, each batch with the corpus pages paired with
+    it (through the body index), so that memory follows a batch, not the input."""
+    exact = np.zeros(pairs.num_rows, np.float64)
+    distance = np.zeros(pairs.num_rows, np.int32)
+    if not pairs.num_rows:
+        return exact, distance
+    pages = connect(new)  # its own connection: the batches stream while `con` fetches the corpus pages
+    pages.register("new_ids", pa.table({"doc_id": pc.unique(pairs["new_id"])}))
+    reader = pages.sql(f"""SELECT doc_id, body FROM {new.scan_sql("documents")}
+        SEMI JOIN new_ids USING (doc_id)""").arrow(batch_size=CHECK_BATCH_PAGES)
+    try:
+        _score_batches(con, store, reader, pairs, fingerprint, by_hamming, exact, distance)
+    finally:
+        pages.close()
+    return exact, distance
+
+
+def _score_batches(con, store: Store, reader, pairs: pa.Table, fingerprint: dict, by_hamming: bool, exact, distance):
+    shingle_size, unit = shingling(fingerprint)
+    for batch in reader:
+        new_ids, bodies = batch.column("doc_id"), batch.column("body")
+        at = np.flatnonzero(pc.is_in(pairs["new_id"], value_set=new_ids).to_numpy(zero_copy_only=False))
+        if not len(at):
+            continue
+        chosen = pairs.take(at)
+        con.register("batch_old", pa.table({"doc_id": pc.unique(chosen["old_id"])}))
+        old = bodies_of(con, store, "batch_old")
+        con.unregister("batch_old")
+        old_ids, old_bodies = old.column("doc_id").combine_chunks(), old.column("body").combine_chunks()
+        new_sets = shingle_sets_of(new_ids, bodies, shingle_size, unit)
+        old_sets = shingle_sets_of(old_ids, old_bodies, shingle_size, unit)
+        exact[at] = new_sets.jaccard(new_sets.nodes(chosen["new_id"]), old_sets.nodes(chosen["old_id"]), old_sets)
+        if by_hamming:  # the fingerprints again from the bodies at hand (see verify's _signatures)
+            distance[at] = hamming(
+                _fingerprints(chosen["new_id"], new_ids, bodies, fingerprint),
+                _fingerprints(chosen["old_id"], old_ids, old_bodies, fingerprint),
+            )
+    return exact, distance
+
+
+def _fingerprints(wanted: pa.ChunkedArray, ids: pa.Array, bodies: pa.Array, fingerprint: dict) -> np.ndarray:
+    """The SimHash fingerprints of the pages `wanted`, from the pages (ids, bodies) at hand."""
+    places = pc.index_in(wanted, value_set=ids).to_numpy().astype(np.int64)
+    return from_words(signatures_of(bodies, fingerprint)[2])[places]
 
 
 PREVIEW_ROWS = 10
