@@ -160,6 +160,7 @@ def _score_pairs(con, store: Store, new: Store, pairs: pa.Table, fingerprint: di
 
 
 def _score_batches(con, store: Store, reader, pairs: pa.Table, fingerprint: dict, by_hamming: bool, exact, distance):
+    """_score_pairs' batches, written into `exact` and `distance` at their pairs' places."""
     shingle_size, unit = shingling(fingerprint)
     for batch in reader:
         new_ids, bodies = batch.column("doc_id"), batch.column("body")
@@ -179,7 +180,6 @@ def _score_batches(con, store: Store, reader, pairs: pa.Table, fingerprint: dict
                 _fingerprints(chosen["new_id"], new_ids, bodies, fingerprint),
                 _fingerprints(chosen["old_id"], old_ids, old_bodies, fingerprint),
             )
-    return exact, distance
 
 
 def _fingerprints(wanted: pa.ChunkedArray, ids: pa.Array, bodies: pa.Array, fingerprint: dict) -> np.ndarray:

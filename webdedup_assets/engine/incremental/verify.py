@@ -40,12 +40,13 @@ class VerifyStep:
             "SELECT left_doc_id, right_doc_id FROM rescore ORDER BY left_doc_id, right_doc_id"
         ).to_arrow_table()
         self.report.pairs_scored = pairs.num_rows
-        passes = 1
-        if self._sets_fit(pairs):
+        passes, threads = 1, 1
+        if self._sets_fit():
             signatures_left, signatures_right, exact = self._score_at_hand(pairs, fingerprint)
         else:  # an add of many pages: scored as the full stage scores, within its memory budget
             self.shingle_sets = None  # (the diagnostics read what they measure)
-            scored = score_members(con, store, pairs, fingerprint, thread_count(), SCORING_MEMORY_BYTES)
+            threads = thread_count()
+            scored = score_members(con, store, pairs, fingerprint, threads, SCORING_MEMORY_BYTES)
             exact, passes = scored.exact, scored.passes
             signatures_left, signatures_right = scored.signatures[scored.left], scored.signatures[scored.right]
         banding = self.upstream["candidate_pairs"].get("banding")
@@ -97,23 +98,21 @@ class VerifyStep:
             "reasons": by_reason,
             "member_documents": members,
             "document_passes": passes,
-            "threads": 1,
+            "threads": threads,
         }
         self._write("scored_pairs", f"SELECT {cols} FROM new_scored", run.parameters, rows, figures, schema=schema)
         self.upstream["scored_pairs"] = run.parameters
         self.extra_columns = extra
 
-    def _sets_fit(self, pairs: pa.Table) -> bool:
-        """Whether the pairs' pages can be scored at hand within scoring's memory budget: their
-        bodies and shingle sets held at once cost about AT_HAND_COST times the sets alone."""
-        con, store = self.con, self.store
-        con.register("pair_arrow", pairs)
+    def _sets_fit(self) -> bool:
+        """Whether the pages to verify (the table `need`) can be scored at hand within scoring's
+        memory budget: their bodies and shingle sets held at once cost about AT_HAND_COST times the
+        sets alone."""
         counted = scalar(
-            con,
-            f"""SELECT sum(f.shingle_count * 8 + 16) FROM {store.scan_sql("fingerprinted")} f
-                 WHERE f.doc_id IN (SELECT left_doc_id FROM pair_arrow UNION SELECT right_doc_id FROM pair_arrow)""",
+            self.con,
+            f"""SELECT sum(f.shingle_count * 8 + 16) FROM {self.store.scan_sql("fingerprinted")} f
+                 WHERE f.doc_id IN (SELECT doc_id FROM need)""",
         )
-        con.unregister("pair_arrow")
         return (counted or 0) * AT_HAND_COST <= SCORING_MEMORY_BYTES
 
     def _score_at_hand(self, pairs: pa.Table, fingerprint: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
