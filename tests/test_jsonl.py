@@ -590,6 +590,23 @@ def test_a_nested_field_has_one_type_however_the_days_are_split(tmp_path):
     assert ran.column("meta").to_pylist() == [{"x": 1, "y": None}, {"x": 2, "y": "new"}]
 
 
+def test_a_field_of_empty_lists_on_the_first_day_takes_the_type_of_a_later_days_lists(tmp_path):
+    """Only empty lists on the first day, lists of numbers on the next: a run then an add keeps the
+    numbers as numbers, as one run does (the held empty lists were stored as lists of text, and the
+    added numbers became text: [1, 2] -> ['1', '2']). A corpus of empty lists alone stores them as
+    lists of NULL, the type that says nothing of their values."""
+    _days_of(tmp_path, "d1", {"2026-03-01": [{"tags": []}, {"tags": []}]})
+    _days_of(tmp_path, "d2", {"2026-03-02": [{"tags": [1, 2]}]})
+    ran, added = _run_then_adds(tmp_path, ["d1", "d2"])
+    assert ran.equals(added)
+    assert ran.schema.field("tags").type == pa.list_(pa.int64())
+    assert ran.column("tags").to_pylist() == [[], [], [1, 2]]
+    assert main(["run", str(tmp_path / "d1"), "--output", str(tmp_path / "first"), "--quiet"]) == 0
+    first = pq.read_table(tmp_path / "first" / "deduped_documents.parquet")
+    assert first.schema.field("tags").type == pa.list_(pa.null())
+    assert first.column("tags").to_pylist() == [[], []]
+
+
 def test_an_add_whose_field_cannot_join_the_held_nested_one_is_refused_naming_it(tmp_path, capsys):
     """Held as an object, given as a string: the held files cannot keep it nested beside a string
     (a run of both keeps it as JSON text); refused in one line naming the field and both types,

@@ -50,10 +50,14 @@ def fits(kind: duckdb.DuckDBPyType, into: duckdb.DuckDBPyType) -> bool:
     return kind.id in NUMBER_TYPES and into.id in NUMBER_TYPES
 
 
+EMPTY_LISTS = '"NULL"[]'  # how a field whose lists are all empty is stored (Parquet: a list of nulls)
+
+
 def is_open(kind: duckdb.DuckDBPyType) -> bool:
-    """A type that tells nothing of the field's values: NULL throughout, or lists that DuckDB typed
-    JSON[] (every list of the file empty); it takes the type the other files give."""
-    return kind.id == "null" or str(kind) == "JSON[]"
+    """A type that tells nothing of the field's values: NULL throughout, or lists that are all empty
+    (DuckDB types them JSON[] in JSON, and they are stored as lists of NULL so that the held
+    corpus still says so); it takes the type the other files give."""
+    return kind.id == "null" or str(kind) in ("JSON[]", EMPTY_LISTS)
 
 
 def unified_type(con: duckdb.DuckDBPyConnection, kinds: list[duckdb.DuckDBPyType]) -> duckdb.DuckDBPyType | None:
@@ -61,8 +65,8 @@ def unified_type(con: duckdb.DuckDBPyConnection, kinds: list[duckdb.DuckDBPyType
     input's files and the held corpus) as they are; None when there is none (the field is then
     kept as JSON text, as DuckDB keeps one whose types differ within a file)."""
     told = list({str(k): k for k in kinds if not is_open(k)}.values())  # each type once
-    if not told:  # NULL throughout, or empty lists
-        return next((k for k in kinds if k.id != "null"), kinds[0])
+    if not told:  # NULL throughout, or empty lists (stored as lists of NULL, not of JSON text)
+        return con.sql(f"SELECT NULL::{EMPTY_LISTS}").types[0] if any(k.id == "list" for k in kinds) else kinds[0]
     union = told[0]
     for kind in told[1:]:
         try:
