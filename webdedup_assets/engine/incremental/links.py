@@ -39,9 +39,15 @@ class LinksStep:
 
         con.execute(f"CREATE TEMP TABLE add_rows AS {rows(new_bands, 'added')}")
         con.execute(f"CREATE TEMP TABLE rem_rows AS {rows(old_bands, 'removed')}")
+        # Each touched bucket's new members counted once: most touched buckets are a band key of
+        # one page, and the counts say which buckets hold two or more without grouping every row again.
+        con.execute(
+            "CREATE TEMP TABLE add_keys AS SELECT band_index, band_hash, count(*) AS added FROM add_rows GROUP BY ALL"
+        )
         con.execute("""CREATE TEMP TABLE touched AS
-            SELECT DISTINCT band_index, band_hash FROM (SELECT band_index, band_hash FROM add_rows
-                                                       UNION ALL SELECT band_index, band_hash FROM rem_rows)""")
+            SELECT band_index, band_hash FROM add_keys
+            UNION ALL SELECT DISTINCT band_index, band_hash FROM rem_rows
+                       ANTI JOIN add_keys USING (band_index, band_hash)""")
         self.report.touched_buckets = scalar(con, "SELECT count(*) FROM touched")
         index = (
             bucket_rows(f"read_parquet({listing(snap_bands)}, hive_partitioning = false)", "touched")
@@ -49,29 +55,47 @@ class LinksStep:
             else empty
         )
         con.execute(f"CREATE TEMP TABLE old_all AS {index}")
-        con.execute("""CREATE TEMP TABLE new_all AS
-            SELECT doc_id, band_index, band_hash, false AS is_new FROM old_all o
-             WHERE doc_id NOT IN (SELECT doc_id FROM removed)
-            UNION ALL SELECT doc_id, band_index, band_hash, true FROM add_rows""")
+        con.execute("DROP TABLE touched")
         # Only a bucket of two or more documents, before or after, links anything, or counts in the
-        # figures: the others (most touched buckets: a band key of one page) are left out before the
-        # bucket figures and the joins, which carry doc_ids.
+        # figures: the others are left out before the bucket figures and the joins, which carry doc_ids.
         con.execute("""CREATE TEMP TABLE shared_keys AS
-            SELECT band_index, band_hash FROM old_all GROUP BY ALL HAVING count(*) > 1
-            UNION SELECT band_index, band_hash FROM new_all GROUP BY ALL HAVING count(*) > 1""")
-        for table in ("old", "new"):
-            con.execute(f"""CREATE TEMP TABLE {table}_m AS
-                SELECT * FROM {table}_all SEMI JOIN shared_keys USING (band_index, band_hash)""")
-            con.execute(f"DROP TABLE {table}_all")
+            WITH old_keys AS (SELECT band_index, band_hash, count(*) AS held,
+                                     count(*) FILTER (doc_id NOT IN (SELECT doc_id FROM removed)) AS kept
+                                FROM old_all GROUP BY ALL)
+            SELECT band_index, band_hash FROM add_keys WHERE added > 1
+            UNION SELECT o.band_index, o.band_hash FROM old_keys o LEFT JOIN add_keys a USING (band_index, band_hash)
+                   WHERE o.held > 1 OR o.kept + COALESCE(a.added, 0) > 1""")
+        con.execute("DROP TABLE add_keys")
+        con.execute(
+            "CREATE TEMP TABLE old_m AS SELECT * FROM old_all SEMI JOIN shared_keys USING (band_index, band_hash)"
+        )
+        con.execute("""CREATE TEMP TABLE new_m AS
+            SELECT doc_id, band_index, band_hash, false AS is_new FROM old_m
+             WHERE doc_id NOT IN (SELECT doc_id FROM removed)
+            UNION ALL SELECT doc_id, band_index, band_hash, true FROM add_rows
+                       SEMI JOIN shared_keys USING (band_index, band_hash)""")
+        for table in ("add_rows", "rem_rows", "old_all"):
+            con.execute(f"DROP TABLE {table}")
+        # The links join document numbers, not doc_ids, as the full stage does: the documents of
+        # the shared buckets numbered in doc_id order (a pair of numbers orders as its doc_ids, the
+        # smallest number is the smallest doc_id), joined back to doc_ids once per changed link.
+        con.execute("""CREATE TEMP TABLE numbered AS
+            SELECT doc_id, CAST(row_number() OVER (ORDER BY doc_id) AS INTEGER) AS node
+              FROM (SELECT doc_id FROM old_m UNION SELECT doc_id FROM new_m)""")
+        con.execute("""CREATE TEMP TABLE old_n AS
+            SELECT n.node, o.band_index, o.band_hash, o.doc_id IN (SELECT doc_id FROM removed) AS lost
+              FROM old_m o JOIN numbered n USING (doc_id)""")
+        con.execute("""CREATE TEMP TABLE new_n AS
+            SELECT n.node, m.band_index, m.band_hash, m.is_new FROM new_m m JOIN numbered n USING (doc_id)""")
+        con.execute("DROP TABLE old_m")
         hot = params.hot_bucket_size if params.bucket_policy == "star" else None
         hot_sql = (lambda size: f"({size} > {hot})") if hot is not None else (lambda size: "false")
-        # a bucket's hub (its smallest doc_id) is only read in hot buckets: none without the star policy
-        hub = "min(doc_id)" if hot is not None else "CAST(NULL AS VARCHAR)"
+        # a bucket's hub (its smallest document) is only read in hot buckets: none without the star policy
+        hub = "min(node)" if hot is not None else "CAST(NULL AS INTEGER)"
         con.execute(f"""CREATE TEMP TABLE bstats AS
-            WITH o AS (SELECT band_index, band_hash, count(*) AS size, {hub} AS hub,
-                              count(*) FILTER (doc_id IN (SELECT doc_id FROM removed)) AS lost
-                         FROM old_m GROUP BY ALL),
-                 n AS (SELECT band_index, band_hash, count(*) AS size, {hub} AS hub FROM new_m GROUP BY ALL),
+            WITH o AS (SELECT band_index, band_hash, count(*) AS size, {hub} AS hub, count(*) FILTER (lost) AS lost
+                         FROM old_n GROUP BY ALL),
+                 n AS (SELECT band_index, band_hash, count(*) AS size, {hub} AS hub FROM new_n GROUP BY ALL),
                  s AS (SELECT t.band_index, t.band_hash, COALESCE(o.size, 0) AS old_size, o.hub AS old_hub,
                               COALESCE(n.size, 0) AS new_size, n.hub AS new_hub, COALESCE(o.lost, 0) AS lost
                          FROM shared_keys t LEFT JOIN o USING (band_index, band_hash)
@@ -86,28 +110,33 @@ class LinksStep:
         def links(members: str, where: str) -> str:
             """Links of the buckets in `members` (all pairs of a small bucket, star edges of a hot one)."""
             return f"""
-                SELECT a.doc_id AS l, b.doc_id AS r FROM {members} a JOIN {members} b ON {key} AND a.doc_id < b.doc_id
+                SELECT a.node AS l, b.node AS r FROM {members} a JOIN {members} b ON {key} AND a.node < b.node
                   JOIN bstats s ON s.band_index = a.band_index AND s.band_hash = a.band_hash
                  WHERE {where}"""
 
-        con.execute(f"""CREATE TEMP TABLE delta AS
+        con.execute(f"""CREATE TEMP TABLE delta_nodes AS
             SELECT l, r, CAST(sum(w) AS BIGINT) AS w FROM (
               -- simple small buckets: the links of the new members only
-              SELECT l, r, 1 AS w FROM ({links("new_m", "s.simple AND NOT s.new_hot AND (a.is_new OR b.is_new)")})
+              SELECT l, r, 1 AS w FROM ({links("new_n", "s.simple AND NOT s.new_hot AND (a.is_new OR b.is_new)")})
               UNION ALL  -- simple hot buckets (same hub): star edges of the new members
-              SELECT s.new_hub, m.doc_id, 1 FROM new_m m JOIN bstats s USING (band_index, band_hash)
-               WHERE s.simple AND s.new_hot AND m.is_new AND m.doc_id > s.new_hub
+              SELECT s.new_hub, m.node, 1 FROM new_n m JOIN bstats s USING (band_index, band_hash)
+               WHERE s.simple AND s.new_hot AND m.is_new AND m.node > s.new_hub
               UNION ALL  -- other buckets: every link, new minus old
-              SELECT l, r, 1 FROM ({links("new_m", "NOT s.simple AND NOT s.new_hot")})
+              SELECT l, r, 1 FROM ({links("new_n", "NOT s.simple AND NOT s.new_hot")})
               UNION ALL
-              SELECT s.new_hub, m.doc_id, 1 FROM new_m m JOIN bstats s USING (band_index, band_hash)
-               WHERE NOT s.simple AND s.new_hot AND m.doc_id > s.new_hub
+              SELECT s.new_hub, m.node, 1 FROM new_n m JOIN bstats s USING (band_index, band_hash)
+               WHERE NOT s.simple AND s.new_hot AND m.node > s.new_hub
               UNION ALL
-              SELECT l, r, -1 FROM ({links("old_m", "NOT s.simple AND NOT s.old_hot")})
+              SELECT l, r, -1 FROM ({links("old_n", "NOT s.simple AND NOT s.old_hot")})
               UNION ALL
-              SELECT s.old_hub, m.doc_id, -1 FROM old_m m JOIN bstats s USING (band_index, band_hash)
-               WHERE NOT s.simple AND s.old_hot AND m.doc_id > s.old_hub)
+              SELECT s.old_hub, m.node, -1 FROM old_n m JOIN bstats s USING (band_index, band_hash)
+               WHERE NOT s.simple AND s.old_hot AND m.node > s.old_hub)
             GROUP BY l, r HAVING sum(w) <> 0""")
+        con.execute("""CREATE TEMP TABLE delta AS
+            SELECT a.doc_id AS l, b.doc_id AS r, d.w FROM delta_nodes d
+              JOIN numbered a ON a.node = d.l JOIN numbered b ON b.node = d.r""")
+        for table in ("delta_nodes", "old_n", "new_n", "numbered"):
+            con.execute(f"DROP TABLE {table}")
         cand = store.scan_sql("candidate_pairs")
         con.execute(f"CREATE TEMP TABLE old_cand AS SELECT * FROM {cand}")
         con.execute("""CREATE TEMP TABLE counts AS
