@@ -98,7 +98,7 @@ def test_dolma_shards_of_mixed_codecs_give_the_duplicate_pairs_of_the_csv(tmp_pa
     assert first["title"] is None
     body = next(r["body"] for r in fixture_rows() if r["doc_id"] == "billing-mirror")
     assert first["metadata"] == {"url": "https://pages.copycat.example/billing-mirror", "length": len(body)}
-    assert first["added"] == datetime.date(2026, 4, 1)
+    assert first["added"] == "2026-04-01"  # a JSON string stays one, however date-like
     assert "id" not in first and "text" not in first and "created" not in first
 
 
@@ -605,6 +605,36 @@ def test_a_field_of_empty_lists_on_the_first_day_takes_the_type_of_a_later_days_
     first = pq.read_table(tmp_path / "first" / "deduped_documents.parquet")
     assert first.schema.field("tags").type == pa.list_(pa.null())
     assert first.column("tags").to_pylist() == [[], []]
+
+
+def test_strings_that_look_like_uuids_dates_or_times_stay_the_text_they_were(tmp_path):
+    """DuckDB's JSON reader types such strings UUID, DATE, TIME or TIMESTAMP: a UUID doc_id and a
+    date-like title were refused as a UUID or DATE column, and an extra field came back rewritten
+    ("2026-03-01T10:00:00" as "2026-03-01 10:00:00", or JSON-quoted beside other text)."""
+    uuid = "123e4567-e89b-12d3-a456-426614174000"
+    _days_of(
+        tmp_path,
+        "d1",
+        {"2026-03-01": [{"doc_id": uuid, "title": "2026-03-01", "seen": "2026-03-01T10:00:00", "at": "10:01:00"}]},
+    )
+    _days_of(tmp_path, "d2", {"2026-03-02": [{"seen": "yesterday", "at": "noon"}]})
+    ran, added = _run_then_adds(tmp_path, ["d1", "d2"])
+    assert ran.equals(added)
+    assert ran.select(["doc_id", "title", "seen"]).to_pylist() == [
+        {"doc_id": uuid, "title": "2026-03-01", "seen": "2026-03-01T10:00:00"},
+        {"doc_id": "2026-03-02-0", "title": None, "seen": "yesterday"},
+    ]
+    assert ran.column("at").to_pylist() == ["10:01:00", "noon"]
+
+
+def test_an_object_gaining_fields_keeps_them_in_the_order_one_run_gives(tmp_path):
+    """{"a": 1} on one day, {"b": "s"} on the next: struct<a, b> by one run and by a run then an add
+    (the add stored struct<b, a>)."""
+    _days_of(tmp_path, "d1", {"2026-03-01": [{"x": {"a": 1}}]})
+    _days_of(tmp_path, "d2", {"2026-03-02": [{"x": {"b": "s"}}]})
+    ran, added = _run_then_adds(tmp_path, ["d1", "d2"])
+    assert ran.equals(added)
+    assert ran.schema.field("x").type == pa.struct([("a", pa.int64()), ("b", pa.string())])
 
 
 def test_an_add_whose_field_cannot_join_the_held_nested_one_is_refused_naming_it(tmp_path, capsys):

@@ -84,7 +84,8 @@ def unify_extra(con: duckdb.DuckDBPyConnection, kinds: dict[str, list], held: di
     unified = {}
     for column, found in kinds.items():
         mine = held.get(stored_name(column))
-        unified[column] = unified_type(con, [*found, *([mine] if mine is not None else [])])
+        # the held type first: a struct keeps its held fields' order, as one run of every file orders them
+        unified[column] = unified_type(con, [*([mine] if mine is not None else []), *found])
         if unified[column] is None and mine is not None and mine.id in NESTED:
             given = ", ".join(sorted({str(k) for k in found}))
             raise WebdedupError(

@@ -126,9 +126,30 @@ def _json_columns(f: InputFile) -> str:
                 "hive_partitioning = false)"
             )
             _json_schemas[key] = ", ".join(
-                f"{sql_string(c)}: {sql_string(str(t))}" for c, t in zip(rel.columns, rel.types)
+                f"{sql_string(c)}: {sql_string(_as_given(t))}" for c, t in zip(rel.columns, rel.types)
             )
     return _json_schemas[key]
+
+
+# Types DuckDB's JSON reader detects in strings; a JSON string stays the text it was given.
+DETECTED_IN_STRINGS = {"date", "time", "timestamp", "timestamp with time zone", "uuid", "interval"}
+
+
+def _as_given(kind: duckdb.DuckDBPyType) -> str:
+    """A JSON field's inferred type with every type detected in strings read as VARCHAR instead, at
+    any depth: a UUID id or a date-like title is text (it was refused as a UUID or a DATE column),
+    and an extra field keeps its characters ("2026-03-01T10:00:00" read as a timestamp came back as
+    "2026-03-01 10:00:00")."""
+    if kind.id in DETECTED_IN_STRINGS:
+        return "VARCHAR"
+    if kind.id == "list":
+        return f"{_as_given(dict(kind.children)['child'])}[]"
+    if kind.id == "struct":
+        return f"STRUCT({', '.join(f'{quote_ident(name)} {_as_given(child)}' for name, child in kind.children)})"
+    if kind.id == "map":
+        children = dict(kind.children)
+        return f"MAP({_as_given(children['key'])}, {_as_given(children['value'])})"
+    return str(kind)
 
 
 def infer_json_columns(files: list[InputFile]) -> None:
@@ -249,7 +270,9 @@ def _extra_sql(column: str, present: list[str], as_json: set[str], types: dict, 
         return "NULL"
     if column in as_json:
         return f"to_json({quote_ident(column)})"
-    if is_open(types[column]) and types[column].id != "null":  # empty lists take the others' type
+    if types[column].id != "null" and str(types[column]) != str(unified[column]):
+        # empty lists take the others' type, and every file the unified one: an add's files are
+        # not read in one union with the held ones, which keep the unified type's field order
         return f"CAST({quote_ident(column)} AS {unified[column]})"
     return quote_ident(column)
 
