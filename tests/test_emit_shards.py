@@ -238,3 +238,17 @@ def test_warc_input_is_refused_before_anything_is_written(tmp_path, capsys):
         f"{source} is WARC: its kept documents are in deduped_documents.parquet"
     )
     assert not out.exists()
+
+
+def test_an_add_says_that_the_shards_of_the_run_before_go(tmp_path, capsys):
+    """The shards answer for the corpus they were emitted from: an add publishes without them (it
+    removed them without a word)."""
+    rows = fixture_rows()
+    write_shard(tmp_path / "in" / "a.jsonl", [dolma_record(r) for r in rows[1:]])
+    write_shard(tmp_path / "late" / "b.jsonl", [dolma_record(rows[0]) | {"id": "late", "created": "2026-03-30"}])
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "in"), "--output", str(out), "--quiet", "--emit-shards", *DOLMA_FLAGS]) == 0
+    capsys.readouterr()
+    assert main(["add", str(tmp_path / "late"), "--output", str(out), "--quiet"]) == 0
+    assert f"webdedup: {out / 'shards'} goes: an add does not emit shards" in capsys.readouterr().err
+    assert not (out / "shards").exists()

@@ -642,3 +642,28 @@ def test_a_ctrl_c_a_duckdb_query_swallowed_stops_the_command_before_its_next_sta
     finally:
         INTERRUPTED.clear()
     assert held(corpus) == before
+
+
+def test_an_add_that_would_drop_held_documents_of_a_day_it_gives_again_is_refused(tmp_path, capsys):
+    """A day's crawl in two files added one by one: the second add replaced the day and dropped the
+    first file's pages without a word (documents added 2, removed 2). Refused, naming the day, the
+    count and the first ids, with everything held unchanged; a file that gives the day's pages again
+    and more needs no flag; --replace-days drops them."""
+    first = write_day(tmp_path / "a.csv", "2026-03-01", ["a1", "a2"])
+    second = write_day(tmp_path / "b.csv", "2026-03-01", ["b1", "b2"])
+    out = tmp_path / "out"
+    assert main(["run", str(first), "--output", str(out), "--quiet"]) == 0
+    before = held(out)
+    capsys.readouterr()
+    assert main(["add", str(second), "--output", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "webdedup: error: the input gives again 1 crawl day(s) the corpus holds (2026-03-01) without 2 of their "
+        "held documents (first: a1, a2): an add replaces each day it gives; give all of a day's files in one add, "
+        "or add --replace-days to drop those documents"
+    )
+    assert held(out) == before
+    both = write_day(tmp_path / "both.csv", "2026-03-01", ["a1", "a2", "b1", "b2"])
+    assert main(["add", str(both), "--output", str(out), "--quiet"]) == 0
+    assert published_ids(out) == {"a1", "a2", "b1", "b2"}
+    assert main(["add", str(second), "--output", str(out), "--quiet", "--replace-days"]) == 0
+    assert published_ids(out) == {"b1", "b2"}

@@ -283,6 +283,12 @@ def test_add_with_another_mapping_is_refused_naming_both(tmp_path, capsys):
         "text_column='text', date_column='created', url_column='url': one corpus is read with one column "
         "mapping; give the held one, or `webdedup run` the whole input with the new one"
     )
+    # a field given its default name is named too where it differs (`--text-column body` was left out)
+    assert main(["add", str(more), "--output", str(out), *DOLMA_FLAGS[:3], "body", *DOLMA_FLAGS[4:]]) == 2
+    assert (
+        "text_column='text', date_column='created', url_column='metadata.url', this input with id_column='id', "
+        "text_column='body', date_column='created'" in capsys.readouterr().err
+    )
     # a shard without the held mapping's fields is named by add, before anything changes
     bare = write_shard(tmp_path / "bare" / "x.jsonl", [{"id": "x", "body": "words", "created": "2026-03-25"}])
     assert main(["add", str(bare), "--output", str(out)]) == 2
@@ -416,8 +422,8 @@ def test_a_month_read_with_another_mapping_beside_held_months_is_refused(tmp_pat
     assert str(caught.value) == (
         f"the 22 crawl day(s) held in {store.root} were read with id_column='id', text_column='text', "
         "date_column='created', url_column='metadata.url', title_column='', this input with id_column='id', "
-        "text_column='text', date_column='created', url_column='url': one corpus is read with one column mapping; "
-        "give the held one, or `webdedup run` the whole input with the new one"
+        "text_column='text', date_column='created', url_column='url', title_column='title': one corpus is read "
+        "with one column mapping; give the held one, or `webdedup run` the whole input with the new one"
     )
 
 

@@ -73,7 +73,8 @@ def add_incremental_parsers(sub, add_params, held: dict[str, tuple[Any, str]] | 
         "add",
         help="add INPUT's crawl days to the corpus held in --output (incremental update)",
         description="Run the daily stages for INPUT's crawl days only (a day already held is replaced by "
-        "INPUT's version of it), then update the global assets for the documents that changed, and publish. "
+        "INPUT's version of it; one that would lose documents INPUT does not give needs --replace-days), then "
+        "update the global assets for the documents that changed, and publish. "
         "Fingerprint and banding parameters are those of the held corpus: a different value is refused. "
         "A change of a candidates, scoring or representative parameter, a storage written by `webdedup run` "
         "since, or --full-rebuild rebuilds the global assets from scratch (and says so).",
@@ -89,6 +90,12 @@ def add_incremental_parsers(sub, add_params, held: dict[str, tuple[Any, str]] | 
     )
     add.add_argument("--format", dest="input_format", default="auto", help="input format (default: auto)")
     add.add_argument("--full-rebuild", action="store_true", help="rebuild every global asset from scratch")
+    add.add_argument(
+        "--replace-days",
+        action="store_true",
+        help="a held day INPUT gives again loses the documents INPUT does not give (without it, such an add is "
+        "refused: a day's files added one by one would keep only the last)",
+    )
     held = held or {}
 
     def option(name: str, field, generic: str | None = None) -> dict[str, Any]:
@@ -163,7 +170,14 @@ def cmd_add(args: argparse.Namespace) -> int:
     try:
         with progress_shown(args.quiet):
             outcome = pipeline.add(
-                args.input, args.input_format, storage_root, output_dir, given, args.full_rebuild, notice=notice
+                args.input,
+                args.input_format,
+                storage_root,
+                output_dir,
+                given,
+                args.full_rebuild,
+                notice=notice,
+                replace_days=args.replace_days,
             )
     except (params.ParamError, WebdedupError) as err:  # a stage's error too: an add's stages are one update
         print(f"webdedup: error: {error_text(err)}", file=sys.stderr)

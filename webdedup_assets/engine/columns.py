@@ -1,6 +1,7 @@
 """The column mapping: which field of a tabular input (CSV, Parquet, JSON Lines) gives each column
 of the input contract (ColumnParams), how a field or a dotted path into nested objects is read
-with DuckDB, and the mapping a corpus is held with (one corpus is read with one mapping)."""
+with DuckDB, the types of a JSON Lines file's fields, and the mapping a corpus is held with (one
+corpus is read with one mapping)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import duckdb
 from ..errors import WebdedupError
 from ..ingest.contract import REQUIRED_COLUMNS
 from ..ingest.inputs import InputFile
+from ..ingest.jsonl import require_whole_stream
 from ..params import ColumnParams, InputParams
 from ..storage.state import crawl_month, load_state
-from ..storage.store import Store, quote_ident, sql_string
+from ..storage.store import Store, connect, quote_ident, sql_string
+from ..threads import ordered_map, thread_count
 
 MAPPED_BY = {  # contract column -> the ColumnParams field naming the input's field for it
     "doc_id": "id_column",
@@ -219,9 +222,12 @@ def held_mapping(store: Store) -> ColumnParams | None:
     return stored_mapping(store.params("documents").get("input") or {})
 
 
-def describe_mapping(mapping: ColumnParams) -> str:
-    changed = mapping_given(mapping.model_dump(exclude={"default_date"}))
-    return ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "the default columns"
+def describe_mapping(mapping: ColumnParams, differing: set[str] = frozenset()) -> str:
+    """The fields of a mapping other than the defaults, and those of `differing` even when default
+    (where it differs from another mapping: `--text-column body` is the default, and was left out)."""
+    given = mapping_given(mapping.model_dump(exclude={"default_date"}))
+    shown = {k: v for k, v in mapping.model_dump(exclude={"default_date"}).items() if k in given or k in differing}
+    return ", ".join(f"{k}={v!r}" for k, v in shown.items()) or "the default columns"
 
 
 def mapping_for_add(store: Store, given: ColumnParams | None) -> ColumnParams:
@@ -249,8 +255,67 @@ def require_same_mapping(store: Store, mapping: ColumnParams, months: list[str],
         return
     kept = [d for d in load_state(store)["days"] if extend or crawl_month(d) not in set(months)]
     if kept:
+        differing = {k for k in ColumnParams.model_fields if getattr(held, k) != getattr(mapping, k)}
         raise WebdedupError(
-            f"the {len(kept)} crawl day(s) held in {store.root} were read with {describe_mapping(held)}, this input "
-            f"with {describe_mapping(mapping)}: one corpus is read with one column mapping; give the held one, or "
-            "`webdedup run` the whole input with the new one"
+            f"the {len(kept)} crawl day(s) held in {store.root} were read with {describe_mapping(held, differing)}, "
+            f"this input with {describe_mapping(mapping, differing)}: one corpus is read with one column mapping; "
+            "give the held one, or `webdedup run` the whole input with the new one"
         )
+
+
+JSON_LINES = "format = 'newline_delimited', records = true"
+_json_schemas: dict[tuple[str, str], str] = {}  # (path, sha256) -> the columns read_json is given
+
+
+def json_columns(f: InputFile) -> str:
+    """The fields of a JSON Lines file and their types, inferred once from every record (so a field
+    first seen late is neither dropped nor refused); each later read is then one pass over the file."""
+    key = (str(f.path), f.sha256)
+    if key not in _json_schemas:
+        if str(f.path).lower().endswith(".zst"):  # DuckDB detects a cut .gz itself, not a cut .zst
+            require_whole_stream(f.path)
+        with connect() as con:
+            rel = con.sql(
+                f"SELECT * FROM read_json({sql_string(str(f.path))}, {JSON_LINES}, sample_size = -1, "
+                "hive_partitioning = false)"
+            )
+            _json_schemas[key] = ", ".join(
+                f"{sql_string(c)}: {sql_string(_as_given(t))}" for c, t in zip(rel.columns, rel.types)
+            )
+    return _json_schemas[key]
+
+
+# Types DuckDB's JSON reader detects in strings; a JSON string stays the text it was given.
+DETECTED_IN_STRINGS = {"date", "time", "timestamp", "timestamp with time zone", "uuid", "interval"}
+
+
+def _as_given(kind: duckdb.DuckDBPyType) -> str:
+    """A JSON field's inferred type with every type detected in strings read as VARCHAR instead, at
+    any depth: a UUID id or a date-like title is text (it was refused as a UUID or a DATE column),
+    and an extra field keeps its characters ("2026-03-01T10:00:00" read as a timestamp came back as
+    "2026-03-01 10:00:00")."""
+    if kind.id in DETECTED_IN_STRINGS:
+        return "VARCHAR"
+    if kind.id == "list":
+        return f"{_as_given(dict(kind.children)['child'])}[]"
+    if kind.id == "struct":
+        return f"STRUCT({', '.join(f'{quote_ident(name)} {_as_given(child)}' for name, child in kind.children)})"
+    if kind.id == "map":
+        children = dict(kind.children)
+        return f"MAP({_as_given(children['key'])}, {_as_given(children['value'])})"
+    return str(kind)
+
+
+def infer_json_columns(files: list[InputFile]) -> None:
+    """json_columns of every JSON Lines file among `files`, on all cores: DuckDB infers the fields
+    of one compressed file on one thread. A file whose inference fails is left to its own read,
+    which reports it in the files' order."""
+
+    def infer(f: InputFile) -> None:
+        try:
+            json_columns(f)
+        except duckdb.Error:
+            pass
+
+    for _ in ordered_map(infer, [f for f in files if f.format == "jsonl"], thread_count()):
+        pass

@@ -458,11 +458,13 @@ def add(
     given: dict[str, dict[str, Any]],
     full_rebuild: bool = False,
     notice: Notice = _silent,
+    replace_days: bool = False,
 ) -> Outcome:
-    """Extend the held corpus with this input's crawl days (a day held again is replaced), update
-    the global stages for the documents that changed, publish. `given`: {group: {field: value}}
-    of the parameters given; the global groups not given keep the held corpus' values. Raises
-    StageFailed or WebdedupError (then nothing was changed)."""
+    """Extend the held corpus with this input's crawl days (a day held again is replaced; dropping
+    held documents of it needs `replace_days`), update the global stages for the documents that
+    changed, publish. `given`: {group: {field: value}} of the parameters given; the global groups
+    not given keep the held corpus' values. Raises StageFailed or WebdedupError (then nothing was
+    changed)."""
     _check_input(input_path, input_format, storage_root, output_dir)
     store = Store(storage_root)
     with damage_named(store), _writing(storage_root, output_dir, f"webdedup add {input_path}", notice) as transaction:
@@ -476,23 +478,15 @@ def add(
             raise no_days_error(input_path, input_format)
         months = months_of(days)  # the held days of these months that the input lacks are kept
         steps = _Steps(store, checked=False)
-        steps.run(
-            "documents",
-            lambda: stage_documents(store, input_path, input_format, months=months, extend=True, mapping=mapping),
-        )
+        documents = partial(stage_documents, months=months, extend=True, mapping=mapping, replace_days=replace_days)
+        steps.run("documents", lambda: documents(store, input_path, input_format))
         steps.run("fingerprinted", lambda: DUCKDB.run("fingerprinted", store, fingerprint, months))
         steps.run("band_memberships", lambda: DUCKDB.run("band_memberships", store, banding, months))
+        if isinstance(output_dir, Path) and (output_dir / SHARDS).is_dir():  # stale once the corpus changes
+            notice(f"{output_dir / SHARDS} goes: an add does not emit shards (`webdedup run --emit-shards` does)")
         with publication_prepared(store, output_dir):
-            report = steps.run(
-                "update",
-                lambda: incremental.update(
-                    store,
-                    chosen["candidates"],
-                    chosen["scoring"],
-                    chosen["representative"],
-                    full_rebuild_flag=full_rebuild,
-                ),
-            )
+            groups = (chosen["candidates"], chosen["scoring"], chosen["representative"])
+            report = steps.run("update", lambda: incremental.update(store, *groups, full_rebuild_flag=full_rebuild))
             manifest = steps.run(
                 "manifest", lambda: stage_manifest(store, output_dir, on_commit=transaction.commit), "publish"
             )

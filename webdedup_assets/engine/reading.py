@@ -21,18 +21,19 @@ import pyarrow.parquet as pq
 from ..errors import WebdedupError
 from ..ingest.csv_files import MAX_LINE_BYTES, check_utf8, csv_header, delimiter, locate_csv_error
 from ..ingest.inputs import WARC_FORMATS, InputFile, resolve_input
-from ..ingest.jsonl import first_problem, has_records, require_whole_stream
+from ..ingest.jsonl import first_problem, has_records
 from ..ingest.options import WarcOptions
 from ..params import ColumnParams
 from ..storage.objects import ObjectPath, open_input
 from ..storage.store import Store, connect, quote_ident, scalar, sql_string
-from ..threads import ordered_map, thread_count
 from .columns import (
     INTEGER_TYPES,
+    JSON_LINES,
     NUMBER_TYPES,
     MappedInput,
+    infer_json_columns,
     is_json,
-    is_open,
+    json_columns,
     map_columns,
     stored_name,
     stored_types,
@@ -92,7 +93,7 @@ def source_sql(f: InputFile, strict: bool = True) -> str:
     """DuckDB table expression reading one input file. CSV: comma-separated (tab for .tsv), RFC 4180
     double quotes, the header read by us, every column as text; no dialect sniffing, so a
     malformed file fails with its line instead of being read as one column. JSON Lines: one object
-    per line, decompressed by its suffix (.gz, .zst), with the types of _json_columns."""
+    per line, decompressed by its suffix (.gz, .zst), with the types of columns.json_columns."""
     if f.format == "csv":
         columns = ", ".join(f"{sql_string(name)}: 'VARCHAR'" for name in csv_header(f.path))
         return (
@@ -103,68 +104,10 @@ def source_sql(f: InputFile, strict: bool = True) -> str:
         )
     if f.format == "jsonl":
         return (
-            f"read_json({sql_string(str(f.path))}, {JSON_LINES}, columns = {{{_json_columns(f)}}}, "
+            f"read_json({sql_string(str(f.path))}, {JSON_LINES}, columns = {{{json_columns(f)}}}, "
             "hive_partitioning = false)"
         )
     return f"read_parquet({sql_string(str(f.path))}, hive_partitioning = false)"
-
-
-JSON_LINES = "format = 'newline_delimited', records = true"
-_json_schemas: dict[tuple[str, str], str] = {}  # (path, sha256) -> the columns read_json is given
-
-
-def _json_columns(f: InputFile) -> str:
-    """The fields of a JSON Lines file and their types, inferred once from every record (so a field
-    first seen late is neither dropped nor refused); each later read is then one pass over the file."""
-    key = (str(f.path), f.sha256)
-    if key not in _json_schemas:
-        if str(f.path).lower().endswith(".zst"):  # DuckDB detects a cut .gz itself, not a cut .zst
-            require_whole_stream(f.path)
-        with connect() as con:
-            rel = con.sql(
-                f"SELECT * FROM read_json({sql_string(str(f.path))}, {JSON_LINES}, sample_size = -1, "
-                "hive_partitioning = false)"
-            )
-            _json_schemas[key] = ", ".join(
-                f"{sql_string(c)}: {sql_string(_as_given(t))}" for c, t in zip(rel.columns, rel.types)
-            )
-    return _json_schemas[key]
-
-
-# Types DuckDB's JSON reader detects in strings; a JSON string stays the text it was given.
-DETECTED_IN_STRINGS = {"date", "time", "timestamp", "timestamp with time zone", "uuid", "interval"}
-
-
-def _as_given(kind: duckdb.DuckDBPyType) -> str:
-    """A JSON field's inferred type with every type detected in strings read as VARCHAR instead, at
-    any depth: a UUID id or a date-like title is text (it was refused as a UUID or a DATE column),
-    and an extra field keeps its characters ("2026-03-01T10:00:00" read as a timestamp came back as
-    "2026-03-01 10:00:00")."""
-    if kind.id in DETECTED_IN_STRINGS:
-        return "VARCHAR"
-    if kind.id == "list":
-        return f"{_as_given(dict(kind.children)['child'])}[]"
-    if kind.id == "struct":
-        return f"STRUCT({', '.join(f'{quote_ident(name)} {_as_given(child)}' for name, child in kind.children)})"
-    if kind.id == "map":
-        children = dict(kind.children)
-        return f"MAP({_as_given(children['key'])}, {_as_given(children['value'])})"
-    return str(kind)
-
-
-def infer_json_columns(files: list[InputFile]) -> None:
-    """_json_columns of every JSON Lines file among `files`, on all cores: DuckDB infers the fields
-    of one compressed file on one thread. A file whose inference fails is left to its own read,
-    which reports it in the files' order."""
-
-    def infer(f: InputFile) -> None:
-        try:
-            _json_columns(f)
-        except duckdb.Error:
-            pass
-
-    for _ in ordered_map(infer, [f for f in files if f.format == "jsonl"], thread_count()):
-        pass
 
 
 def temp_view(con: duckdb.DuckDBPyConnection, name: str, rel: duckdb.DuckDBPyRelation) -> None:

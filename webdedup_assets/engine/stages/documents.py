@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +26,15 @@ from ...ingest.options import WarcOptions
 from ...params import ColumnParams
 from ...progress import Task
 from ...storage.adopt import MONTH_SQL, adoptable_files
-from ...storage.fileio import atomic_path, file_sha256
+from ...storage.fileio import atomic_path
 from ...storage.partitioned import write_split
-from ...storage.state import crawl_month, load_state, record_documents, require_same_input
+from ...storage.state import crawl_month, record_documents, require_same_input
 from ...storage.store import Store, connect, copy_query, scalar, sql_string
 from ...threads import prefetch, thread_count
 from ..columns import mapping_for_add, mapping_of, require_same_mapping
 from ..reading import (
     combine_checksums,
     combined_sha256,
-    file_days,
     input_days,
     load_input,
     read_error,
@@ -44,6 +42,7 @@ from ..reading import (
     without_empty_shards,
 )
 from ..stage import DUCKDB, StageOutput, StageRun
+from .documents_add import Retained, refuse_dropping, refuse_held_doc_ids, retained_for_add
 from .documents_warc import (
     clear_rejections,
     discard_staging,
@@ -63,6 +62,7 @@ def stage_documents(
     warc_options: WarcOptions | None = None,
     extend: bool = False,
     mapping: ColumnParams | None = None,
+    replace_days: bool = False,
 ) -> dict[str, Any]:
     """The documents stage through the contract; returns its figures with the stored input
     parameters (input_path, input_files, input_sha256, extra_columns, warc). `mapping`: the input
@@ -70,7 +70,16 @@ def stage_documents(
     if extend and months is not None:
         mapping = mapping_for_add(store, mapping)
     params = input_params(input_format, warc_options, mapping)
-    result = DUCKDB.run("documents", store, params, months, input_path=input_path, coverage=coverage, extend=extend)
+    result = DUCKDB.run(
+        "documents",
+        store,
+        params,
+        months,
+        input_path=input_path,
+        coverage=coverage,
+        extend=extend,
+        replace_days=replace_days,
+    )
     return {**result.parameters["input"], **result.figures, "rows": result.rows, "seconds": result.seconds}
 
 
@@ -80,7 +89,7 @@ def documents_stage(run: StageRun) -> StageOutput:
 
     Options: input_path; coverage; extend (`webdedup add`: the input may be another one than
     the held days'; the held days of the run's months that the input does not hold are kept,
-    see _retained).
+    see documents_add); replace_days (an add may drop the held documents of the days it gives again).
 
     Unpartitioned ([None]): every document goes to documents/data.parquet.
     With months (crawl-month partitions, YYYY-MM): only files that can hold those months are
@@ -122,7 +131,7 @@ def documents_stage(run: StageRun) -> StageOutput:
     files = without_empty_shards(files)
     retained = Retained()
     if extend and months is not None:
-        retained = _retained(store, files, months, mapping)
+        retained = retained_for_add(store, files, months, mapping)
         files = [*files, *retained.staged]
     con = connect(store)
     run.derive(input_path=input_path, input_files=described, **({"warc": warc_summary} if warc_summary else {}))
@@ -152,7 +161,9 @@ def documents_stage(run: StageRun) -> StageOutput:
             rows = scalar(con, "SELECT count(*) FROM keys")
             return StageOutput(rows, dated, {None: rows}, {None: {}}, schema)
         kept = [p for paths in retained.files.values() for p in paths]
-        _refuse_held_doc_ids(con, kept)
+        refuse_held_doc_ids(con, kept)
+        if not run.options.get("replace_days"):
+            refuse_dropping(con, retained)
         written = _write_months(
             con, store, select, months, params, files, retained.files, mapping == ColumnParams(), retained.by_day
         )
@@ -168,88 +179,6 @@ def documents_stage(run: StageRun) -> StageOutput:
     finally:
         con.close()
         discard_staging(store)
-
-
-@dataclass
-class Retained:
-    """For `webdedup add`: what a month keeps of the held corpus besides the input's days."""
-
-    files: dict[str, list[Path]] = field(default_factory=dict)  # per month: stored files kept as they are
-    staged: list[InputFile] = field(default_factory=list)  # rows of held days from files that must change
-    entries: dict[str, dict[str, Any]] = field(default_factory=dict)  # state entries of the held days kept
-    by_day: set[str] = field(default_factory=set)  # months written a file per day (see _retained)
-
-
-def _retained(store: Store, files: list[InputFile], months: list[str], mapping: ColumnParams) -> Retained:
-    """For `webdedup add`: the held days of `months` that the input does not hold stay in the
-    corpus. A stored file holding none of the input's days is kept as it is (so it is neither
-    re-encoded nor fingerprinted again); the rows of held days in a file that also holds a day
-    of the input are written to a staging Parquet file read with the input.
-
-    A month's files are read in name order, so its days stay in order only if no stored file
-    spans a day of the input: a file that does (a middle day added, a held day given again) is
-    rewritten too, and that month is written a file per day (`by_day`), as one run of the days'
-    files orders them."""
-    state = load_state(store)
-    wanted = set(months)
-    held = {d: e for d, e in state["days"].items() if crawl_month(d) in wanted}
-    retained = Retained()
-    if not held:
-        return retained
-    con = connect(store)
-    try:
-        new_days: set[str] = set()
-        for f in files:
-            new_days.update(file_days(con, f, mapping))
-        kept_days = sorted(d for d in held if d not in new_days)
-        retained.entries = {d: held[d].get("documents", {}) for d in kept_days}
-        changing: list[Path] = []
-        for month in months:
-            new_of_month = {d for d in new_days if crawl_month(d) == month}
-            for path in store.partition_files("documents", month):
-                days = {
-                    d
-                    for (d,) in con.execute(
-                        "SELECT DISTINCT CAST(crawled_at AS VARCHAR) "
-                        f"FROM read_parquet({sql_string(str(path))}, hive_partitioning = false)"
-                    ).fetchall()
-                }
-                spanned = new_of_month and min(days) < max(new_of_month) and min(new_of_month) < max(days)
-                if days & new_days or spanned:
-                    changing.append(path)
-                    if days - new_days:
-                        retained.by_day.add(month)
-                else:
-                    retained.files.setdefault(month, []).append(path)
-        if kept_days and changing:
-            target = store.asset_dir("documents") / f".retained.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-            listing = ", ".join(sql_string(str(p)) for p in changing)
-            day_list = ", ".join(f"DATE {sql_string(d)}" for d in kept_days)
-            con.execute(
-                f"COPY (SELECT * FROM read_parquet([{listing}], union_by_name = true, hive_partitioning = false) "
-                f"WHERE crawled_at IN ({day_list})) TO {sql_string(str(target))} (FORMAT parquet, COMPRESSION zstd)"
-            )
-            retained.staged = [InputFile(target, "parquet", file_sha256(target), target.stat().st_size, stored=True)]
-    finally:
-        con.close()
-    return retained
-
-
-def _refuse_held_doc_ids(con: duckdb.DuckDBPyConnection, kept: list[Path]) -> None:
-    """doc_ids of the input that a kept file of the corpus already holds (`webdedup add`)."""
-    if not kept:
-        return
-    listing = ", ".join(sql_string(str(p)) for p in kept)
-    sql = (
-        "SELECT doc_id FROM keys WHERE doc_id IN "
-        f"(SELECT doc_id FROM read_parquet([{listing}], hive_partitioning = false)) ORDER BY doc_id"
-    )
-    again = [d for (d,) in con.execute(sql + " LIMIT 5").fetchall()]
-    if again:
-        raise WebdedupError(
-            f"doc_id must be unique: the input repeats doc_id(s) the corpus already holds on other days, first: "
-            f"{', '.join(repr(d) for d in again)}"
-        )
 
 
 def _write_months(
