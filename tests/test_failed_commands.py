@@ -644,6 +644,26 @@ def test_a_ctrl_c_a_duckdb_query_swallowed_stops_the_command_before_its_next_sta
     assert held(corpus) == before
 
 
+def test_a_second_ctrl_c_lets_the_undo_of_the_first_run_to_its_end(monkeypatch):
+    """Two Ctrl-C close together (a double press, `timeout` signalling the process group): the
+    second handler waited forever on the lock of the first one's Event.set (SIGTERM no longer
+    ended the command), or raised inside the undo. The first raises; the next ones only record."""
+    import signal
+
+    from webdedup_assets import cli
+    from webdedup_assets.errors import INTERRUPTED
+
+    monkeypatch.setattr(cli, "_RECEIVED", [])
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cli._interrupt(signal.SIGINT, None)
+        cli._interrupt(signal.SIGINT, None)
+        cli._interrupt(signal.SIGTERM, None)
+        assert INTERRUPTED.is_set() and cli._RECEIVED == [signal.SIGINT, signal.SIGINT, signal.SIGTERM]
+    finally:
+        INTERRUPTED.clear()
+
+
 def test_an_add_that_would_drop_held_documents_of_a_day_it_gives_again_is_refused(tmp_path, capsys):
     """A day's crawl in two files added one by one: the second add replaced the day and dropped the
     first file's pages without a word (documents added 2, removed 2). Refused, naming the day, the

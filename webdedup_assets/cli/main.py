@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -15,11 +13,10 @@ from pydantic import BaseModel, ValidationError
 
 from .. import params
 from ..core.minhash import candidate_probability
-from ..errors import INTERRUPTED, WebdedupError
+from ..errors import WebdedupError
 from ..storage.objects import ObjectPath, is_uri
 from ..storage.remote import working_copy
 from .evaluate import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
-from .exiting import end_process
 from .explain import add_explain_parsers, cmd_explain, cmd_inspect
 from .flags import error_text, flag
 from .folders import output_of, remote_storage, storage_to_write, warn_of_unread_files
@@ -355,33 +352,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return cmd_probability(args)
 
 
-_RECEIVED: list[int] = []  # the signals that stopped the command: SIGTERM (`timeout`, systemd) as Ctrl-C
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    _RECEIVED.append(signum)
-    INTERRUPTED.set()
-    signal.default_int_handler(signum, frame)  # KeyboardInterrupt: what the command changed is undone
-
-
-def entry() -> None:
-    """The `webdedup` command and `python -m webdedup_assets.cli.main`: main(), then the process ends
-    with its status (exiting.end_process: no module teardown). Ctrl-C ends it with status 130 and
-    one line (what the command changed is put back on the way, and said so), SIGTERM the same way
-    with status 143; a reader of its output that stops early (`| head`), silently with status 141."""
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        status = main()
-    except KeyboardInterrupt:
-        terminated = signal.SIGTERM in _RECEIVED
-        print(f"webdedup: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
-        status = 128 + (signal.SIGTERM if terminated else signal.SIGINT)
-    except BrokenPipeError:  # the reader of stdout went away (`| head`): end as `head`'s writers do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        status = 128 + signal.SIGPIPE
-    end_process(status)
-
-
 if __name__ == "__main__":
+    from . import entry
+
     entry()
