@@ -644,6 +644,24 @@ def test_a_ctrl_c_a_duckdb_query_swallowed_stops_the_command_before_its_next_sta
     assert held(corpus) == before
 
 
+def test_an_add_with_a_mistyped_storage_does_not_publish_a_new_corpus_over_the_output(corpus, tmp_path, capsys):
+    """`add --storage OUT/_storge`: a new corpus of the input was published over the output's 24
+    pages, whose manifest then named the mistyped folder. Refused before anything is written; the
+    right storage, or a storage holding another corpus, is taken."""
+    other = write_day(tmp_path / "next.csv", "2026-04-02", ["next-01", "next-02"])
+    before = held(corpus)
+    typo = corpus / "_storge"
+    assert main(["add", str(other), "--output", str(corpus), "--storage", str(typo), "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"webdedup: error: --storage {typo} holds no corpus, and --output {corpus} publishes the corpus held in "
+        f"{corpus / '_storage'}: an add would publish a new corpus over it; give --storage {corpus / '_storage'} "
+        "(or no --storage), or another --output"
+    )
+    assert held(corpus) == before and not typo.exists()
+    assert main(["add", str(other), "--output", str(corpus), "--storage", str(corpus / "_storage"), "--quiet"]) == 0
+    assert published_ids(corpus) == _fixture_ids() | {"next-01", "next-02"}
+
+
 def test_a_second_ctrl_c_lets_the_undo_of_the_first_run_to_its_end(monkeypatch):
     """Two Ctrl-C close together (a double press, `timeout` signalling the process group): the
     second handler waited forever on the lock of the first one's Event.set (SIGTERM no longer

@@ -68,6 +68,21 @@ def storage_to_write(output: Path | ObjectPath, storage: str | None) -> Path:
     return Path(named) if named is not None else output / "_storage"
 
 
+def require_same_corpus(output: Path | ObjectPath, storage_root: Path) -> None:
+    """`add --storage`: a storage root that holds no corpus, given with an output that publishes the
+    corpus of another one, is taken for a mistyped path, before anything is written (the add
+    published a new corpus of its input over the output's)."""
+    published = _published_from(output) if isinstance(output, Path) else None
+    if published is None or is_uri(published) or Path(published).resolve() == storage_root.resolve():
+        return
+    if any((storage_root / "documents").glob("*.parquet")):  # another corpus held there: the user's choice
+        return
+    raise WebdedupError(
+        f"--storage {storage_root} holds no corpus, and --output {output} publishes the corpus held in {published}: "
+        f"an add would publish a new corpus over it; give --storage {published} (or no --storage), or another --output"
+    )
+
+
 def _published_from(output: Path) -> str | None:
     """The storage root named by the manifest.json of a local output folder, if any."""
     try:

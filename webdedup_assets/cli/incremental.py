@@ -23,7 +23,7 @@ from typing import Any
 from .. import params
 from ..storage.objects import ObjectPath
 from .flags import error_text
-from .folders import output_of, storage_to_read, storage_to_write, warn_of_unread_files
+from .folders import output_of, require_same_corpus, storage_to_read, storage_to_write, warn_of_unread_files
 from .progress import progress_shown
 
 EXIT_OK, EXIT_ERROR = 0, 2
@@ -160,6 +160,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     output_dir = output_of(args.output)
     try:
         storage_root = storage_to_write(output_dir, args.storage)
+        if args.storage:
+            require_same_corpus(output_dir, storage_root)
     except WebdedupError as err:
         print(f"webdedup: error: {err}", file=sys.stderr)
         return EXIT_ERROR
