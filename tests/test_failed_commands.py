@@ -662,6 +662,22 @@ def test_an_add_with_a_mistyped_storage_does_not_publish_a_new_corpus_over_the_o
     assert published_ids(corpus) == _fixture_ids() | {"next-01", "next-02"}
 
 
+def test_a_check_report_goes_over_an_earlier_report_only(corpus, tmp_path, capsys):
+    """`check --report PATH` wrote over whatever was at PATH: the input checked, a published output."""
+    day = write_day(tmp_path / "day.csv", "2026-04-02", ["next-01"])
+    before, given = held(corpus), day.read_bytes()
+    for path in (day, corpus / "deduped_documents.parquet"):
+        assert main(["check", str(day), "--against", str(corpus), "--report", str(path), "--quiet"]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"webdedup: error: --report {path} exists and is not a check report: give another path"
+        )
+    assert held(corpus) == before and day.read_bytes() == given
+    report = tmp_path / "report.parquet"
+    for _ in range(2):  # a report again over the earlier one
+        assert main(["check", str(day), "--against", str(corpus), "--report", str(report), "--quiet"]) == 0
+    assert pq.read_table(report).column("doc_id").to_pylist() == ["next-01"]
+
+
 def test_a_second_ctrl_c_lets_the_undo_of_the_first_run_to_its_end(monkeypatch):
     """Two Ctrl-C close together (a double press, `timeout` signalling the process group): the
     second handler waited forever on the lock of the first one's Event.set (SIGTERM no longer

@@ -216,6 +216,24 @@ def corpus_folders(against: Path | ObjectPath, report: str | None) -> tuple[Path
     return storage_root, Path(report).expanduser() if report else output_dir / "check.parquet"
 
 
+def require_replaceable_report(report: Path) -> None:
+    """check writes its report over a file at --report only when that file is an earlier check
+    report (it overwrote whatever was there: the input checked, a published output)."""
+    if not report.exists():
+        return
+    import pyarrow.parquet as pq
+
+    from ..engine.incremental.check import CHECK_SCHEMA
+    from ..errors import WebdedupError
+
+    try:
+        columns = set(pq.read_schema(report).names) if report.is_file() else set()
+    except (OSError, ValueError):  # pyarrow.ArrowInvalid is a ValueError
+        columns = set()
+    if not set(CHECK_SCHEMA.names) <= columns:
+        raise WebdedupError(f"--report {report} exists and is not a check report: give another path")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from ..engine.incremental import check_input
     from ..engine.verify import damage_named
@@ -225,6 +243,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     try:
         storage_root, report = corpus_folders(output_of(args.against), args.report)
+        require_replaceable_report(report)
         for warning in reading_warnings(storage_root):  # (check reads the storage only)
             print(f"webdedup: warning: {warning}", file=sys.stderr)
         store = Store(storage_root)
