@@ -338,7 +338,7 @@ def test_add_refuses_a_new_fingerprint_parameter_even_with_full_rebuild(corpus, 
     new_day = write_day(tmp_path / "new.csv", "2026-04-01", ["fresh-01"])
     assert main(["add", str(new_day), "--output", str(corpus), "--full-rebuild", "--shingle-size", "3"]) == 2
     err = capsys.readouterr().err
-    assert "shingle_size=5 (held) vs 3 (given)" in err and "run `webdedup run` on the whole input" in err
+    assert "--shingle-size=5 (held) vs 3 (given)" in err and "run `webdedup run` on the whole input" in err
     assert held(corpus) == before
 
 

@@ -278,16 +278,16 @@ def test_add_with_another_mapping_is_refused_naming_both(tmp_path, capsys):
     assert main(["add", str(more), "--output", str(out), *other]) == 2
     err = capsys.readouterr().err
     assert err.splitlines()[-1] == (  # after the notice that nothing was changed
-        f"webdedup: error: the 22 crawl day(s) held in {out / '_storage'} were read with id_column='id', "
-        "text_column='text', date_column='created', url_column='metadata.url', this input with id_column='id', "
-        "text_column='text', date_column='created', url_column='url': one corpus is read with one column "
-        "mapping; give the held one, or `webdedup run` the whole input with the new one"
+        f"webdedup: error: the 22 crawl day(s) held in {out / '_storage'} were read with --id-column='id', "
+        "--text-column='text', --date-column='created', --url-column='metadata.url', this input with "
+        "--id-column='id', --text-column='text', --date-column='created', --url-column='url': one corpus is read "
+        "with one column mapping; give the held one, or `webdedup run` the whole input with the new one"
     )
     # a field given its default name is named too where it differs (`--text-column body` was left out)
     assert main(["add", str(more), "--output", str(out), *DOLMA_FLAGS[:3], "body", *DOLMA_FLAGS[4:]]) == 2
     assert (
-        "text_column='text', date_column='created', url_column='metadata.url', this input with id_column='id', "
-        "text_column='body', date_column='created'" in capsys.readouterr().err
+        "--text-column='text', --date-column='created', --url-column='metadata.url', this input with "
+        "--id-column='id', --text-column='body', --date-column='created'" in capsys.readouterr().err
     )
     # a shard without the held mapping's fields is named by add, before anything changes
     bare = write_shard(tmp_path / "bare" / "x.jsonl", [{"id": "x", "body": "words", "created": "2026-03-25"}])

@@ -321,7 +321,7 @@ def test_add_with_another_method_is_refused(tmp_path, capsys):
     capsys.readouterr()
     assert main(["add", str(late), "--output", str(tmp_path / "inc"), "--fingerprint-method", "minhash"]) == 2
     err = capsys.readouterr().err
-    assert "fingerprint_method=simhash (held) vs minhash (given)" in err
+    assert "--fingerprint-method=simhash (held) vs minhash (given)" in err  # the flag given, not the field
     assert "changing a fingerprint parameter needs a full rebuild" in err
 
 

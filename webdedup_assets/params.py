@@ -22,6 +22,8 @@ import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from .errors import WebdedupError
+
 MIB = 1024 * 1024
 MAX_HAMMING_DEFAULT = 3
 # Fields added after artifacts were first stored: kept out of the stored parameters while they hold
@@ -43,6 +45,11 @@ class ParamError(ValueError):
 
     def render(self, display: Callable[[str], str] = str) -> str:
         return self.template.format(**{f"p{i}": display(n) for i, n in enumerate(self.names)}, **self.values)
+
+
+class HeldParamError(ParamError, WebdedupError):
+    """A value that differs from the held corpus' (a column mapping): a WebdedupError where a stage
+    raises it (caught as one, named by config field), a ParamError for the command line's flags."""
 
 
 class ParamGroup(BaseModel):

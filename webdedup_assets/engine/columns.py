@@ -14,7 +14,7 @@ from ..errors import WebdedupError
 from ..ingest.contract import REQUIRED_COLUMNS
 from ..ingest.inputs import InputFile
 from ..ingest.jsonl import require_whole_stream
-from ..params import ColumnParams, InputParams
+from ..params import ColumnParams, HeldParamError, InputParams
 from ..storage.state import crawl_month, load_state
 from ..storage.store import Store, connect, quote_ident, sql_string
 from ..threads import ordered_map, thread_count
@@ -222,14 +222,6 @@ def held_mapping(store: Store) -> ColumnParams | None:
     return stored_mapping(store.params("documents").get("input") or {})
 
 
-def describe_mapping(mapping: ColumnParams, differing: set[str] = frozenset()) -> str:
-    """The fields of a mapping other than the defaults, and those of `differing` even when default
-    (where it differs from another mapping: `--text-column body` is the default, and was left out)."""
-    given = mapping_given(mapping.model_dump(exclude={"default_date"}))
-    shown = {k: v for k, v in mapping.model_dump(exclude={"default_date"}).items() if k in given or k in differing}
-    return ", ".join(f"{k}={v!r}" for k, v in shown.items()) or "the default columns"
-
-
 def mapping_for_add(store: Store, given: ColumnParams | None) -> ColumnParams:
     """The column mapping of `webdedup add`: the held corpus' when none is given; one that differs
     from it is refused, naming both (before the input is read with it)."""
@@ -254,12 +246,31 @@ def require_same_mapping(store: Store, mapping: ColumnParams, months: list[str],
     if held is None or held.model_copy(update={"default_date": mapping.default_date}) == mapping:
         return
     kept = [d for d in load_state(store)["days"] if extend or crawl_month(d) not in set(months)]
-    if kept:
+    if kept:  # each field named by its flag on the command line
         differing = {k for k in ColumnParams.model_fields if getattr(held, k) != getattr(mapping, k)}
-        raise WebdedupError(
-            f"the {len(kept)} crawl day(s) held in {store.root} were read with {describe_mapping(held, differing)}, "
-            f"this input with {describe_mapping(mapping, differing)}: one corpus is read with one column mapping; "
-            "give the held one, or `webdedup run` the whole input with the new one"
+        names: list[str] = []
+
+        def escaped(text: str) -> str:
+            return text.replace("{", "{{").replace("}", "}}")
+
+        def described(m: ColumnParams) -> str:
+            """The fields other than the defaults, and those that differ even when default (`--text-column
+            body` is the default, and was left out)."""
+            values = m.model_dump(exclude={"default_date"})
+            given = mapping_given(values)
+            parts = []
+            for name, value in values.items():
+                if name in given or name in differing:
+                    names.append(name) if name not in names else None
+                    parts.append(f"{{p{names.index(name)}}}={escaped(repr(value))}")
+            return ", ".join(parts) or "the default columns"
+
+        held_text, given_text = described(held), described(mapping)
+        raise HeldParamError(
+            tuple(names),
+            f"the {len(kept)} crawl day(s) held in {escaped(str(store.root))} were read with {held_text}, this input "
+            f"with {given_text}: one corpus is read with one column mapping; give the held one, or `webdedup run` "
+            "the whole input with the new one",
         )
 
 

@@ -410,14 +410,17 @@ def held_params(store: Store, given: dict[str, dict[str, Any]]) -> tuple[Fingerp
         if held is not None:
             values = {k: stored_value(model, held, k) for k in model.model_fields}
             differ = {k: (values[k], v) for k, v in wanted.items() if values[k] != v}
-            if differ:
-                shown = ", ".join(f"{k}={a} (held) vs {b} (given)" for k, (a, b) in differ.items())
+            if differ:  # each parameter named by its flag on the command line
+                shown = ", ".join(f"{{p{i}}}={{held{i}}} (held) vs {{given{i}}} (given)" for i in range(len(differ)))
+                held_values = {f"held{i}": a for i, (a, _) in enumerate(differ.values())}
+                given_values = {f"given{i}": b for i, (_, b) in enumerate(differ.values())}
                 raise ParamError(
-                    (),
-                    "add: {shown}: changing a {group} parameter needs a full rebuild of every day; run `webdedup run` "
-                    "on the whole input instead",
-                    shown=shown,
+                    tuple(differ),
+                    f"add: {shown}: changing a {{group}} parameter needs a full rebuild of every day; run `webdedup "
+                    "run` on the whole input instead",
                     group=group,
+                    **held_values,
+                    **given_values,
                 )
             chosen[group] = model.checked(values)
         else:
