@@ -284,6 +284,9 @@ def test_the_command_ends_quickly_with_its_outputs_complete_and_its_status(tmp_p
     proc = subprocess.run(strict, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert "check failed: duplicate_pairs:duplicate_pairs_match_expected_counts" in proc.stderr
+    package = [sys.executable, "-m", "webdedup_assets.cli", "probability", "--bands", "26", "--rows", "5"]
+    proc = subprocess.run([*package, "--threshold", "0.7"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "J=0.70  P(candidate)=0.9916  <- threshold" in proc.stdout, proc.stderr
 
 
 @pytest.mark.parametrize(

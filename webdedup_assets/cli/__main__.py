@@ -1,5 +1,5 @@
 """`python -m webdedup_assets.cli`: the `webdedup` command."""
 
-from .main import entry
+from . import entry
 
 entry()
