@@ -721,3 +721,18 @@ def test_an_add_that_would_drop_held_documents_of_a_day_it_gives_again_is_refuse
     assert published_ids(out) == {"a1", "a2", "b1", "b2"}
     assert main(["add", str(second), "--output", str(out), "--quiet", "--replace-days"]) == 0
     assert published_ids(out) == {"b1", "b2"}
+
+
+def test_pages_without_a_word_are_named_in_a_warning(tmp_path, capsys):
+    """A text column mapped to a field most records lack kept them as empty pages without a word
+    (only the manifest counted them): run and add say how many."""
+    pages = write_day(tmp_path / "a.csv", "2026-03-01", ["a1", "a2"])
+    empty = write_day(tmp_path / "b.csv", "2026-03-02", ["b1", "b2", "b3"], body="")
+    out = tmp_path / "out"
+    assert main(["run", str(pages), "--output", str(out), "--quiet"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["add", str(empty), "--output", str(out), "--quiet"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "webdedup: warning: 3 of 5 document(s) hold no word (an empty or missing text; is --text-column right?): "
+        "each is a cluster of its own"
+    )

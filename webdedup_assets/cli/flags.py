@@ -21,3 +21,15 @@ def flag(name: str) -> str:
 def error_text(err: Exception) -> str:
     """An error's message for the command line: a parameter's named by its flag."""
     return err.render(flag) if isinstance(err, params.ParamError) else str(err)
+
+
+def empty_text_warning(counts: dict) -> str | None:
+    """A warning when pages hold no word (their text empty or missing: a text column mapped to a
+    field most records lack kept them as empty pages without a word)."""
+    empty = counts.get("empty_documents") or 0
+    if not empty:
+        return None
+    return (
+        f"webdedup: warning: {empty} of {counts['documents']} document(s) hold no word (an empty or missing text; "
+        "is --text-column right?): each is a cluster of its own"
+    )
