@@ -1,5 +1,6 @@
 """Bad input: a clear error that names the problem, or a documented valid outcome; nothing lost."""
 
+import datetime
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from webdedup_assets.cli.main import main
 from webdedup_assets.engine import Store, WebdedupError, stage_documents
 from webdedup_assets.engine.stages.manifest import load_manifest
+from webdedup_assets.params import ColumnParams
 
 from .conftest import FIXTURE, failure_messages, run_job
 
@@ -28,6 +30,21 @@ def test_missing_required_column_is_named(tmp_path):
     path = _write(tmp_path, "doc_id,source,domain,title,body\na,s,d,t,b\n")
     with pytest.raises(WebdedupError, match=r"input.csv: missing required column\(s\) crawled_at"):
         stage_documents(Store(tmp_path / "s"), str(path))
+
+
+def test_an_input_without_dates_takes_the_default_date(tmp_path):
+    """No date field at all: refused as a missing column even with --default-date (which applied to
+    records whose date is missing, not to a file without the field); the refusal names the flag."""
+    path = _write(tmp_path, "doc_id,source,domain,title,body\na,s,d.example,t,some words\n")
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s"), str(path))
+    assert str(caught.value).endswith(
+        "found columns: doc_id, source, domain, title, body; an input without dates takes --default-date"
+    )
+    mapping = ColumnParams(default_date="2026-01-05")
+    stage_documents(Store(tmp_path / "dated"), str(path), mapping=mapping)
+    stored = pq.read_table(tmp_path / "dated" / "documents" / "data.parquet").select(["doc_id", "crawled_at"])
+    assert stored.to_pylist() == [{"doc_id": "a", "crawled_at": datetime.date(2026, 1, 5)}]
 
 
 def test_duplicate_doc_ids_are_named(tmp_path):

@@ -166,6 +166,8 @@ def map_columns(f: InputFile, rel: duckdb.DuckDBPyRelation, mapping: ColumnParam
             used.add(name)
         if fields[column] is not None or (column in OPTIONAL_COLUMNS and name in ("", column)):
             continue
+        if column == "crawled_at" and m.default_date:  # no date field: every record takes the default date
+            continue
         if column == "domain" and name == column and m.url_column:
             url = field_sql(rel, m.url_column)
             if url is not None:  # no domain field: the URL's host
@@ -176,8 +178,9 @@ def map_columns(f: InputFile, rel: duckdb.DuckDBPyRelation, mapping: ColumnParam
         else:
             missing.append(labels[column])
     if missing:
+        undated = "; an input without dates takes --default-date" if labels["crawled_at"] in missing else ""
         raise WebdedupError(
-            f"{f.path}: missing required column(s) {', '.join(missing)}; found columns: {', '.join(columns)}"
+            f"{f.path}: missing required column(s) {', '.join(missing)}; found columns: {', '.join(columns)}{undated}"
         )
     extra = [c for c in columns if c not in used]
     clash = [c for c in extra if c.lower() in REQUIRED_COLUMNS]
