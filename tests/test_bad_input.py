@@ -340,3 +340,40 @@ def test_a_timestamp_whose_utc_day_is_past_year_9999_is_not_a_date(tmp_path, cap
         f"('9999-12-31T23:59:59-05:00') in {path};"
     )
     assert "or epoch seconds (a number field of JSON Lines or Parquet; CSV text holds dates)" in line
+
+
+def test_a_damaged_parquet_file_among_others_is_named(tmp_path):
+    """A page overwritten inside one file of a folder: DuckDB's error named no file ("cannot read
+    the input: TProtocolException: Invalid data"); a file cut short was called "not a Parquet file"
+    with the advice to give another --format."""
+    rows = 200
+    table = pa.table(
+        {
+            "doc_id": [f"p{i}" for i in range(rows)],
+            "source": ["s"] * rows,
+            "domain": [f"site{i}.example" for i in range(rows)],
+            "crawled_at": [datetime.date(2026, 3, 5)] * rows,
+            "title": ["t"] * rows,
+            "body": [
+                f"page {i} of the mountain pass where travellers rest before the ridge {i * 7}" for i in range(rows)
+            ],
+        }
+    )
+    folder = tmp_path / "in"
+    folder.mkdir()
+    pq.write_table(table.slice(0, 100), folder / "a.parquet", row_group_size=50)
+    pq.write_table(table.slice(100), folder / "b.parquet", row_group_size=50)
+    data = bytearray((folder / "b.parquet").read_bytes())
+    (tmp_path / "cut.parquet").write_bytes(bytes(data[: len(data) // 2]))
+    third = len(data) // 3
+    data[third : third + 200] = bytes(200)
+    (folder / "b.parquet").write_bytes(bytes(data))
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "s"), str(folder))
+    assert str(caught.value).startswith(f"{folder / 'b.parquet'}: ")
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "t"), str(tmp_path / "cut.parquet"))
+    assert (
+        str(caught.value)
+        == f"{tmp_path / 'cut.parquet'}: a Parquet file cut short (no footer at its end): copy it again"
+    )

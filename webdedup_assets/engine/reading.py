@@ -80,13 +80,33 @@ def read_error(err: Exception, files: list[InputFile]) -> WebdedupError:
         problem = locate_csv_error(f.path) if f.format == "csv" else first_problem(f.path)
         if problem:
             return WebdedupError(f"{f.path}: {problem}")
+    if named is None:  # DuckDB named no file (a damaged Parquet page): the first whose footer or pages fail
+        named = next((str(f.path) for f in files if f.format == "parquet" and not _reads_whole(f.path)), None)
     where = f"{named}: " if named else ""
     if "No magic bytes found" in text or "too small to be a Parquet file" in text:
+        if named and _starts_as_parquet(named):
+            return WebdedupError(f"{where}a Parquet file cut short (no footer at its end): copy it again")
         return WebdedupError(
             f"{where}not a Parquet file (no Parquet footer at its end): give the format it is in, "
             "--format csv, jsonl or warc"
         )
     return WebdedupError(f"{where}cannot read the input: {text.splitlines()[0]}")
+
+
+def _reads_whole(path) -> bool:
+    try:
+        pq.read_table(path)
+        return True
+    except Exception:  # any damage: pyarrow raises ArrowInvalid, OSError, or its Thrift errors
+        return False
+
+
+def _starts_as_parquet(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"PAR1"
+    except OSError:
+        return False
 
 
 def source_sql(f: InputFile, strict: bool = True) -> str:
