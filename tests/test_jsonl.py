@@ -138,6 +138,11 @@ def test_a_line_that_is_not_an_object_is_named(tmp_path):
     with pytest.raises(WebdedupError) as caught:
         stage_documents(Store(tmp_path / "s"), str(path), mapping=DOLMA)
     assert str(caught.value) == f"{path}: line 2: a JSON array, not an object; each line must be one object"
+    # DuckDB reads a `null` line as a record of NULLs: it was "1 row(s) have an empty doc_id", no line
+    path = write_shard(tmp_path / "null.jsonl", json.dumps(dolma_record(fixture_rows()[0])) + "\nnull\n")
+    with pytest.raises(WebdedupError) as caught:
+        stage_documents(Store(tmp_path / "t"), str(path), mapping=DOLMA)
+    assert str(caught.value) == f"{path}: line 2: a JSON null, not an object; each line must be one object"
 
 
 def test_a_missing_mapped_field_names_the_field_and_the_file(tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
 from ..ingest.csv_files import MAX_LINE_BYTES, check_utf8, csv_header, delimiter, locate_csv_error
-from ..ingest.inputs import WARC_FORMATS, InputFile, resolve_input
+from ..ingest.inputs import SUFFIX_FORMATS, WARC_FORMATS, InputFile, resolve_input
 from ..ingest.jsonl import first_problem, has_records
 from ..ingest.options import WarcOptions
 from ..params import ColumnParams
@@ -322,7 +323,12 @@ def _validate_rows(
     bad_ids = _offenders(con, "SELECT __source_file FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
     if bad_ids:
         count = scalar(con, "SELECT count(*) FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
-        raise WebdedupError(f"{count} row(s) have an empty doc_id (first in file {bad_ids[0][0]})")
+        first = bad_ids[0][0]
+        json_lines = tuple(suffix for suffix, kind in SUFFIX_FORMATS.items() if kind == "jsonl")
+        problem = first_problem(Path(first)) if first.lower().endswith(json_lines) else None
+        if problem:  # a line DuckDB read as a record of NULLs (`null`): named by its line
+            raise WebdedupError(f"{first}: {problem}")
+        raise WebdedupError(f"{count} row(s) have an empty doc_id (first in file {first})")
     # a doc_id is written as it is into the CSV outputs, where a NUL byte breaks most readers
     with_nul = _offenders(con, "SELECT doc_id, __source_file FROM keys WHERE contains(doc_id, chr(0)) ORDER BY doc_id")
     if with_nul:
