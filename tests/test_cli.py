@@ -66,7 +66,7 @@ def test_cli_over_budget_fails_before_the_join_with_the_message(tmp_path, capsys
     assert main(["run", str(FIXTURE), "--output", str(tmp_path), "--max-pair-slots", "10", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "error in candidate_pairs" in err
-    assert "candidate join would create 382 pair slots, over the budget of 10 (max_pair_slots)" in err
+    assert "candidate join would create 382 pair slots, over the budget of 10 (--max-pair-slots)" in err
 
 
 def test_cli_reports_a_failed_count_check(tmp_path, capsys):

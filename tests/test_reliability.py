@@ -288,10 +288,10 @@ def test_the_pair_budget_names_the_hot_bucket_size_that_star_needs(tmp_path, cap
     assert main(["add", str(pages), "--output", str(tmp_path / "a"), "--bucket-policy", "star"]) == 2
     error = capsys.readouterr().err.splitlines()[-1]  # after the notices (a new corpus, nothing changed)
     assert error.startswith("webdedup: error: candidate join would create 32,435,000 pair slots, over the budget of ")
-    assert error.endswith(
-        "bucket_policy='star' links only buckets over hot_bucket_size (1000) to their first member: set "
-        "bucket_policy='star' with hot_bucket_size 499 (--bucket-policy star --hot-bucket-size 499), strip the "
-        "shared boilerplate from the input, or raise the budget"
+    assert error.endswith(  # the parameters named by their flags
+        "--bucket-policy='star' links only buckets over --hot-bucket-size (1000) to their first member: set "
+        "--bucket-policy='star' with --hot-bucket-size 499, strip the shared boilerplate from the input, or raise "
+        "the budget (--max-pair-slots)"
     )
     star = ["--bucket-policy", "star", "--hot-bucket-size", "499"]
     assert main(["add", str(pages), "--output", str(tmp_path / "b"), *star]) == 0
@@ -299,14 +299,18 @@ def test_the_pair_budget_names_the_hot_bucket_size_that_star_needs(tmp_path, cap
 
 
 def test_budget_advice_follows_the_bucket_sizes():
-    from webdedup_assets.engine.stages.candidates import budget_advice
+    from webdedup_assets.engine.stages.candidates import BUDGET_PARAMS
+    from webdedup_assets.engine.stages.candidates import budget_advice as template
     from webdedup_assets.params import CandidateParams
+
+    def budget_advice(*args) -> str:  # as Dagster shows it: the config fields
+        return template(*args).format(**{f"p{i}": name for i, name in enumerate(BUDGET_PARAMS)})
 
     fail, star = CandidateParams(), CandidateParams(bucket_policy="star", hot_bucket_size=100)
     # one bucket of 5,000 (4,999 star slots) and 100 buckets of 50 (1,225 pairs or 49 star slots each)
     sizes = [(5000, 1), (50, 100)]
     assert budget_advice(sizes, 200_000, fail).startswith("Set bucket_policy='star' to link hot buckets")
-    assert "set bucket_policy='star' with hot_bucket_size 49 " in budget_advice(sizes, 100_000, star)
+    assert "set bucket_policy='star' with hot_bucket_size 49, " in budget_advice(sizes, 100_000, star)
     assert budget_advice(sizes, 9_000, star).startswith("Even bucket_policy='star' with hot_bucket_size 2 exceeds")
 
 

@@ -47,9 +47,10 @@ class ParamError(ValueError):
         return self.template.format(**{f"p{i}": display(n) for i, n in enumerate(self.names)}, **self.values)
 
 
-class HeldParamError(ParamError, WebdedupError):
-    """A value that differs from the held corpus' (a column mapping): a WebdedupError where a stage
-    raises it (caught as one, named by config field), a ParamError for the command line's flags."""
+class ParamAdvice(ParamError, WebdedupError):
+    """A refusal that names parameters (another column mapping than the held corpus', a pair budget
+    to raise): a WebdedupError where a stage raises it (its message names the config fields), a
+    ParamError for the command line, which names their flags."""
 
 
 class ParamGroup(BaseModel):

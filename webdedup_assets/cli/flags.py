@@ -19,7 +19,9 @@ def flag(name: str) -> str:
 
 
 def error_text(err: Exception) -> str:
-    """An error's message for the command line: a parameter's named by its flag."""
+    """An error's message for the command line: a parameter's named by its flag (also in a stage's
+    refusal that names parameters: pipeline.StageFailed's advice)."""
+    err = getattr(err, "advice", None) or err
     return err.render(flag) if isinstance(err, params.ParamError) else str(err)
 
 

@@ -258,7 +258,7 @@ def _run_and_report(
         _print_failed_checks([o for o in err.checks if o.passed is False and o.check.kind != "warning"])
         return EXIT_CHECK_FAILED
     except pipeline.StageFailed as err:
-        print(f"webdedup: error in {err.stage}: {err}", file=sys.stderr)
+        print(f"webdedup: error in {err.stage}: {error_text(err)}", file=sys.stderr)
         return EXIT_ERROR
     except params.ParamError as err:
         print(f"webdedup: error: {err.render(flag)}", file=sys.stderr)

@@ -14,7 +14,7 @@ from ..errors import WebdedupError
 from ..ingest.contract import REQUIRED_COLUMNS
 from ..ingest.inputs import InputFile
 from ..ingest.jsonl import require_whole_stream
-from ..params import ColumnParams, HeldParamError, InputParams
+from ..params import ColumnParams, InputParams, ParamAdvice
 from ..storage.state import crawl_month, load_state
 from ..storage.store import Store, connect, quote_ident, sql_string
 from ..threads import ordered_map, thread_count
@@ -269,7 +269,7 @@ def require_same_mapping(store: Store, mapping: ColumnParams, months: list[str],
             return ", ".join(parts) or "the default columns"
 
         held_text, given_text = described(held), described(mapping)
-        raise HeldParamError(
+        raise ParamAdvice(
             tuple(names),
             f"the {len(kept)} crawl day(s) held in {escaped(str(store.root))} were read with {held_text}, this input "
             f"with {given_text}: one corpus is read with one column mapping; give the held one, or `webdedup run` "

@@ -35,6 +35,7 @@ from ..params import (
     CandidateParams,
     EngineParams,
     FingerprintParams,
+    ParamAdvice,
     ParamError,
     RepresentativeParams,
     RunParams,
@@ -67,8 +68,7 @@ PROGRESS = logging.getLogger("webdedup.progress")
 Notice = Callable[[str], None]
 
 
-def _silent(message: str) -> None:
-    pass
+def _silent(message: str) -> None: ...
 
 
 def shown(storage_root: Path) -> str:
@@ -77,11 +77,11 @@ def shown(storage_root: Path) -> str:
 
 
 class StageFailed(WebdedupError):
-    """A stage failed; the message is the user's (the stage is named by `stage`)."""
+    """A stage failed: the user's message, the stage, and a refusal naming parameters (`advice`)."""
 
-    def __init__(self, stage: str, message: str) -> None:
+    def __init__(self, stage: str, message: str, advice: ParamAdvice | None = None) -> None:
         super().__init__(message)
-        self.stage = stage
+        self.stage, self.advice = stage, advice
 
 
 @dataclass
@@ -156,8 +156,13 @@ class _Steps:
         started = time.perf_counter()
         try:
             result = call()
-        except (StageFailed, ChecksFailed, ParamError):
+        except (StageFailed, ChecksFailed):
             raise
+        except ParamError as err:
+            if not isinstance(err, ParamAdvice):
+                raise
+            PROGRESS.info("%-18s failed", name)  # a refusal naming parameters (by flag on the command line)
+            raise StageFailed(name, str(err), err) from None
         except WebdedupError as err:
             PROGRESS.info("%-18s failed", name)
             raise StageFailed(name, str(err)) from None
@@ -323,10 +328,9 @@ def run(
     emit_shards: bool = False,
 ) -> Outcome:
     """Deduplicate exactly this input: the storage holds its crawl days and no other (the held
-    days it lacks are cleared, and a notice says so), the global stages are rebuilt from scratch
-    with every check, and the outputs are published (with `emit_shards`, the kept records in the
-    input's own form too: engine.shards). Raises StageFailed, ChecksFailed or WebdedupError (then
-    nothing was changed)."""
+    days it lacks are cleared, and a notice says so), the global stages are rebuilt with every
+    check, the outputs published (`emit_shards`: the kept records in the input's own form too,
+    engine.shards). Raises StageFailed, ChecksFailed or WebdedupError (then nothing changed)."""
     input_format = params.input.input_format
     engine = engine or EngineParams()
     files = _check_input(input_path, input_format, storage_root, output_dir)  # before anything is touched
@@ -463,11 +467,10 @@ def add(
     notice: Notice = _silent,
     replace_days: bool = False,
 ) -> Outcome:
-    """Extend the held corpus with this input's crawl days (a day held again is replaced; dropping
-    held documents of it needs `replace_days`), update the global stages for the documents that
-    changed, publish. `given`: {group: {field: value}} of the parameters given; the global groups
-    not given keep the held corpus' values. Raises StageFailed or WebdedupError (then nothing was
-    changed)."""
+    """Extend the held corpus with this input's crawl days (a held day given again is replaced;
+    dropping its held documents needs `replace_days`), update the global stages, publish. `given`:
+    {group: {field: value}} given; other global groups keep the held values. Raises StageFailed or
+    WebdedupError (then nothing was changed)."""
     _check_input(input_path, input_format, storage_root, output_dir)
     store = Store(storage_root)
     with damage_named(store), _writing(storage_root, output_dir, f"webdedup add {input_path}", notice) as transaction:

@@ -10,7 +10,7 @@ from ...errors import WebdedupError
 from ...storage.rows import listing
 from ...storage.store import save_table, scalar, sql_string, write_csv
 from ..publish import report_path
-from ..stages.candidates import COLLISION_TOP, budget_advice, create_collision_top, pair_slot_budget
+from ..stages.candidates import COLLISION_TOP, budget_error, create_collision_top, pair_slot_budget
 from .layout import (
     bucket_rows,
     incremental_dir,
@@ -234,10 +234,10 @@ class LinksStep:
             bands = self.store.scan_sql("band_memberships")
             sizes = con.execute(f"""SELECT size, count(*) FROM (SELECT count(*) AS size FROM {bands}
                 GROUP BY band_index, band_hash HAVING count(*) > 1) GROUP BY size""").fetchall()
-            raise WebdedupError(
-                f"candidate join would create {self.slots:,} pair slots, over the budget of {self.budget:,}; the "
-                f"largest bucket holds {figures['max_bucket_size'] or 'many'} documents: text they all share, such "
-                f"as boilerplate. {budget_advice(sizes, self.budget, params)} (the corpus was left unchanged)"
+            most = figures["max_bucket_size"]
+            largest = f"{most or 'many'} documents"
+            raise budget_error(
+                self.slots, self.budget, params, self.documents, largest, sizes, " (the corpus was left unchanged)"
             )
 
     def _collision_report(self) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import WebdedupError
-from ...params import CandidateParams
+from ...params import CandidateParams, ParamAdvice
 from ...storage.fileio import write_text
 from ...storage.store import Store, connect, file_identity, save_table, scalar, write_csv, write_relation
 from ..publish import report_path
@@ -87,12 +87,16 @@ def pair_slot_budget(max_pair_slots: int, pair_slots_per_document: int, document
     return max_pair_slots or max(MIN_PAIR_SLOTS, pair_slots_per_document * documents)
 
 
+# The parameters a budget refusal names ({p0}...): by config field, or by flag on the command line.
+BUDGET_PARAMS = ("max_pair_slots", "pair_slots_per_document", "bucket_policy", "hot_bucket_size")
+
+
 def budget_advice(sizes: list[tuple[int, int]], budget: int, params: CandidateParams) -> str:
     """What brings a band join over its budget within it, from the histogram (bucket size, number of
-    buckets) of the buckets of two or more. The star policy links only buckets over hot_bucket_size to
-    their first member (size - 1 slots); below it a bucket still makes all its pairs, so many buckets
-    of a few hundred documents overrun the budget under star too: the advice names the largest
-    hot_bucket_size that fits."""
+    buckets) of the buckets of two or more, as a template naming BUDGET_PARAMS. The star policy
+    links only buckets over hot_bucket_size to their first member (size - 1 slots); below it a
+    bucket still makes all its pairs, so many buckets of a few hundred documents overrun the budget
+    under star too: the advice names the largest hot_bucket_size that fits."""
     size = np.array([s for s, _ in sizes] or [2], dtype=np.int64)
     count = np.array([n for _, n in sizes] or [0], dtype=np.int64)
     order = np.argsort(size)
@@ -102,16 +106,40 @@ def budget_advice(sizes: list[tuple[int, int]], budget: int, params: CandidatePa
     # the larger ones star edges (the first entry: every bucket starred)
     slots = np.r_[star.sum(), np.cumsum(all_pairs) + (star.sum() - np.cumsum(star))]
     highest = np.r_[size - 1, max(params.hot_bucket_size, int(size[-1]))]
-    rest = "strip the shared boilerplate from the input, or raise the budget"
+    rest = "strip the shared boilerplate from the input, or raise the budget ({p0})"
     if slots[0] > budget:
-        return f"Even bucket_policy='star' with hot_bucket_size 2 exceeds the budget: {rest}"
+        return f"Even {{p2}}='star' with {{p3}} 2 exceeds the budget: {rest}"
     hot = max(2, int(highest[slots <= budget].max()))
     if params.bucket_policy != "star" and hot >= params.hot_bucket_size:
-        return f"Set bucket_policy='star' to link hot buckets to their first member, {rest}"
+        return f"Set {{p2}}='star' to link hot buckets to their first member, {rest}"
     return (
-        f"bucket_policy='star' links only buckets over hot_bucket_size ({params.hot_bucket_size}) to their first "
-        f"member: set bucket_policy='star' with hot_bucket_size {hot} (--bucket-policy star --hot-bucket-size {hot}), "
-        f"{rest}"
+        f"{{p2}}='star' links only buckets over {{p3}} ({params.hot_bucket_size}) to their first member: set "
+        f"{{p2}}='star' with {{p3}} {hot}, {rest}"
+    )
+
+
+def budget_error(
+    slots: int,
+    budget: int,
+    params: CandidateParams,
+    documents: int,
+    largest: str,
+    sizes: list[tuple[int, int]],
+    then: str = "",
+) -> ParamAdvice:
+    """The refusal of a band join over its budget, one for every engine and the update: `largest`
+    says what the largest bucket holds (its size, and its key and first members where known),
+    `then` what follows the advice."""
+    how = (
+        "{p0}"
+        if params.max_pair_slots
+        else f"{params.pair_slots_per_document:,} per document x {documents:,} documents ({{p1}})"
+    )
+    shown = largest.replace("{", "{{").replace("}", "}}")
+    return ParamAdvice(
+        BUDGET_PARAMS,
+        f"candidate join would create {slots:,} pair slots, over the budget of {budget:,} ({how}); the largest "
+        f"bucket holds {shown}: text they all share, such as boilerplate. {budget_advice(sizes, budget, params)}{then}",
     )
 
 
@@ -158,17 +186,9 @@ def candidate_pairs(run: StageRun) -> StageOutput:
             SELECT l.band_index, l.band_hash, list(m.doc_id ORDER BY m.doc_id)[1:3]
               FROM largest l JOIN {bm} m USING (band_index, band_hash)
              GROUP BY l.band_index, l.band_hash""").fetchall()[0]
-        how = (
-            "max_pair_slots"
-            if max_pair_slots
-            else f"{pair_slots_per_document:,} per document x {documents:,} documents (pair_slots_per_document)"
-        )
-        raise WebdedupError(
-            f"candidate join would create {slots:,} pair slots, over the budget of {budget:,} ({how}); "
-            f"the largest bucket holds {totals['max_bucket_size']:,} documents (band {band}, key {key}; e.g. "
-            f"{', '.join(sample)}): text they all share, such as boilerplate. "
-            + budget_advice(con.execute("SELECT size, count(*) FROM buckets GROUP BY size").fetchall(), budget, params)
-        )
+        largest = f"{totals['max_bucket_size']:,} documents (band {band}, key {key}; e.g. {', '.join(sample)})"
+        sizes = con.execute("SELECT size, count(*) FROM buckets GROUP BY size").fetchall()
+        raise budget_error(slots, budget, params, documents, largest, sizes)
     # The join runs over document numbers, not doc_ids: each document of a shared bucket is
     # numbered in doc_id order, so that a pair of numbers orders as its pair of doc_ids, and the
     # links and their GROUP BY hold two integers instead of two strings (the stage's memory and

@@ -12,7 +12,7 @@ from ..publish import report_path
 from ..spark.engine import SPARK, session_of
 from ..spark.io import read_asset, write_asset, write_report
 from ..stage import StageOutput, StageRun
-from .candidates import COLLISION_TOP, budget_advice, pair_slot_budget
+from .candidates import COLLISION_TOP, budget_error, pair_slot_budget
 
 # Buckets larger than this are joined block by block (by the document's number): the join pairs
 # block with block, so no task ever holds more than BLOCK x BLOCK pairs of one bucket. Smaller
@@ -128,19 +128,11 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         for column in key:
             match = match.where(F.col(column) == largest[column])
         sample = [r["doc_id"] for r in match.select("doc_id").orderBy("doc_id").limit(3).collect()]
-        how = (
-            "max_pair_slots"
-            if params.max_pair_slots
-            else f"{params.pair_slots_per_document:,} per document x {documents:,} documents (pair_slots_per_document)"
-        )
         sizes = [(r["size"], r["count"]) for r in buckets.groupBy("size").count().collect()]  # one row per size
         sized.unpersist()
-        raise WebdedupError(
-            f"candidate join would create {slots:,} pair slots, over the budget of {budget:,} ({how}); "
-            f"the largest bucket holds {max_bucket:,} documents (band {largest['band_index']}, key "
-            f"{largest['band_hash']}; e.g. {', '.join(sample)}): text they all share, such as boilerplate. "
-            + budget_advice(sizes, budget, params)
-        )
+        band, key_value = largest["band_index"], largest["band_hash"]
+        largest = f"{max_bucket:,} documents (band {band}, key {key_value}; e.g. {', '.join(sample)})"
+        raise budget_error(slots, budget, params, documents, largest, sizes)
 
     small = sized.where(F.col("size") <= hot_limit) if hot_limit is not None else sized
     # A bucket of at most BLOCK members: every two of them meet in the task holding the bucket.
