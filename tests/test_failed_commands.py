@@ -736,3 +736,19 @@ def test_pages_without_a_word_are_named_in_a_warning(tmp_path, capsys):
         "webdedup: warning: 3 of 5 document(s) hold no word (an empty or missing text; is --text-column right?): "
         "each is a cluster of its own"
     )
+
+
+def test_a_check_of_pages_whose_doc_ids_the_corpus_holds_says_so(corpus, tmp_path, capsys):
+    """A page whose doc_id the corpus holds was answered for without a word (an add of it on another
+    day is refused): the check warns, naming how many and the first ones, and changes nothing."""
+    held_id = sorted(_fixture_ids())[0]
+    day = write_day(tmp_path / "day.csv", "2026-04-02", [held_id, "fresh-01"])
+    before = held(corpus)
+    report = tmp_path / "report.parquet"
+    assert main(["check", str(day), "--against", str(corpus), "--report", str(report), "--quiet"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"webdedup: warning: 1 page(s) of {day} carry doc_ids the corpus holds already (first: {held_id}): each is "
+        "compared with the held page of its doc_id too"
+    ]
+    assert held(corpus) == before
+    assert sorted(pq.read_table(report).column("doc_id").to_pylist()) == sorted([held_id, "fresh-01"])

@@ -254,6 +254,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     except (WebdedupError, params.ParamError) as err:
         print(f"webdedup: error: {error_text(err)}", file=sys.stderr)
         return EXIT_ERROR
+    held = summary["held_doc_ids"]
+    if held["count"]:
+        print(
+            f"webdedup: warning: {held['count']} page(s) of {args.input} carry doc_ids the corpus holds already "
+            f"(first: {', '.join(held['first'])}): each is compared with the held page of its doc_id too",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:

@@ -239,6 +239,7 @@ def check_input(
         stage_fingerprinted(new, fingerprint, months)
         stage_band_memberships(new, banding, months)
         summary = check_against(store, new, report)
+        summary["held_doc_ids"] = held_doc_ids(store, new)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     con = connect()
@@ -253,3 +254,16 @@ def check_input(
     finally:
         con.close()
     return {**summary, "input_days": days, "report": str(report), "preview": preview}
+
+
+def held_doc_ids(store: Store, new: Store) -> dict[str, Any]:
+    """The new pages whose doc_ids the corpus holds already (their count and the first three): their
+    answers compare two pages of one doc_id, which an add of them on another day would refuse."""
+    con = connect()
+    try:
+        count, first = con.execute(f"""SELECT count(*), COALESCE(list(doc_id ORDER BY doc_id)[1:3], [])
+            FROM (SELECT doc_id FROM {new.scan_sql("documents")}
+                  SEMI JOIN (SELECT doc_id FROM {store.scan_sql("documents")}) USING (doc_id))""").fetchone()
+    finally:
+        con.close()
+    return {"count": count, "first": first}
