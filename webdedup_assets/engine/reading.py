@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
 from ..ingest.csv_files import MAX_LINE_BYTES, check_utf8, csv_header, delimiter, locate_csv_error
-from ..ingest.inputs import SUFFIX_FORMATS, WARC_FORMATS, InputFile, resolve_input
+from ..ingest.inputs import WARC_FORMATS, InputFile, resolve_input
 from ..ingest.jsonl import first_problem, has_records
 from ..ingest.options import WarcOptions
 from ..params import ColumnParams
@@ -85,7 +85,8 @@ def read_error(err: Exception, files: list[InputFile]) -> WebdedupError:
         named = next((str(f.path) for f in files if f.format == "parquet" and not _reads_whole(f.path)), None)
     where = f"{named}: " if named else ""
     if "No magic bytes found" in text or "too small to be a Parquet file" in text:
-        if named and _starts_as_parquet(named):
+        source = next((f.path for f in files if str(f.path) == named), None)
+        if source is not None and _starts_as_parquet(source):
             return WebdedupError(f"{where}a Parquet file cut short (no footer at its end): copy it again")
         return WebdedupError(
             f"{where}not a Parquet file (no Parquet footer at its end): give the format it is in, "
@@ -94,19 +95,22 @@ def read_error(err: Exception, files: list[InputFile]) -> WebdedupError:
     return WebdedupError(f"{where}cannot read the input: {text.splitlines()[0]}")
 
 
-def _reads_whole(path) -> bool:
+def _reads_whole(path: Path | ObjectPath) -> bool:
+    """Whether every page of a Parquet file reads (a batch at a time: memory stays bounded)."""
     try:
-        pq.read_table(path)
+        with open_input(path) as handle:
+            for _ in pq.ParquetFile(handle).iter_batches():
+                pass
         return True
     except Exception:  # any damage: pyarrow raises ArrowInvalid, OSError, or its Thrift errors
         return False
 
 
-def _starts_as_parquet(path: str) -> bool:
+def _starts_as_parquet(path: Path | ObjectPath) -> bool:
     try:
-        with open(path, "rb") as handle:
+        with open_input(path) as handle:
             return handle.read(4) == b"PAR1"
-    except OSError:
+    except (OSError, WebdedupError):
         return False
 
 
@@ -208,7 +212,8 @@ def load_input(
     except duckdb.Error as err:  # a malformed CSV or JSON Lines file fails here, on its first bad record
         raise read_error(err, files) from None
     date_fields = {str(f.path): "crawled_at" if f.stored else mapping.date_column for f in files}
-    _validate_rows(con, dated=not mapping.default_date, date_fields=date_fields)
+    json_lines = {str(f.path): f.path for f in files if f.format == "jsonl"}
+    _validate_rows(con, dated=not mapping.default_date, date_fields=date_fields, json_lines=json_lines)
     return [stored_name(c) for c in extra], scalar(con, "SELECT count(*) FROM keys WHERE crawled_day IS NULL")
 
 
@@ -311,10 +316,14 @@ def _require_utf8(con: duckdb.DuckDBPyConnection, f: InputFile, view: str, name:
 
 
 def _validate_rows(
-    con: duckdb.DuckDBPyConnection, dated: bool = True, date_fields: dict[str, str] | None = None
+    con: duckdb.DuckDBPyConnection,
+    dated: bool = True,
+    date_fields: dict[str, str] | None = None,
+    json_lines: dict[str, Path | ObjectPath] | None = None,
 ) -> None:
     """doc_ids present and unique; with `dated` (no default date), every crawl date present and a date.
-    date_fields: file name -> the field its crawl dates are read from, named when it is not crawled_at."""
+    date_fields: file name -> the field its crawl dates are read from, named when it is not crawled_at.
+    json_lines: file name -> the JSON Lines file, whose lines explain a record of NULLs."""
 
     def where(file: str) -> str:
         field = (date_fields or {}).get(file, "crawled_at")
@@ -324,8 +333,8 @@ def _validate_rows(
     if bad_ids:
         count = scalar(con, "SELECT count(*) FROM keys WHERE doc_id IS NULL OR trim(doc_id) = ''")
         first = bad_ids[0][0]
-        json_lines = tuple(suffix for suffix, kind in SUFFIX_FORMATS.items() if kind == "jsonl")
-        problem = first_problem(Path(first)) if first.lower().endswith(json_lines) else None
+        json_lines = json_lines or {}
+        problem = first_problem(json_lines[first]) if first in json_lines else None
         if problem:  # a line DuckDB read as a record of NULLs (`null`): named by its line
             raise WebdedupError(f"{first}: {problem}")
         raise WebdedupError(f"{count} row(s) have an empty doc_id (first in file {first})")
