@@ -249,31 +249,32 @@ def require_same_mapping(store: Store, mapping: ColumnParams, months: list[str],
     if held is None or held.model_copy(update={"default_date": mapping.default_date}) == mapping:
         return
     kept = [d for d in load_state(store)["days"] if extend or crawl_month(d) not in set(months)]
-    if kept:  # each field named by its flag on the command line
+    if kept:  # each field named by its flag on the command line; the rest are values, given as they are
         differing = {k for k in ColumnParams.model_fields if getattr(held, k) != getattr(mapping, k)}
         names: list[str] = []
-
-        def escaped(text: str) -> str:
-            return text.replace("{", "{{").replace("}", "}}")
+        values: dict[str, str] = {"root": str(store.root)}
 
         def described(m: ColumnParams) -> str:
             """The fields other than the defaults, and those that differ even when default (`--text-column
             body` is the default, and was left out)."""
-            values = m.model_dump(exclude={"default_date"})
-            given = mapping_given(values)
+            fields = m.model_dump(exclude={"default_date"})
+            given = mapping_given(fields)
             parts = []
-            for name, value in values.items():
+            for name, value in fields.items():
                 if name in given or name in differing:
-                    names.append(name) if name not in names else None
-                    parts.append(f"{{p{names.index(name)}}}={escaped(repr(value))}")
+                    if name not in names:
+                        names.append(name)
+                    values[f"v{len(values)}"] = repr(value)
+                    parts.append(f"{{p{names.index(name)}}}={{v{len(values) - 1}}}")
             return ", ".join(parts) or "the default columns"
 
         held_text, given_text = described(held), described(mapping)
         raise ParamAdvice(
             tuple(names),
-            f"the {len(kept)} crawl day(s) held in {escaped(str(store.root))} were read with {held_text}, this input "
-            f"with {given_text}: one corpus is read with one column mapping; give the held one, or `webdedup run` "
-            "the whole input with the new one",
+            f"the {len(kept)} crawl day(s) held in {{root}} were read with {held_text}, this input with {given_text}: "
+            "one corpus is read with one column mapping; give the held one, or `webdedup run` the whole input with "
+            "the new one",
+            **values,
         )
 
 

@@ -135,11 +135,13 @@ def budget_error(
         if params.max_pair_slots
         else f"{params.pair_slots_per_document:,} per document x {documents:,} documents ({{p1}})"
     )
-    shown = largest.replace("{", "{{").replace("}", "}}")
     return ParamAdvice(
         BUDGET_PARAMS,
         f"candidate join would create {slots:,} pair slots, over the budget of {budget:,} ({how}); the largest "
-        f"bucket holds {shown}: text they all share, such as boilerplate. {budget_advice(sizes, budget, params)}{then}",
+        "bucket holds {largest}: text they all share, such as boilerplate. "
+        f"{budget_advice(sizes, budget, params)}{{then}}",
+        largest=largest,  # (doc_ids, given as they are)
+        then=then,
     )
 
 
