@@ -1,5 +1,7 @@
 """The command line flag of each parameter (webdedup_assets.params), for the parsers and the errors."""
 
+import sys
+
 from .. import params
 
 # Flags whose name is not the parameter's own (`--shingle-size` for shingle_size).
@@ -25,13 +27,13 @@ def error_text(err: Exception) -> str:
     return err.render(flag) if isinstance(err, params.ParamError) else str(err)
 
 
-def empty_text_warning(counts: dict) -> str | None:
+def warn_of_empty_text(counts: dict) -> None:
     """A warning when pages hold no word (their text empty or missing: a text column mapped to a
     field most records lack kept them as empty pages without a word)."""
     empty = counts.get("empty_documents") or 0
-    if not empty:
-        return None
-    return (
-        f"webdedup: warning: {empty} of {counts['documents']} document(s) hold no word (an empty or missing text; "
-        "is --text-column right?): each is a cluster of its own"
-    )
+    if empty:
+        print(
+            f"webdedup: warning: {empty} of {counts['documents']} document(s) hold no word (an empty or missing "
+            "text; is --text-column right?): each is a cluster of its own",
+            file=sys.stderr,
+        )

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import params
 from ..storage.objects import ObjectPath
-from .flags import empty_text_warning, error_text
+from .flags import error_text, warn_of_empty_text
 from .folders import output_of, require_same_corpus, storage_to_read, storage_to_write, warn_of_unread_files
 from .progress import progress_shown
 
@@ -185,8 +185,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         print(f"webdedup: error: {error_text(err)}", file=sys.stderr)
         return EXIT_ERROR
     report, manifest, steps = outcome.report, outcome.manifest, outcome.step_seconds
-    if empty_text_warning(manifest["counts"]):
-        print(empty_text_warning(manifest["counts"]), file=sys.stderr)
+    warn_of_empty_text(manifest["counts"])
     summary = {"input_days": outcome.days, **report.as_dict(), "step_seconds": steps, "counts": manifest["counts"]}
     if args.json:
         print(json.dumps(summary, indent=2, default=str))

@@ -18,7 +18,7 @@ from ..storage.objects import ObjectPath, is_uri
 from ..storage.remote import working_copy
 from .evaluate import add_evaluate_parser, add_tune_parser, cmd_evaluate, cmd_tune
 from .explain import add_explain_parsers, cmd_explain, cmd_inspect
-from .flags import empty_text_warning, error_text, flag
+from .flags import error_text, flag, warn_of_empty_text
 from .folders import output_of, remote_storage, storage_to_write, warn_of_unread_files
 from .incremental import add_incremental_parsers, cmd_add, cmd_check, held_values
 from .progress import progress_shown
@@ -272,8 +272,7 @@ def _run_and_report(
     else:
         print(f"webdedup summary ({output_dir}):")
         print(_summary_table(manifest))
-    if empty_text_warning(manifest["counts"]):
-        print(empty_text_warning(manifest["counts"]), file=sys.stderr)
+    warn_of_empty_text(manifest["counts"])
     warc = manifest["input"].get("warc")
     if isinstance(output_dir, ObjectPath):  # in the set its CURRENT names
         output_dir = ObjectPath(*output_dir.parts, "sets", "<CURRENT>")
