@@ -8,8 +8,6 @@ import numpy as np
 
 from .hashing import BAND_SEED, FMIX_1, FMIX_2, PRIME_2
 
-EMPTY_SIGNATURE_VALUE = np.uint32(0xFFFFFFFF)
-
 
 @dataclass(frozen=True)
 class MinHashParams:

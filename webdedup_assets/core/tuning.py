@@ -6,8 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from .minhash import candidate_probability
-
 
 def bandings(num_perm: int, min_rows: int = 3, max_rows: int = 16) -> list[tuple[int, int]]:
     """Every (bands, rows) with bands x rows = num_perm and min_rows <= rows <= max_rows."""
@@ -38,7 +36,3 @@ def recommend(rows: list[dict[str, Any]], target_recall: float, min_probability:
     if not eligible:
         return None
     return min(eligible, key=lambda r: (r["candidates"], r["num_perm"], -r["recall"], -r["p_candidate_at_threshold"]))
-
-
-def probability_at(threshold: float, bands: int, rows: int) -> float:
-    return candidate_probability(threshold, bands, rows)

@@ -23,15 +23,9 @@ def markdown_table(columns: list[str], rows: list[tuple]) -> str:
     return "\n".join(lines)
 
 
-def preview(
-    store: Store, asset: str, limit: int = 10, order_by: str | None = None, partition: str | None = None
-) -> str:
-    """The first rows of an asset (of one partition's files when given), long cells cut."""
-    if partition:
-        listing = ", ".join(sql_string(str(f)) for f in store.partition_files(asset, partition))
-        source = f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
-    else:
-        source = store.scan_sql(asset)
+def preview(store: Store, asset: str, limit: int = 10, order_by: str | None = None) -> str:
+    """The first rows of an asset, long cells cut."""
+    source = store.scan_sql(asset)
     con = connect()
     try:
         relation = con.sql(f"SELECT * FROM {source} {f'ORDER BY {order_by}' if order_by else ''} LIMIT {limit}")

@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from ..core.fingerprint import fingerprint_method, fingerprint_texts, shingling, simhash_texts
-from ..core.minhash import MinHashParams, band_keys
+from ..core.minhash import MinHashParams, band_keys, candidate_probability
 from ..core.simhash import block_keys, block_values
-from ..core.tuning import banded_hits, bandings, probability_at, recommend
+from ..core.tuning import banded_hits, bandings, recommend
 from ..engine.shingle_sets import load_shingle_sets
 from ..errors import WebdedupError
 from ..params import MAX_SIMHASH_KEYS
@@ -216,7 +216,7 @@ def _tune(
                     "num_perm": num_perm,
                     "bands": bands,
                     "rows": r,
-                    "p_candidate_at_threshold": round(probability_at(threshold, bands, r), 6),
+                    "p_candidate_at_threshold": round(candidate_probability(threshold, bands, r), 6),
                     **measured(hits, candidates, slots, len(ref_left)),
                 }
             )

@@ -16,7 +16,6 @@ import os
 import shutil
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import WebdedupError
-from ..progress import Task
 from . import objects
 from .fileio import atomic_path, write_text
 from .serial import decode, encode
@@ -289,7 +287,6 @@ def write_batches(
     params: dict[str, Any],
     use_dictionary: bool | list[str] = True,
     uncompressed: Iterable[str] = (),
-    options: dict[str, Any] | None = None,
 ) -> int:
     """Stream record batches (or tables: one row group each, e.g. zero-copy slices put
     together) into one Parquet file atomically; returns the row count.
@@ -297,11 +294,10 @@ def write_batches(
     use_dictionary: False or the columns worth dictionary-encoding (pyarrow tries every column
     by default, which costs CPU and size on unique or random values such as signatures).
     uncompressed: columns stored without zstd (random values such as signatures do not
-    compress; trying costs a second per million documents).
-    options: pyarrow writer options instead of those (e.g. storage.parquet_splice.layout)."""
+    compress; trying costs a second per million documents)."""
     schema = with_params(schema, params)
     rows = 0
-    options = options if options is not None else writer_options(schema, use_dictionary, uncompressed)
+    options = writer_options(schema, use_dictionary, uncompressed)
     with atomic_path(target) as temp:
         with pq.ParquetWriter(temp, schema, **options) as writer:
             for batch in batches:
@@ -333,51 +329,14 @@ def write_schema(
     write_batches(store.schema_path(asset), schema, [], params)
 
 
-def copy_query(
-    con: duckdb.DuckDBPyConnection,
-    query: str,
-    target: Path,
-    params: dict[str, Any],
-    partition_by: str | None = None,
-    progress: Task | None = None,
-) -> None:
+def copy_query(con: duckdb.DuckDBPyConnection, query: str, target: Path, params: dict[str, Any]) -> None:
     """DuckDB's parallel Parquet writer (COPY), rows in the query's order, with the stage
-    parameters in the key-value metadata like write_batches; partition_by writes a folder.
-    With `progress` (a Task whose total is the rows the query reads), DuckDB's own estimate of
-    how far the query is (query_progress, polled from a second thread) advances it."""
+    parameters in the key-value metadata like write_batches."""
     metadata = sql_string(encode(params))
     key = METADATA_KEY.decode()
     options = f"FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 32768, KV_METADATA {{{key}: {metadata}}}"
-    if partition_by:
-        options += f", PARTITION_BY ({partition_by}), OVERWRITE_OR_IGNORE"
     con.execute("SET SESSION preserve_insertion_order = true")
-    with _polled(con, progress):
-        con.execute(f"COPY ({query}) TO {sql_string(str(target))} ({options})")
-
-
-@contextmanager
-def _polled(con: duckdb.DuckDBPyConnection, progress: Task | None, every: float = 0.5):
-    if progress is None or not progress.shown or not progress.total:
-        yield
-        return
-    con.execute("SET enable_progress_bar = true")  # DuckDB tracks progress only when asked to
-    con.execute("SET enable_progress_bar_print = false")
-    finished = threading.Event()
-
-    def poll() -> None:
-        while not finished.wait(every):
-            percent = con.query_progress()
-            if percent >= 0:
-                progress.advance(max(0, int(progress.total * min(percent, 100.0) / 100) - progress.done))
-
-    poller = threading.Thread(target=poll, name="webdedup-query-progress", daemon=True)
-    poller.start()
-    try:
-        yield
-        progress.advance(max(0, progress.total - progress.done))
-    finally:
-        finished.set()
-        poller.join()
+    con.execute(f"COPY ({query}) TO {sql_string(str(target))} ({options})")
 
 
 def write_csv(target: Path, relation: duckdb.DuckDBPyRelation) -> None:

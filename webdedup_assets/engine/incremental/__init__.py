@@ -54,7 +54,7 @@ from .assets import ChainUpdate
 from .changes import DailyChanges, changed_documents, daily_changes
 from .check import CHECK_SCHEMA, check_against, check_input, held_daily_params
 from .layout import DAILY, GLOBAL, INCREMENTAL_DIR, UpdateReport, load_state
-from .rebuild import check_fixed_params, full_rebuild, run_global_stages
+from .rebuild import check_fixed_params, run_global_stages
 from .update import UpdateSession, update
 
 __all__ = [
@@ -70,7 +70,6 @@ __all__ = [
     "check_fixed_params",
     "check_input",
     "daily_changes",
-    "full_rebuild",
     "held_daily_params",
     "load_state",
     "run_global_stages",

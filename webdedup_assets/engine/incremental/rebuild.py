@@ -61,19 +61,6 @@ def stored_choice(store: Store, state: dict[str, Any] | None, key: str, model, g
     return from_stored(model, held) if held else model()
 
 
-def full_rebuild(
-    store: Store,
-    candidates: CandidateParams,
-    scoring: ScoringParams,
-    representative: RepresentativeParams,
-    run_stage: StageRunner | None = None,
-) -> None:
-    """Every global stage from scratch (the contract's own implementations, each through
-    `run_stage`: the pipeline's, which reports progress and checks the stage), then a fresh snapshot."""
-    for _ in full_rebuild_steps(store, candidates, scoring, representative, run_stage):
-        pass
-
-
 def full_rebuild_steps(
     store: Store,
     candidates: CandidateParams,

@@ -10,7 +10,6 @@ left there is removed with the other leftovers when the next writer takes the lo
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import logging
@@ -36,16 +35,11 @@ PROGRESS = logging.getLogger("webdedup.progress")
 STAGING_FOLDER = ".staging-warc"
 
 
-def write_rejections(rows: list[dict[str, Any]], parquet_path: Path, csv_path: Path | None) -> None:
-    """rejected_records as Parquet (beside the documents asset) and CSV (in the output folder)."""
+def write_rejections(rows: list[dict[str, Any]], parquet_path: Path) -> None:
+    """rejected_records as Parquet beside the documents asset (published as CSV by engine.publish)."""
     table = pa.Table.from_pylist(rows, schema=REJECTED_SCHEMA)
     with atomic_path(parquet_path) as temp:
         pq.write_table(table, temp, compression="zstd")
-    if csv_path is not None:
-        with atomic_path(csv_path) as temp, open(temp, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=REJECTED_SCHEMA.names)
-            writer.writeheader()
-            writer.writerows(rows)
 
 
 def rejections_by_kind(store: Store) -> dict[str, int]:
@@ -133,7 +127,7 @@ def stage_warc(
             done["not_documents"],
             done["seconds"],
         )
-        write_rejections(result["rejected_rows"], rejected_path, None)
+        write_rejections(result["rejected_rows"], rejected_path)
         write_text(summary_path, json.dumps({k: v for k, v in result.items() if k != "rejected_rows"}, default=str))
     if warcs and all(_holds_no_warc_record(d) for d in result["files"]):
         # Not one WARC record in any file: a wrong --format or a wrong file, never a crawl to publish as empty.
@@ -159,7 +153,7 @@ def record_rejections(store: Store, rows: list[dict[str, Any]], input_files: lis
         given = {r["warc_filename"] for r in rows}  # and the input's WARC files without a rejected record:
         given |= {name for f in input_files if f.format == "warc" for name in (f.path.name, str(f.path))}
         rows = [r for r in pq.read_table(held).to_pylist() if r["warc_filename"] not in given] + rows
-    write_rejections(rows, held, None)
+    write_rejections(rows, held)
 
 
 def input_params(
