@@ -183,7 +183,8 @@ class _Updater(LinksStep, VerifyStep, ComponentsStep, RepresentativesStep):
             yield from GLOBAL_ORDER
             return
         self.report.mode = "incremental"
-        require_unique_doc_ids(store, con, "docs")
+        # The held documents were unique at the last update: a repeat now involves a row of a changed file.
+        require_unique_doc_ids(store, con, "(SELECT * FROM docs SEMI JOIN new_rows USING (doc_id))")
         self._links()
         self._mark("candidates")
         self._record_seconds("candidate_pairs", "body_index", "changes", "candidates")
