@@ -12,7 +12,7 @@ from ...errors import WebdedupError
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
 from ...storage.serial import from_stored
 from ...storage.state import held_days
-from ...storage.store import Store, connect, link_or_copy, quote_ident, save_table, write_text
+from ...storage.store import Store, connect, link_or_copy, save_table, write_text
 from ..stage import DUCKDB, StageResult
 from ..stages.candidates import (
     COLLISION_TOP_FILE,
@@ -22,7 +22,7 @@ from ..stages.candidates import (
     kept_bucket_summary,
     kept_dir,
 )
-from ..stages.clustering import cluster_inspection, ranking_columns
+from ..stages.clustering import cluster_inspection, ranked_sql
 from ..stages.documents import stored_extra_columns
 from .layout import (
     DAILY,
@@ -128,33 +128,9 @@ def global_stage_params(
     ]
 
 
-def ranked_sql(
-    store: Store,
-    policy: RepresentativeParams,
-    members: str | None,
-    clusters: str | None = None,
-    documents: str | None = None,
-) -> str:
-    """The `ranked` table of deduped_documents (narrow columns, rank per cluster), for the
-    clusters of the doc_ids in the temp table `members` only when given (their clusters from the
-    table `clusters`, default the stored clusters asset; the documents' narrow columns from the
-    table `documents`, default the documents files)."""
-    order_by = policy_order_by(policy.representative_policy, policy.prefer_domains)
-    narrow = ", ".join(quote_ident(c) for c in ranking_columns(stored_extra_columns(store)))
-    scope = f"SEMI JOIN {members} s ON s.doc_id = d.doc_id" if members else ""
-    tokens_scope = scope.replace("d.doc_id", "f.doc_id")
-    return f"""CREATE TEMP TABLE ranked AS
-        SELECT d.*, c.cluster_id, c.cluster_size, f.token_count,
-               row_number() OVER (PARTITION BY c.cluster_id ORDER BY {order_by}) AS rank
-          FROM (SELECT {narrow} FROM {documents or store.scan_sql("documents")} d {scope}) d
-          JOIN {clusters or store.scan_sql("clusters")} c USING (doc_id)
-          JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")} f {tokens_scope}) f
-            USING (doc_id)"""
-
-
 def inspection_all(con, store: Store, policy: RepresentativeParams) -> None:
     con.execute("DROP TABLE IF EXISTS ranked")
-    con.execute(ranked_sql(store, policy, None))
+    con.execute(ranked_sql(store, policy_order_by(policy.representative_policy, policy.prefer_domains)))
     relation = cluster_inspection(con, store, stored_extra_columns(store))
     con.execute("DROP TABLE IF EXISTS inspection")
     con.execute(f"CREATE TEMP TABLE inspection AS {relation.sql_query()}")

@@ -33,10 +33,9 @@ from ...storage.store import quote_ident, row_groups, save_table, sql_string, wi
 from ...threads import prefetch
 from ..publish import report_path
 from ..stage import DUCKDB
-from ..stages.clustering import cluster_inspection, deduped_layout, representative_rows
+from ..stages.clustering import cluster_inspection, deduped_layout, ranked_sql, representative_rows
 from ..stages.documents import stored_extra_columns
 from .layout import incremental_dir
-from .rebuild import ranked_sql
 
 ROW_SHIFT = 40  # key = file index << 40 | row number in the file (a file holds < 2**40 rows)
 
@@ -48,7 +47,9 @@ class RepresentativesStep:
         con, store = self.con, self.store
         con.execute("CREATE TEMP TABLE members AS SELECT doc_id FROM regrouped")
         con.execute("DROP TABLE IF EXISTS ranked")
-        con.execute(ranked_sql(store, self.representative, "members", clusters="regrouped", documents="docs"))
+        policy = self.representative
+        order_by = policy_order_by(policy.representative_policy, policy.prefer_domains)
+        con.execute(ranked_sql(store, order_by, "members", clusters="regrouped", documents="docs"))
         con.execute(
             "CREATE TEMP TABLE winners AS "
             "SELECT doc_id, cluster_id, cluster_size, token_count FROM ranked WHERE rank = 1"

@@ -115,19 +115,13 @@ def deduped_documents(run: StageRun) -> StageOutput:
     extra = stored_extra_columns(store)
     # Rank on narrow columns only (no bodies in the window sort); each document is located by
     # its file and row number, so the winners' full rows are then read straight from the files.
-    narrow = ", ".join(quote_ident(c) for c in ranking_columns(extra))
     files = store.require("documents")
     listing = ", ".join(sql_string(str(f)) for f in files)
     located = (
         f"read_parquet([{listing}], union_by_name = true, filename = true, file_row_number = true, "
         "hive_partitioning = false)"
     )
-    con.execute(f"""CREATE TEMP TABLE ranked AS
-        SELECT d.*, c.cluster_id, c.cluster_size, f.token_count,
-               row_number() OVER (PARTITION BY c.cluster_id ORDER BY {order_by}) AS rank
-          FROM (SELECT {narrow}, filename, file_row_number FROM {located}) d
-          JOIN {store.scan_sql("clusters")} c USING (doc_id)
-          JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")}) f USING (doc_id)""")
+    con.execute(ranked_sql(store, order_by, documents=located, located=True))
     split_off = _verify_against_representative(con, store, order_by) if run.params.verify_against_representative else 0
     winners = con.sql(
         "SELECT filename, file_row_number, cluster_id, cluster_size, token_count FROM ranked "
@@ -325,6 +319,32 @@ def provenance_columns(extra: list[str]) -> list[str]:
     """The extra columns of the documents that say where a page was captured (WARC record,
     capture URL): ranking and cluster_inspection carry them."""
     return [c for c in extra if c.startswith("warc_") or c == "capture_url"]
+
+
+def ranked_sql(
+    store: Store,
+    order_by: str,
+    members: str | None = None,
+    clusters: str | None = None,
+    documents: str | None = None,
+    located: bool = False,
+) -> str:
+    """The `ranked` table of deduped_documents (narrow columns, rank per cluster), for the
+    clusters of the doc_ids in the temp table `members` only when given (their clusters from the
+    table `clusters`, default the stored clusters asset; the documents' narrow columns from the
+    table `documents`, default the documents files). located: `documents` has each row's
+    filename and file_row_number, which ranked keeps."""
+    columns = [quote_ident(c) for c in ranking_columns(stored_extra_columns(store))]
+    narrow = ", ".join(columns + (["filename", "file_row_number"] if located else []))
+    scope = f"SEMI JOIN {members} s ON s.doc_id = d.doc_id" if members else ""
+    tokens_scope = scope.replace("d.doc_id", "f.doc_id")
+    return f"""CREATE TEMP TABLE ranked AS
+        SELECT d.*, c.cluster_id, c.cluster_size, f.token_count,
+               row_number() OVER (PARTITION BY c.cluster_id ORDER BY {order_by}) AS rank
+          FROM (SELECT {narrow} FROM {documents or store.scan_sql("documents")} d {scope}) d
+          JOIN {clusters or store.scan_sql("clusters")} c USING (doc_id)
+          JOIN (SELECT doc_id, token_count FROM {store.scan_sql("fingerprinted")} f {tokens_scope}) f
+            USING (doc_id)"""
 
 
 def ranking_columns(extra: list[str]) -> list[str]:
