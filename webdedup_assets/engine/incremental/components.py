@@ -6,7 +6,7 @@ import numpy as np
 
 from ...errors import WebdedupError
 from ...storage.store import scalar
-from ..stages.clustering import cluster_assignment
+from ..stages.clustering import cluster_assignment, cluster_figures
 
 
 class ComponentsStep:
@@ -49,17 +49,8 @@ class ComponentsStep:
               SELECT c.* FROM old_clusters c WHERE c.cluster_id NOT IN (SELECT cluster_id FROM touched_old)
                  AND c.doc_id NOT IN (SELECT doc_id FROM removed)
               UNION ALL SELECT * FROM regrouped) ORDER BY doc_id""")
-        n_clusters, dup_clusters, singletons, largest, rows = con.execute("""
-            SELECT count(DISTINCT cluster_id), count(DISTINCT cluster_id) FILTER (cluster_size > 1),
-                   count(*) FILTER (cluster_size = 1), COALESCE(max(cluster_size), 0), count(*)
-              FROM new_clusters""").fetchall()[0]
-        figures = {
-            "clusters": n_clusters,
-            "duplicate_clusters": dup_clusters,
-            "singletons": singletons,
-            "max_cluster_size": largest,
-            "edges": scalar(con, "SELECT count(*) FROM new_dup"),
-        }
+        rows = scalar(con, "SELECT count(*) FROM new_clusters")
+        figures = cluster_figures(con, "new_clusters", scalar(con, "SELECT count(*) FROM new_dup"))
         if rows != self.documents:
             raise WebdedupError(
                 f"incremental update: clusters would hold {rows} documents but the corpus holds {self.documents}; "

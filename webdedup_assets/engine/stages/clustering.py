@@ -68,19 +68,23 @@ def clusters(run: StageRun) -> StageOutput:
     ids = con.sql("SELECT doc_id FROM ids ORDER BY node").to_arrow_table().column("doc_id").combine_chunks()
     table = cluster_assignment(ids, edge_left, edge_right)
     rows = write_table(store.path("clusters"), table, run.parameters)
-    clusters_sql = store.scan_sql("clusters")
+    figures = cluster_figures(con, store.scan_sql("clusters"), int(edge_left.size))
+    con.close()
+    return StageOutput(rows, figures)
+
+
+def cluster_figures(con, clusters: str, edges: int) -> dict[str, int]:
+    """The clusters asset's figures, of the table expression `clusters` (a row per document)."""
     n_clusters, dup_clusters, singletons, largest = con.execute(f"""
         SELECT count(DISTINCT cluster_id), count(DISTINCT cluster_id) FILTER (cluster_size > 1),
-               count(*) FILTER (cluster_size = 1), COALESCE(max(cluster_size), 0) FROM {clusters_sql}""").fetchall()[0]
-    figures = {
+               count(*) FILTER (cluster_size = 1), COALESCE(max(cluster_size), 0) FROM {clusters}""").fetchall()[0]
+    return {
         "clusters": n_clusters,
         "duplicate_clusters": dup_clusters,
         "singletons": singletons,
         "max_cluster_size": largest,
-        "edges": int(edge_left.size),
+        "edges": edges,
     }
-    con.close()
-    return StageOutput(rows, figures)
 
 
 def cluster_assignment(ids: pa.Array, left: np.ndarray, right: np.ndarray) -> pa.Table:
