@@ -10,7 +10,14 @@ from ...errors import WebdedupError
 from ...storage.rows import listing
 from ...storage.store import save_table, scalar, sql_string, write_csv
 from ..publish import report_path
-from ..stages.candidates import COLLISION_TOP, budget_error, create_collision_top, pair_slot_budget
+from ..stages.candidates import (
+    COLLISION_TOP,
+    budget_error,
+    candidate_figures,
+    create_collision_top,
+    pair_slot_budget,
+    write_candidate_summary,
+)
 from .layout import (
     bucket_rows,
     incremental_dir,
@@ -171,31 +178,11 @@ class LinksStep:
         self._collision_report()
         rows = scalar(con, "SELECT count(*) FROM new_cand")
         cross = scalar(con, "SELECT count(*) FROM new_cand WHERE cross_domain")
-        documents = self.documents
-        possible = documents * (documents - 1) // 2
-        stats = {
-            "documents": documents,
-            "possible_pairs": possible,
-            "candidate_reduction_ratio": round(1 - rows / possible, 4) if possible else 0.0,
-            "cross_domain_candidates": cross,
-            "same_domain_candidates": rows - cross,
-            "collision_buckets": self.figures["collision_buckets"],
-            "max_bucket_size": self.figures["max_bucket_size"],
-            "pair_slots": self.slots,
-            "all_pairs_slots": self.figures["all_pairs_slots"],
-        }
+        stats = candidate_figures(rows, self.documents, cross, self.slots, self.figures)
         run = self._stage_run("candidate_pairs", self.candidates, budget=self.budget)
         self._write("candidate_pairs", "SELECT * FROM new_cand", run.parameters, rows, stats)
         self.upstream["candidate_pairs"] = run.parameters
-        con.execute("SET SESSION preserve_insertion_order = true")
-        write_csv(
-            report_path(store, "candidate_summary.csv"),
-            con.sql(
-                "SELECT * FROM (VALUES "
-                + ", ".join(f"('{k}', '{v}')" for k, v in {"rows": rows, **stats}.items())
-                + ") t(metric, value)"
-            ),
-        )
+        write_candidate_summary(store, rows, stats)
 
     def _budget(self) -> None:
         """Pair slots, collision buckets and the largest bucket, updated by the touched

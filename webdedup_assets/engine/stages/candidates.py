@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -236,29 +237,9 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     run.derive(budget=budget)
     rows = write_relation(store.path("candidate_pairs"), relation, run.parameters)
     cross = scalar(con, f"SELECT count(*) FROM {store.scan_sql('candidate_pairs')} WHERE cross_domain")
-    possible = documents * (documents - 1) // 2
-    stats = {
-        "rows": rows,
-        "documents": documents,
-        "possible_pairs": possible,
-        "candidate_reduction_ratio": round(1 - rows / possible, 4) if possible else 0.0,
-        "cross_domain_candidates": cross,
-        "same_domain_candidates": rows - cross,
-        "collision_buckets": totals["collision_buckets"],
-        "max_bucket_size": totals["max_bucket_size"],
-        "pair_slots": slots,
-        "all_pairs_slots": totals["all_pairs_slots"],
-    }
-    # Reports published with the run (engine.publish); figures only, no timings, so that the
-    # same input gives the same file.
-    figures = stats
+    stats = candidate_figures(rows, documents, cross, slots, totals)
+    write_candidate_summary(store, rows, stats)
     con.execute("SET SESSION preserve_insertion_order = true")  # the files keep the queries' ORDER BY
-    write_csv(
-        report_path(store, "candidate_summary.csv"),
-        con.sql(
-            "SELECT * FROM (VALUES " + ", ".join(f"('{k}', '{v}')" for k, v in figures.items()) + ") t(metric, value)"
-        ),
-    )
     create_collision_top(con, bm, sizes="buckets")
     write_csv(
         report_path(store, "collision_buckets.csv"),
@@ -270,7 +251,37 @@ def candidate_pairs(run: StageRun) -> StageOutput:
         summary = {"candidate_pairs": file_identity(store.path("candidate_pairs")), "hot_bucket_size": hot_bucket_size}
         write_text(folder / BUCKET_SUMMARY, json.dumps({**summary, "figures": totals}, sort_keys=True))
     con.close()
-    return StageOutput(rows, {k: v for k, v in stats.items() if k != "rows"})
+    return StageOutput(rows, stats)
+
+
+def candidate_figures(rows: int, documents: int, cross: int, slots: int, totals: dict[str, int]) -> dict[str, Any]:
+    """candidate_pairs' figures (every engine and the update): `totals` as bucket_totals gives them."""
+    possible = documents * (documents - 1) // 2
+    return {
+        "documents": documents,
+        "possible_pairs": possible,
+        "candidate_reduction_ratio": round(1 - rows / possible, 4) if possible else 0.0,
+        "cross_domain_candidates": cross,
+        "same_domain_candidates": rows - cross,
+        "collision_buckets": totals["collision_buckets"],
+        "max_bucket_size": totals["max_bucket_size"],
+        "pair_slots": slots,
+        "all_pairs_slots": totals["all_pairs_slots"],
+    }
+
+
+def write_candidate_summary(store: Store, rows: int, figures: dict[str, Any]) -> None:
+    """candidate_summary.csv, published with the run (engine.publish): figures only, no timings,
+    so that the same input gives the same file."""
+    con = connect()
+    try:
+        con.execute("SET SESSION preserve_insertion_order = true")
+        summary = ", ".join(f"('{k}', '{v}')" for k, v in {"rows": rows, **figures}.items())
+        write_csv(
+            report_path(store, "candidate_summary.csv"), con.sql(f"SELECT * FROM (VALUES {summary}) t(metric, value)")
+        )
+    finally:
+        con.close()
 
 
 def require_unique_doc_ids(store: Store, con=None, documents: str | None = None) -> None:

@@ -7,12 +7,11 @@ import pyarrow as pa
 
 from ...errors import WebdedupError
 from ...params import CandidateParams
-from ...storage.store import connect, write_csv
 from ..publish import report_path
 from ..spark.engine import SPARK, session_of
 from ..spark.io import read_asset, write_asset, write_report
 from ..stage import StageOutput, StageRun
-from .candidates import COLLISION_TOP, budget_error, pair_slot_budget
+from .candidates import COLLISION_TOP, budget_error, candidate_figures, pair_slot_budget, write_candidate_summary
 
 # Buckets larger than this are joined block by block (by the document's number): the join pairs
 # block with block, so no task ever holds more than BLOCK x BLOCK pairs of one bucket. Smaller
@@ -209,29 +208,9 @@ def candidate_pairs(run: StageRun) -> StageOutput:
     rows = write_asset(result, store, "candidate_pairs", CANDIDATE_SCHEMA, run.parameters)
     cross = result.where("cross_domain").count()
     result.unpersist()
-    possible = documents * (documents - 1) // 2
-    figures = {
-        "documents": documents,
-        "possible_pairs": possible,
-        "candidate_reduction_ratio": round(1 - rows / possible, 4) if possible else 0.0,
-        "cross_domain_candidates": cross,
-        "same_domain_candidates": rows - cross,
-        "collision_buckets": n_buckets,
-        "max_bucket_size": max_bucket,
-        "pair_slots": slots,
-        "all_pairs_slots": all_pairs_slots,
-    }
-    # Reports, formatted as the DuckDB engine formats them (figures only, and the largest buckets).
-    summary = {"rows": rows, **figures}
-    con = connect()
-    con.execute("SET SESSION preserve_insertion_order = true")
-    write_csv(
-        report_path(store, "candidate_summary.csv"),
-        con.sql(
-            "SELECT * FROM (VALUES " + ", ".join(f"('{k}', '{v}')" for k, v in summary.items()) + ") t(metric, value)"
-        ),
-    )
-    con.close()
+    totals = {"collision_buckets": n_buckets, "max_bucket_size": max_bucket, "all_pairs_slots": all_pairs_slots}
+    figures = candidate_figures(rows, documents, cross, slots, totals)
+    write_candidate_summary(store, rows, figures)  # the reports as the DuckDB engine writes them
     top = buckets.orderBy(F.desc("size"), "band_index", "band_hash").limit(COLLISION_TOP)
     members = (
         bm.join(F.broadcast(top.select(*key)), key)
