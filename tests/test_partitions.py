@@ -315,17 +315,9 @@ def test_the_schedule_keeps_the_fingerprint_parameters_of_the_latest_run(split, 
         repository_def=env.defs.get_repository_def(),
     )
     [request] = schedule.evaluate_tick(context).run_requests
-    assert request.run_config["ops"] == {
-        "fingerprinted": {
-            "config": {
-                "shingle_size": 4,
-                "shingle_unit": "word",
-                "num_perm": 64,
-                "seed": 3,
-                "fingerprint_method": "minhash",
-            }
-        },
-        "band_memberships": {"config": {"bands": 16, "rows": 4, "max_hamming": 3, "key_blocks": 1}},
+    assert request.run_config["ops"] == {  # as stored with the assets (MinHash's: no SimHash field)
+        "fingerprinted": {"config": {"shingle_size": 4, "shingle_unit": "word", "num_perm": 64, "seed": 3}},
+        "band_memberships": {"config": {"bands": 16, "rows": 4}},
     }
 
 
@@ -335,7 +327,7 @@ def sensor_tick(defs, instance, cursor=None):
     return sensor.evaluate_tick(context)
 
 
-def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_the_last_parameters(split):
+def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_the_parameters_in_force(split):
     env, by_day = split
     defs = env.defs
     sensor = defs.resolve_sensor_def("global_after_daily")
@@ -368,13 +360,30 @@ def test_the_sensor_follows_any_materialization_of_band_memberships_once_with_th
     env.daily("2026-02")  # a re-run of one month by the daily job
     [request] = sensor_tick(defs, env.instance, first.cursor).run_requests
     assert request.run_config["ops"]["scored_pairs"] == {"config": {"threshold": 0.9}}
-    assert request.run_config["ops"]["duplicate_pairs"] == {"config": {"threshold": 0.9}}
+    assert "duplicate_pairs" not in request.run_config["ops"]  # it takes scored_pairs' one threshold
     assert request.run_config["ops"]["deduped_documents"] == {
         "config": {"representative_policy": "longest", "verify_against_representative": False, "prefer_domains": ""}
     }
     candidates = request.run_config["ops"]["candidate_pairs"]["config"]
     assert candidates["max_pair_slots"] == CandidateParams().max_pair_slots  # the defaults it last ran with
     assert candidates["pair_slots_per_document"] == CandidateParams().pair_slots_per_document
+    # scored_pairs alone at 0.95 (the Catalog), then a daily run: the automated run is at 0.95 throughout
+    alone = env.config()
+    alone["ops"] = {"scored_pairs": {"config": {"threshold": 0.95}}}
+    scored = [a for a in defs.assets if a.key.to_user_string() == "scored_pairs"]
+    assert dg.materialize(scored, instance=env.instance, resources=defs.resources, run_config=alone).success
+    env.daily("2026-02")
+    [request] = sensor_tick(defs, env.instance, first.cursor).run_requests
+    assert request.run_config["ops"]["scored_pairs"] == {"config": {"threshold": 0.95}}
+    automated = {**env.config(), "ops": request.run_config["ops"]}
+    assert defs.resolve_job_def(GLOBAL_JOB).execute_in_process(run_config=automated, instance=env.instance).success
+    assert load_manifest(env.store())["parameters"]["duplicate_pairs"]["threshold"] == 0.95
+    # `webdedup run` on the same storage at 0.8: the next automated run keeps 0.8, not Dagster's last 0.95
+    cli = ["run", str(env.input), "--storage", str(env.storage), "--output", str(env.output), "--quiet"]
+    assert main([*cli, "--threshold", "0.8"]) in (0, 1)  # (1: the fixture's pinned counts are at 0.7)
+    env.daily("2026-02")
+    [request] = sensor_tick(defs, env.instance, first.cursor).run_requests
+    assert request.run_config["ops"]["scored_pairs"] == {"config": {"threshold": 0.8}}
     # "Materialize all" (a backfill: the daily assets, then the global ones in a run of their own):
     # the global assets already follow band_memberships, no third run
     env.daily("2026-02")

@@ -2,7 +2,7 @@
 and `checked_documents` assets with their jobs, the storage resource, two jobs, a daily
 schedule, a sensor that registers the input's crawl months as partitions, and a sensor that runs
 the global stages after every successful materialization of band_memberships, however it was
-launched (job, Catalog backfill, CLI), with the parameters of the latest global run."""
+launched (job, Catalog backfill, CLI), with the parameters in force in the storage."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ..storage.state import crawl_month
 from .assets import build_daily_assets
 from .check import check_job, checked_documents
 from .checks import ASSET_CHECKS
-from .config import DAILY_JOB, GLOBAL_JOB, DocumentsConfig
+from .config import DAILY_JOB, DEFAULT_STORAGE_ROOT, GLOBAL_JOB, DocumentsConfig, parameters_in_force
 from .evaluation import evaluate_job, evaluation
 from .global_assets import GLOBAL_ASSETS
 from .partitions import CRAWL_MONTHS, crawl_months, new_months, register_months
@@ -86,23 +86,24 @@ def config_fields(assets_def: dg.AssetsDefinition) -> set[str]:
     return set(fields or ())
 
 
-def latest_run_config(instance: dg.DagsterInstance, assets: list[dg.AssetsDefinition]) -> dict[str, Any]:
-    """Run config holding, for each asset, the parameters of its latest materialization (the
-    `parameters` metadata), restricted to the fields its config has today: what a user chose in
-    the launchpad (a threshold of 0.9) is kept by the runs the automation launches afterwards."""
+def in_force_run_config(instance: dg.DagsterInstance, assets: list[dg.AssetsDefinition]) -> dict[str, Any]:
+    """Run config holding, for each asset, the parameters in force in the storage that the latest
+    materialization of band_memberships wrote (each asset stores its own, whether `webdedup run` or
+    Dagster built it; read now, where the launchpad's defaults were read when the definitions
+    loaded), restricted to the fields its config has today: what a user chose in the launchpad (a
+    threshold of 0.9) or on the command line is kept by the runs the automation launches."""
+    root = DEFAULT_STORAGE_ROOT
+    event = instance.get_latest_materialization_event(BAND_MEMBERSHIPS)
+    run = instance.get_run_by_id(event.run_id) if event else None
+    if run is not None:
+        root = run.run_config.get("resources", {}).get("storage", {}).get("config", {}).get("storage_root", root)
+    in_force = parameters_in_force(root)
     ops: dict[str, Any] = {}
     for assets_def in assets:
-        fields = config_fields(assets_def)
-        if not fields:
-            continue
-        event = instance.get_latest_materialization_event(assets_def.key)
-        materialization = event.asset_materialization if event else None
-        parameters = materialization.metadata.get("parameters") if materialization else None
-        if parameters is None or not isinstance(parameters.value, dict):
-            continue
-        kept = {k: v for k, v in parameters.value.items() if k in fields}
+        name = assets_def.key.to_user_string()
+        kept = {k: v for k, v in in_force.get(name, {}).items() if k in config_fields(assets_def)}
         if kept:
-            ops[assets_def.key.to_user_string()] = {"config": kept}
+            ops[name] = {"config": kept}
     return {"ops": ops} if ops else {}
 
 
@@ -164,7 +165,7 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
         minimum_interval_seconds=GLOBAL_SENSOR_INTERVAL_SECONDS,
         description="After band_memberships is materialized by a successful run, however launched (the daily job, "
         "a Catalog backfill, the schedule), run the global stages once for the batch (it waits while daily runs "
-        "or backfills are in progress), with the parameters of the latest global materializations.",
+        "or backfills are in progress), with the parameters in force in the storage.",
     )
     def global_after_daily(context: dg.SensorEvaluationContext):
         instance = context.instance
@@ -186,7 +187,7 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
             return dg.SkipReason(f"run {latest.run_id[:8]} that materialized band_memberships ended {run.status.value}")
         return dg.RunRequest(
             run_key=f"global-after-{latest.storage_id}",
-            run_config=latest_run_config(instance, GLOBAL_ASSETS),
+            run_config=in_force_run_config(instance, GLOBAL_ASSETS),
             tags={"webdedup/after_run": latest.run_id},
         )
 
@@ -222,7 +223,7 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.STOPPED,
         description="Every day at 01:00 UTC: (re)materializes the crawl month of the previous day (adding it as a "
-        "crawl_months partition when new) with the fingerprint and banding parameters of the latest run, when the "
+        "crawl_months partition when new) with the fingerprint and banding parameters in force, when the "
         "input holds pages of that day; global_after_daily follows.",
     )
     def webdedup_daily_schedule(context: dg.ScheduleEvaluationContext):
@@ -240,7 +241,7 @@ def build_defs(months: list[str] | None = None) -> dg.Definitions:
         register_months(context.instance, [day])
         carried = [by_name["fingerprinted"], by_name["band_memberships"]]
         return dg.RunRequest(
-            run_key=day, partition_key=crawl_month(day), run_config=latest_run_config(context.instance, carried)
+            run_key=day, partition_key=crawl_month(day), run_config=in_force_run_config(context.instance, carried)
         )
 
     return dg.Definitions(
