@@ -167,6 +167,17 @@ def test_a_manifest_over_global_assets_of_other_parameters_is_refused(tmp_path, 
         "(threshold: scored_pairs 0.8, duplicate_pairs 0.7, clusters 0.7): materialize the assets after the one "
         "rebuilt (or the whole global chain) before the manifest"
     )
+    # clusters and deduped_documents materialized alone (Dagster's catalog) are refused too, naming
+    # the assets they follow, before they write anything
+    clusters = (store.asset_dir("clusters") / "data.parquet").read_bytes()
+    with pytest.raises(
+        WebdedupError, match=r"\(threshold: scored_pairs 0.8, duplicate_pairs 0.7\): .* before clusters$"
+    ):
+        DUCKDB.run("clusters", store)
+    refused_too = r"\(threshold: scored_pairs 0.8, duplicate_pairs 0.7, clusters 0.7\): .* before deduped_documents$"
+    with pytest.raises(WebdedupError, match=refused_too):
+        DUCKDB.run("deduped_documents", store)
+    assert (store.asset_dir("clusters") / "data.parquet").read_bytes() == clusters
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     DUCKDB.run("scored_pairs", store, ScoringParams(threshold=0.7))
     assert stage_manifest(store, out)["counts"]["documents"] == 24

@@ -15,6 +15,7 @@ functions for the same stage names over the same storage layout.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ class Stage:
     needs: tuple[Need, ...] = ()
     uniform: tuple[str, ...] = ()  # daily upstreams whose days must all share the latest parameters
     whole_corpus: bool = False  # reads every day of the corpus: the daily assets must agree with the state
+    one_lineage: bool = False  # the global assets it follows must be of one chain (require_one_lineage)
     # The parameters, from the upstream's stored ones (duplicate_pairs: scored_pairs' threshold and verify).
     from_upstream: Callable[[dict[str, dict[str, Any]]], ParamGroup] | None = None
 
@@ -174,6 +176,7 @@ STAGES: dict[str, Stage] = {
             None,
             upstream=("documents", "duplicate_pairs"),
             inherits=(("fingerprint", "duplicate_pairs"), ("duplicates", "duplicate_pairs")),
+            one_lineage=True,
         ),
         Stage(
             "manifest",
@@ -189,6 +192,7 @@ STAGES: dict[str, Stage] = {
                 "clusters",
                 "deduped_documents",
             ),
+            one_lineage=True,
         ),
         Stage(
             "deduped_documents",
@@ -196,12 +200,45 @@ STAGES: dict[str, Stage] = {
             "representatives",
             upstream=("documents", "fingerprinted", "clusters"),
             inherits=(("fingerprint", "clusters"),),
+            one_lineage=True,
         ),
     )
 }
 
 
 # ---- the upstream check -------------------------------------------------------------------
+
+# The global assets and the parameter groups each records of the stages it was built from.
+LINEAGE = ("candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "deduped_documents")
+
+
+def require_one_lineage(store: Store, stage: str) -> None:
+    """The global assets describe one chain: the same fingerprint and banding in each that records
+    them, and duplicate_pairs and clusters at scored_pairs' threshold. An asset rebuilt alone with
+    other parameters (scored_pairs at 0.8 under duplicate_pairs at 0.9, in Dagster) would publish
+    files that contradict each other. Checked before `stage` (clusters, deduped_documents, the
+    manifest) over the global assets it follows."""
+    before = LINEAGE[: LINEAGE.index(stage)] if stage in LINEAGE else LINEAGE
+    built = {asset: store.params(asset) for asset in before if store.files(asset)}
+    problems = []
+    for group in ("fingerprint", "banding"):
+        found = {asset: params[group] for asset, params in built.items() if params.get(group)}
+        if len({json.dumps(v, sort_keys=True) for v in found.values()}) > 1:
+            problems.append(f"{group}: " + "; ".join(f"{a} {json.dumps(v, sort_keys=True)}" for a, v in found.items()))
+    thresholds = {
+        asset: (built[asset].get(group) or {}).get("threshold")
+        for asset, group in (("scored_pairs", "scoring"), ("duplicate_pairs", "duplicates"), ("clusters", "duplicates"))
+        if asset in built
+    }
+    if len(set(thresholds.values())) > 1:
+        problems.append("threshold: " + ", ".join(f"{a} {t}" for a, t in thresholds.items()))
+    if problems:
+        raise WebdedupError(
+            "the global assets were built with other parameters, so their files would contradict each other ("
+            + "; ".join(problems)
+            + "): materialize the assets after the one rebuilt (or the whole global chain) before "
+            + ("the manifest" if stage == "manifest" else stage)
+        )
 
 
 def check_upstream(stage: Stage, params: ParamGroup | None, upstream: dict[str, dict[str, Any]]) -> None:
@@ -346,6 +383,8 @@ class Engine:
         for asset in stage.uniform:
             check_uniform(stage, store, asset, upstream[asset])
         check_upstream(stage, params, upstream)
+        if stage.one_lineage:
+            require_one_lineage(store, name)
         if stage.from_upstream is not None:  # given ones passed the needs: the upstream's are the same, and whole
             params = stage.from_upstream(upstream)
         elif params is None and stage.params is not None:

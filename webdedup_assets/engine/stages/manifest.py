@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from ...core.minhash import candidate_probability
-from ...errors import WebdedupError
 from ...params import BandingParams
 from ...storage.fileio import write_text
 from ...storage.objects import ObjectPath
@@ -155,42 +154,11 @@ def stage_manifest(
     return load_manifest(store)
 
 
-# The global assets and the parameter groups each records of the stages it was built from.
-LINEAGE = ("candidate_pairs", "scored_pairs", "duplicate_pairs", "clusters", "deduped_documents")
-
-
-def require_one_lineage(store: Store) -> None:
-    """The global assets describe one chain: the same fingerprint and banding in each that records
-    them, and duplicate_pairs and clusters at scored_pairs' threshold. An asset rebuilt alone with
-    other parameters (scored_pairs at 0.8 under duplicate_pairs at 0.9, in Dagster) would publish
-    files that contradict each other."""
-    built = {asset: store.params(asset) for asset in LINEAGE if store.files(asset)}
-    problems = []
-    for group in ("fingerprint", "banding"):
-        found = {asset: params[group] for asset, params in built.items() if params.get(group)}
-        if len({json.dumps(v, sort_keys=True) for v in found.values()}) > 1:
-            problems.append(f"{group}: " + "; ".join(f"{a} {json.dumps(v, sort_keys=True)}" for a, v in found.items()))
-    thresholds = {
-        asset: (built[asset].get(group) or {}).get("threshold")
-        for asset, group in (("scored_pairs", "scoring"), ("duplicate_pairs", "duplicates"), ("clusters", "duplicates"))
-        if asset in built
-    }
-    if len(set(thresholds.values())) > 1:
-        problems.append("threshold: " + ", ".join(f"{a} {t}" for a, t in thresholds.items()))
-    if problems:
-        raise WebdedupError(
-            "the global assets were built with other parameters, so their files would contradict each other ("
-            + "; ".join(problems)
-            + "): materialize the assets after the one rebuilt (or the whole global chain) before the manifest"
-        )
-
-
 @DUCKDB.implements("manifest")
 def manifest_stage(run: StageRun) -> StageOutput:
     """Build the manifest and publish it (option output_dir) or keep it in storage; its figures
     are the counts."""
     store, output_dir = run.store, run.options.get("output_dir")
-    require_one_lineage(store)
     started = time.perf_counter()
     manifest = build_manifest(store)
     manifest["timings_seconds"]["manifest"] = round(time.perf_counter() - started, 4)
