@@ -835,6 +835,27 @@ def test_an_add_without_storage_extends_the_corpus_its_output_was_published_from
     assert pq.read_metadata(out / "check.parquet").num_rows == len(late.read_text().splitlines()) - 1
 
 
+def test_an_output_folder_given_another_storage_is_then_read_and_extended_there(tmp_path, capsys):
+    """An output folder reused with another --storage while OUTPUT/_storage still holds an older
+    corpus: the commands without --storage followed OUTPUT/_storage (the add published the older
+    corpus with the day over the published one, check compared with the older corpus); they follow
+    the storage the manifest names."""
+    from tests.conftest import FIXTURE
+    from webdedup_assets.cli.main import main
+
+    early, late = _split_fixture(tmp_path)
+    out, storage = tmp_path / "out", tmp_path / "elsewhere"
+    assert main(["run", str(late), "--output", str(out), "--quiet"]) == 0  # an older corpus in out/_storage
+    assert main(["run", str(early), "--output", str(out), "--storage", str(storage), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(early), "--against", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["held_doc_ids"]["count"] == len(early.read_text().splitlines()) - 1
+    assert main(["add", str(late), "--output", str(out), "--quiet"]) == 0
+    assert json.loads((out / "manifest.json").read_text())["storage_root"] == str(storage)
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "one"), "--quiet"]) == 0
+    _published_equal(out, tmp_path / "one")
+
+
 def test_a_middle_day_added_or_a_held_day_added_again_is_stored_in_the_order_of_one_run(tmp_path):
     """A day that falls between held days of its month (and a held day given again) takes its
     place among them, as one run of all the days stores it: the published outputs are those of

@@ -55,17 +55,39 @@ def storage_to_write(output: Path | ObjectPath, storage: str | None) -> Path:
     local one the output's manifest.json names (the corpus published there: an `add` without
     --storage extends it, never a new corpus in OUTPUT/_storage that would replace it), else
     OUTPUT/_storage (main gives an output in object storage the working copy of its _storage as
-    --storage)."""
+    --storage). The corpus published in the output is followed also where OUTPUT/_storage holds
+    another one (the output folder was given another --storage since)."""
     if storage:
         return Path(storage).expanduser().resolve()
     if isinstance(output, ObjectPath):
         raise WebdedupError(f"--output {output}: no storage root given; give --storage")
-    if (output / "_storage").is_dir():  # its own (a copied output folder reads its copy, not the original)
-        return output / "_storage"
-    named = _published_from(output)
+    own, named = output / "_storage", _published_from(output)
+    # its own, also where the manifest names another path: a copied output folder reads its copy
+    if own.is_dir() and not (named is not None and _holds_another_corpus(output, own, named)):
+        return own
     if named is not None and is_uri(named):
         raise WebdedupError(f"--output {output} was published from the storage {named}; give --storage {named}")
-    return Path(named) if named is not None else output / "_storage"
+    if own.is_dir() and not Path(named).is_dir():
+        raise WebdedupError(
+            f"--output {output} publishes the corpus of the storage {named}, which is not there, and {own} holds "
+            "another corpus; give --storage"
+        )
+    return Path(named) if named is not None else own
+
+
+def _holds_another_corpus(output: Path, own: Path, named: str) -> bool:
+    """OUTPUT/_storage holds documents of other input files than the corpus the output's manifest
+    describes (published from the storage `named`), so it is neither that storage nor a copy of it."""
+    from ..engine.stages.documents import stored_input
+    from ..storage.store import Store
+
+    if not is_uri(named) and Path(named).resolve() == own.resolve():
+        return False
+    try:
+        described = json.loads((output / "manifest.json").read_text(encoding="utf-8"))["input"]["sha256"]
+        return described != stored_input(Store(own))[1]
+    except (OSError, ValueError, KeyError, TypeError):  # a damaged file is named by the command that reads it
+        return False
 
 
 def require_same_corpus(output: Path | ObjectPath, storage_root: Path) -> None:
