@@ -109,6 +109,25 @@ def test_a_run_that_fails_in_a_stage_restores_the_corpus_it_had_cleared(corpus, 
     assert held(corpus) == before
 
 
+def test_a_command_stopped_after_publishing_says_that_its_results_stand(corpus, tmp_path, capsys, monkeypatch):
+    """A Ctrl-C once the outputs are published (its commit point) said only "interrupted", as if
+    nothing had changed."""
+    publish = DUCKDB.stages["manifest"]
+
+    def interrupted_after(run):
+        publish(run)
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(DUCKDB.stages, "manifest", interrupted_after)
+    later = write_day(tmp_path / "later.csv", "2026-04-02", ["later-01", "later-02"])
+    with pytest.raises(KeyboardInterrupt):
+        main(["add", str(later), "--output", str(corpus)])
+    err = capsys.readouterr().err
+    assert f"{corpus} holds this command's results: it stopped after publishing them" in err
+    assert "nothing was changed" not in err
+    assert json.loads((corpus / "manifest.json").read_text())["counts"]["documents"] == 26
+
+
 @pytest.mark.parametrize(
     "error",
     [

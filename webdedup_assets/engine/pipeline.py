@@ -272,10 +272,10 @@ def _locked(
             with storage_transaction(storage_root) as transaction:
                 yield transaction
         except BaseException:
-            if transaction is None or transaction.undone:  # (after the commit point the outputs stand)
-                notice(
-                    f"nothing was changed: {shown(storage_root)} and {output_dir} are as they were before this command"
-                )
+            if transaction is None or transaction.undone:
+                notice(f"nothing was changed: {shown(storage_root)} and {output_dir} are as they were")
+            elif transaction.committed:  # stopped after its commit point: its results stand
+                notice(f"{output_dir} holds this command's results: it stopped after publishing them")
             raise
 
 
