@@ -84,6 +84,14 @@ def test_invalid_utf8_names_the_file_and_byte_offset(tmp_path):
         stage_documents(Store(tmp_path / "s"), str(path))
 
 
+def test_a_parquet_file_given_as_csv_is_named_so(tmp_path):
+    """--format csv on a Parquet file was reported as a text in another encoding, to convert."""
+    path = tmp_path / "export.parquet"
+    pq.write_table(pa.table({"doc_id": ["a"]}), path)
+    with pytest.raises(WebdedupError, match=r"export.parquet is a Parquet file, not CSV: give --format parquet$"):
+        stage_documents(Store(tmp_path / "s"), str(path), "csv")
+
+
 def test_missing_input_and_unknown_format(tmp_path):
     with pytest.raises(WebdedupError, match="does not exist"):
         stage_documents(Store(tmp_path / "s"), str(tmp_path / "nope.csv"))

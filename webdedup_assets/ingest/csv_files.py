@@ -25,6 +25,8 @@ def check_utf8(path: Path) -> None:
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError as err:
+                if offset == 0 and chunk[:4] == b"PAR1":  # a Parquet file given as CSV (--format csv)
+                    raise WebdedupError(f"{path} is a Parquet file, not CSV: give --format parquet") from None
                 bad = offset + err.start
                 line = lines + chunk[: err.start].count(b"\n")
                 raise WebdedupError(
