@@ -717,6 +717,27 @@ def test_a_second_ctrl_c_lets_the_undo_of_the_first_run_to_its_end(monkeypatch):
         INTERRUPTED.clear()
 
 
+def test_a_ctrl_c_inside_the_import_machinery_comes_again_outside_it(monkeypatch):
+    """A Ctrl-C while modules load could land in a module lock's weakref callback, where the
+    KeyboardInterrupt was printed as an ignored exception's traceback: the signal is sent again."""
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from webdedup_assets import cli
+    from webdedup_assets.errors import INTERRUPTED
+
+    sent = []
+    monkeypatch.setattr(cli.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    monkeypatch.setattr(cli, "_RECEIVED", [])
+    importing = SimpleNamespace(f_code=SimpleNamespace(co_filename="<frozen importlib._bootstrap>"))
+    cli._interrupt(signal.SIGINT, importing)  # no KeyboardInterrupt here
+    deadline = time.monotonic() + 5
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sent == [(os.getpid(), signal.SIGINT)] and not INTERRUPTED.is_set() and cli._RECEIVED == []
+
+
 def test_an_add_that_would_drop_held_documents_of_a_day_it_gives_again_is_refused(tmp_path, capsys):
     """A day's crawl in two files added one by one: the second add replaced the day and dropped the
     first file's pages without a word (documents added 2, removed 2). Refused, naming the day, the

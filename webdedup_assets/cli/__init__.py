@@ -4,6 +4,7 @@ Nothing here imports Dagster."""
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 from ..errors import INTERRUPTED
@@ -12,6 +13,11 @@ _RECEIVED: list[int] = []  # the signals that stopped the command: SIGTERM (`tim
 
 
 def _interrupt(signum: int, frame: Any) -> None:
+    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        # inside the import machinery (a module lock's weakref callback prints the KeyboardInterrupt
+        # as an ignored exception's traceback and drops it): the signal again in a moment, outside
+        threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+        return
     _RECEIVED.append(signum)
     if INTERRUPTED.is_set():  # a second Ctrl-C: the first one's undo is under way and runs to its end
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import threading
 from typing import NoReturn
@@ -18,6 +19,8 @@ def end_process(code: int) -> NoReturn:
     running: otherwise the normal exit joins them."""
     _flush()
     if threading.active_count() == 1:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command has ended: a Ctrl-C now changes nothing
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         atexit._run_exitfuncs()  # what a normal exit runs first: logging.shutdown, weakref finalizers
         _flush()
         os._exit(code)
