@@ -856,6 +856,27 @@ def test_an_output_folder_given_another_storage_is_then_read_and_extended_there(
     _published_equal(out, tmp_path / "one")
 
 
+def test_a_moved_or_copied_corpus_is_still_updated_incrementally(tmp_path, capsys):
+    """The state named the global files by their paths and inodes: a corpus folder moved (or copied
+    with its times, a backup restored) made the next add a full rebuild, saying a global file
+    had been rewritten."""
+    import shutil
+
+    from tests.conftest import FIXTURE
+    from webdedup_assets.cli.main import main
+
+    early, late = _split_fixture(tmp_path)
+    assert main(["run", str(early), "--output", str(tmp_path / "out"), "--quiet"]) == 0
+    shutil.move(tmp_path / "out", tmp_path / "moved")
+    shutil.copytree(tmp_path / "moved", tmp_path / "copy")  # (copy2: the files' times kept)
+    assert main(["run", str(FIXTURE), "--output", str(tmp_path / "one"), "--quiet"]) == 0
+    for out in ("moved", "copy"):
+        capsys.readouterr()
+        assert main(["add", str(late), "--output", str(tmp_path / out), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["mode"] == "incremental", out
+        _published_equal(tmp_path / out, tmp_path / "one")
+
+
 def test_a_middle_day_added_or_a_held_day_added_again_is_stored_in_the_order_of_one_run(tmp_path):
     """A day that falls between held days of its month (and a held day given again) takes its
     place among them, as one run of all the days stores it: the published outputs are those of

@@ -77,11 +77,6 @@ def load_state(store: Store, damaged_as_absent: bool = False) -> dict[str, Any] 
     return state if state.get("format") == STATE_FORMAT else None
 
 
-def file_identity(path: Path) -> list[int]:
-    info = os.stat(path)
-    return [info.st_dev, info.st_ino]
-
-
 def same_file(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)

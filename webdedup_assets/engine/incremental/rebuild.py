@@ -12,7 +12,7 @@ from ...errors import WebdedupError
 from ...params import CandidateParams, RepresentativeParams, ScoringParams
 from ...storage.serial import from_stored
 from ...storage.state import held_days
-from ...storage.store import Store, connect, link_or_copy, save_table, write_text
+from ...storage.store import Store, connect, file_identity, link_or_copy, save_table, write_text
 from ..stage import DUCKDB, StageResult
 from ..stages.candidates import (
     COLLISION_TOP_FILE,
@@ -29,7 +29,6 @@ from .layout import (
     GLOBAL,
     STATE_FORMAT,
     STATE_NAME,
-    file_identity,
     incremental_dir,
     same_file,
     snapshot_dir,
@@ -183,8 +182,7 @@ def rebuild_reason(
     if state is None:
         return "no incremental state in this storage yet"
     for asset, (path, identity) in state["global_files"].items():
-        p = Path(path)
-        if not p.exists() or file_identity(p) != identity:
+        if not _unchanged(store.path(asset), Path(path), identity):
             return f"{asset} was rewritten since the last incremental update (a full run, or an interrupted update)"
     held = state["parameters"]
     for key, given in (("candidates", candidates), ("scoring", scoring), ("representative", representative)):
@@ -195,6 +193,19 @@ def rebuild_reason(
     if candidates.candidate_scope == "domain":
         return "candidate_scope=domain is not updated incrementally (band keys are mixed with the domain)"
     return None
+
+
+def _unchanged(path: Path, recorded: Path, identity: dict[str, Any] | list[int]) -> bool:
+    """The global file at `path` is the one the last update wrote (recorded at `recorded`): a
+    storage moved or copied since (cp -a, a backup restored) holds it under another inode, with
+    its name, size and time."""
+    if not path.exists():
+        return False
+    if isinstance(identity, list):  # the state of an earlier version: device and inode
+        info = path.stat()
+        return recorded == path and identity == [info.st_dev, info.st_ino]
+    now = file_identity(path)
+    return all(now[key] == identity.get(key) for key in now if key != "inode" or recorded == path)
 
 
 def check_fixed_params(store: Store, state: dict[str, Any] | None) -> None:
