@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
 
 import pytest
 
@@ -393,10 +394,13 @@ def test_a_storage_in_a_bucket_runs_and_adds_as_a_local_one_from_any_machine(buc
     assert json.loads((out / "manifest.json").read_text())["storage_root"] == "s3://corpus/st"
 
     monkeypatch.setenv("WEBDEDUP_CACHE", str(tmp_path / "machine-b"))  # another machine: downloads the corpus
+    shutil.rmtree(tmp_path / "machine-a")  # (not on that machine: its state names the files of machine a)
     capsys.readouterr()
-    assert main(["add", "s3://corpus/by-day/late.json.zst", *storage]) == 0
+    assert main(["add", "s3://corpus/by-day/late.json.zst", *storage, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["mode"] == "incremental"  # the downloaded files are recognized
     second = json.loads(_objects("st")["CURRENT"])["set"]
-    said = capsys.readouterr().err.strip().splitlines()
+    said = captured.err.strip().splitlines()
     uploaded = said[-1]
     assert [line for line in said if "uploaded" in line] == [uploaded]  # once, for both uploads of the command
     assert re.fullmatch(

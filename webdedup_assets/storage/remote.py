@@ -156,6 +156,8 @@ def _download(root: ObjectPath, current: str | None, local: Path) -> dict[str, A
             temporary = target.with_name(f".{target.name}.download")
             temporary.unlink(missing_ok=True)
             os.link(have.get(key) or places[key], temporary)
+            if "mtime_ns" in wanted[relative]:  # the file's time as stored: the corpus state recognizes its files
+                os.utime(temporary, ns=(wanted[relative]["mtime_ns"],) * 2)
             os.replace(temporary, target)
             have.setdefault(key, target)
     finally:
@@ -189,7 +191,7 @@ def _upload(
             key = f"files/{set_id}/{name}"
             sending.append((path, key))
         linked[(info.st_dev, info.st_ino)] = key
-        files[name] = {"key": key, "bytes": info.st_size}
+        files[name] = {"key": key, "bytes": info.st_size, "mtime_ns": info.st_mtime_ns}
     if not sending and {n: e["key"] for n, e in files.items()} == {n: e["key"] for n, e in held.items()}:
         return None
     try:
