@@ -201,9 +201,9 @@ def _unchanged(path: Path, recorded: Path, identity: dict[str, Any] | list[int])
     its name, size and time."""
     if not path.exists():
         return False
-    if isinstance(identity, list):  # the state of an earlier version: device and inode
+    if isinstance(identity, list):  # the state of an earlier version: device and inode (any path to the file)
         info = path.stat()
-        return recorded == path and identity == [info.st_dev, info.st_ino]
+        return identity == [info.st_dev, info.st_ino]
     now = file_identity(path)
     return all(now[key] == identity.get(key) for key in now if key != "inode" or recorded == path)
 
